@@ -1,0 +1,157 @@
+"""The ``omni-accel`` command line. Heavy imports happen inside commands so ``--help`` stays instant.
+
+Exit codes: 0 ok, 1 a gate failed, 2 bad input or something unavailable (one line on stderr, no
+traceback; ``-v`` shows library logs).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from accel.errors import AccelError
+
+app = typer.Typer(
+    name="omni-accel",
+    help="Qualify diffusion acceleration features: does it work, how much faster, what does it cost in quality?",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+zoo_app = typer.Typer(help="The offline zoo of tiny, randomly initialised diffusers pipelines.", no_args_is_help=True)
+app.add_typer(zoo_app, name="zoo")
+
+
+def _setup_logging(verbose: bool) -> None:
+    os.environ["OMNI_ACCEL_VERBOSE"] = "1" if verbose else "0"
+    from accel.sweep.preload import quiet_libraries
+
+    quiet_libraries(verbose)
+
+
+@app.command()
+def sweep(
+    profile: Optional[Path] = typer.Argument(None, help="Profile YAML; default: the embedded quickstart."),
+    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory; default: runs/<profile name>."),
+    executor: Optional[str] = typer.Option(
+        None, "--executor", help="process (isolated, default) or inline (fast, same process)."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
+) -> None:
+    """Run the baseline and every variant of a profile; write results, images and report.md."""
+    from accel.errors import ConfigError
+    from accel.profile import default_profile_path, load_profile
+
+    if executor is not None and executor not in ("process", "inline"):
+        raise ConfigError(f"--executor: unknown executor '{executor}'. Allowed: inline, process")
+    _setup_logging(verbose)
+    path = profile or default_profile_path()
+    loaded = load_profile(path)
+    run_dir = out or Path("runs") / loaded.name
+    from accel.sweep.runner import run_sweep
+
+    result = run_sweep(loaded, str(path), run_dir, executor=executor)
+    failed = [r for r in result.records if r["status"] == "failed"]
+    typer.echo(f"{len(result.records)} cells in {result.wall_s:.1f} s, {len(failed)} failed")
+    typer.echo(f"results: {result.run_dir / 'results.jsonl'}")
+    typer.echo(f"report:  {result.report_path}")
+
+
+@zoo_app.command("build")
+def zoo_build(
+    names: Optional[list[str]] = typer.Argument(None, help="Entries to build; default: all."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when already built."),
+) -> None:
+    """Build (idempotently) and save zoo pipelines; prints each checkpoint directory."""
+    from accel import zoo
+
+    _setup_logging(False)
+    for name in names or list(zoo.ZOO):
+        zoo.get_entry(name)
+        typer.echo(f"{name}: {zoo.build(name, force=force)}")
+
+
+@zoo_app.command("list")
+def zoo_list() -> None:
+    """List the zoo entries, whether each is built and where."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from accel import zoo
+
+    table = Table("name", "pipeline", "modality", "built", "description")
+    for row in zoo.list_entries():
+        table.add_row(row["name"], row["pipeline_class"], row["modality"], "yes" if row["built"] else "no",
+                      row["description"])
+    Console().print(table)
+    typer.echo(f"zoo directory: {zoo.zoo_root()}")
+
+
+@zoo_app.command("path")
+def zoo_path(name: str = typer.Argument(..., help="A zoo entry.")) -> None:
+    """Print the checkpoint directory of a zoo entry (built or not)."""
+    from accel import zoo
+
+    typer.echo(str(zoo.entry_path(name)))
+
+
+@app.command()
+def features() -> None:
+    """List every feature and option with its class and whether it can run on this machine."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from accel.features import FEATURES
+    from accel.features.attention import AttentionBackend, AttentionBackendConfig, backend_names
+    from accel.targets.adapter import resolve_device
+
+    device = resolve_device("auto")
+    table = Table("feature", "family", "class", "option", f"on this machine ({device})")
+    for feature in FEATURES.values():
+        options = ", ".join(feature.config_cls.model_fields) or "–"
+        if isinstance(feature, AttentionBackend):
+            for backend in backend_names():
+                config = AttentionBackendConfig(backend=backend)
+                support = feature.check(_AnyPipeline(), device, config)
+                table.add_row(feature.name, feature.family, feature.feature_class_for(config).value,
+                              f"backend={backend}", "supported" if support.supported else support.reason)
+        else:
+            table.add_row(feature.name, feature.family, feature.feature_class.value, options,
+                          "supported where the pipeline has a VAE")
+    Console(width=200).print(table)
+
+
+class _AnyPipeline:
+    """Stands for a pipeline with a transformer when listing device-level support."""
+
+    class transformer:  # noqa: N801
+        @staticmethod
+        def set_attention_backend(name: str) -> None:  # pragma: no cover - never called
+            pass
+
+
+def main() -> None:
+    """Console entry point: run the app, turning AccelError and usage errors into exit code 2."""
+    import click
+
+    try:
+        app(standalone_mode=False)
+    except AccelError as error:
+        typer.echo(f"error: {error}", err=True)
+        sys.exit(error.exit_code)
+    except click.exceptions.Exit as done:
+        sys.exit(done.exit_code)
+    except click.ClickException as error:
+        typer.echo(f"error: {error.format_message()}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        typer.echo("aborted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,63 @@
+"""The environment a run was measured in: recorded with every results file."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+PACKAGES = (
+    "torch", "diffusers", "transformers", "accelerate", "cache-dit", "torchao", "torchmetrics",
+    "flash-attn", "xformers", "sageattention", "omni-accel",
+)  # fmt: skip
+
+
+def _version(package: str) -> str | None:
+    try:
+        return importlib.metadata.version(package)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _git_commit() -> str | None:
+    root = Path(__file__).resolve().parent.parent
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def capture(profile_fingerprint: str | None = None) -> dict[str, Any]:
+    """Package versions (None when absent), device, CPU, git commit and the profile hash."""
+    import os
+
+    import torch
+
+    cuda = torch.cuda.is_available()
+    return {
+        "packages": {name: _version(name) for name in PACKAGES},
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "cuda": torch.version.cuda if cuda else None,
+        "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
+        "git_commit": _git_commit(),
+        "profile_fingerprint": profile_fingerprint,
+    }

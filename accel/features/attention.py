@@ -1,0 +1,144 @@
+"""Attention backends (``attention_backend``): every diffusers ``AttentionBackendName``, transformer only.
+
+``check`` probes availability (device, package, hub access) with the reason a user can act on. Evidence
+is which backend actually dispatched: the registry's functions are wrapped with counters while the
+feature is applied, so a backend that was set but never reached (a model whose processors bypass the
+dispatcher) fails the cell. ``set_attention_backend`` also sets a process-global active backend that
+``reset_attention_backend`` does not restore; ``remove`` restores it explicitly.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+from typing import Any
+
+from pydantic import Field, field_validator
+
+from accel.errors import unknown_choice
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, Stage, Support, Verdict
+
+# Backends that run on a CPU (seen on CPU fp32 with diffusers 0.42). All others need an accelerator.
+CPU_BACKENDS = {"native", "_native_math", "_native_flash", "flex"}
+# Backends whose kernels quantise Q/K (and V): their output differs from exact attention.
+LOSSY_BACKENDS_PREFIX = ("sage", "_sage")
+# Optional packages by backend prefix, and the extra that installs them.
+PACKAGES = {
+    "flash": "flash_attn",
+    "_flash_3": "flash_attn_interface",
+    "sage": "sageattention",
+    "_sage": "sageattention",
+    "xformers": "xformers",
+}
+
+
+def backend_names() -> list[str]:
+    """Every backend name diffusers knows."""
+    from diffusers.models.attention_dispatch import AttentionBackendName
+
+    return [member.value for member in AttentionBackendName]
+
+
+class AttentionBackendConfig(FeatureConfig):
+    """Options of ``attention_backend``."""
+
+    backend: str = Field(
+        default="native",
+        description="A diffusers AttentionBackendName value, e.g. native, _native_math, flash, sage.",
+    )
+
+    @field_validator("backend")
+    @classmethod
+    def _known_backend(cls, value: str) -> str:
+        names = backend_names()
+        if value.lower() not in names:
+            raise ValueError(unknown_choice("attention backend", value, names))
+        return value.lower()
+
+
+def _required_package(backend: str) -> str | None:
+    for prefix, package in sorted(PACKAGES.items(), key=lambda kv: -len(kv[0])):
+        if backend.startswith(prefix) and not backend.endswith("_hub"):
+            return package
+    return None
+
+
+class _DispatchHandle(Handle):
+    def __init__(self, transformer: Any, wanted: str, previous_active: Any) -> None:
+        super().__init__()
+        self.wanted = wanted
+        from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+        self.transformer = transformer
+        self.registry = _AttentionBackendRegistry
+        self.previous_active = previous_active
+        self.originals = dict(self.registry._backends)
+        for name, function in self.originals.items():
+            self.registry._backends[name] = self._counter(name, function)
+
+    def _counter(self, name: Any, function: Any) -> Any:
+        key = getattr(name, "value", str(name))
+
+        @functools.wraps(function)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            dispatched = self.current.setdefault("dispatched", {})
+            dispatched[key] = dispatched.get(key, 0) + 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    def remove(self) -> None:
+        self.registry._backends.update(self.originals)
+        self.transformer.reset_attention_backend()
+        self.registry.set_active_backend(self.previous_active)
+
+
+class AttentionBackend(Feature):
+    """Route the transformer's attention through one diffusers backend."""
+
+    name = "attention_backend"
+    family = "attention"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.ATTENTION
+    config_cls = AttentionBackendConfig
+    primary_option = "backend"
+    description = "attention backend of the transformer (transformer.set_attention_backend)"
+
+    def feature_class_for(self, options: AttentionBackendConfig) -> FeatureClass:
+        """Sage kernels quantise Q/K: lossy. Exact backends: lossless."""
+        return FeatureClass.LOSSY if options.backend.startswith(LOSSY_BACKENDS_PREFIX) else FeatureClass.LOSSLESS
+
+    def check(self, pipeline: Any, device: str, options: AttentionBackendConfig) -> Support:
+        transformer = getattr(pipeline, "transformer", None)
+        if transformer is None or not hasattr(transformer, "set_attention_backend"):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
+        backend = options.backend
+        package = _required_package(backend)
+        if package and importlib.util.find_spec(package) is None:
+            return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'")
+        if backend.endswith("_hub"):
+            return Support.no(f"backend {backend} downloads its kernel from the Hugging Face hub; not offline")
+        if device == "cpu" and backend not in CPU_BACKENDS:
+            return Support.no(f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}")
+        if backend in ("_native_npu", "_native_xla"):
+            return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: AttentionBackendConfig) -> Handle:
+        from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+        previous_active = _AttentionBackendRegistry._active_backend
+        pipeline.transformer.set_attention_backend(options.backend)
+        return _DispatchHandle(pipeline.transformer, options.backend, previous_active)
+
+    def verify(self, handle: Handle) -> Verdict:
+        wanted = handle.wanted
+        per_run = [run.get("dispatched", {}) for run in handle.runs]
+        evidence = {"dispatched_per_run": per_run}
+        backends = {name for run in per_run for name in run}
+        if per_run and all(run for run in per_run) and backends == {wanted}:
+            calls = sum(run[wanted] for run in per_run)
+            return Verdict(True, f"{wanted} dispatched {calls} times", evidence)
+        if not any(per_run):
+            return Verdict(False, "backend set but no attention call reached the diffusers dispatcher", evidence)
+        return Verdict(False, f"requested {wanted} but dispatched {sorted(backends)}", evidence)

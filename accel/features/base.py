@@ -1,0 +1,123 @@
+"""The contract every acceleration feature implements, and the record of its evidence.
+
+A feature registers, in its own module: a config (options with defaults), its class (lossless or lossy),
+``check`` (supported here, or why not), its stage in the application order, the features it conflicts
+with, ``apply`` returning a handle that can ``remove()`` it, and ``verify``: evidence gathered during the
+timed runs that it engaged. A feature that was requested, reported supported and left no evidence fails
+its cell; it never passes silently.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from enum import Enum, IntEnum
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+
+class FeatureClass(str, Enum):
+    """Whether a feature should keep the output equal to the baseline up to numerical noise."""
+
+    LOSSLESS = "lossless"
+    LOSSY = "lossy"
+
+
+class Stage(IntEnum):
+    """Application order, lowest first. Weights are final before hooks wrap them; compile sees the hooks."""
+
+    QUANTIZE = 10
+    ATTENTION = 20
+    CACHE = 30
+    OFFLOAD = 40
+    COMPILE = 50
+    VAE = 60
+
+
+class FeatureConfig(BaseModel):
+    """Base of feature option models: frozen, unknown keys rejected."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class Support:
+    """Result of ``Feature.check``: supported, or a reason a user can act on."""
+
+    supported: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Support:
+        return cls(True)
+
+    @classmethod
+    def no(cls, reason: str) -> Support:
+        return cls(False, reason)
+
+
+@dataclass
+class Verdict:
+    """Result of ``Feature.verify``: did the feature engage on every timed run, and the evidence."""
+
+    engaged: bool
+    summary: str
+    evidence: dict[str, Any] = field(default_factory=dict)
+
+
+class Handle(ABC):
+    """An applied feature. Collects per-run evidence and can be removed, restoring the pipeline."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, Any]] = []
+
+    def begin_run(self) -> None:
+        """Called before each timed call; starts a fresh evidence record."""
+        self.runs.append({})
+
+    @property
+    def current(self) -> dict[str, Any]:
+        if not self.runs:
+            self.begin_run()
+        return self.runs[-1]
+
+    @abstractmethod
+    def remove(self) -> None:
+        """Undo ``apply``: the pipeline behaves as before."""
+
+
+class Feature(ABC):
+    """One acceleration feature. Subclasses set the class attributes and implement the three methods."""
+
+    name: ClassVar[str]
+    family: ClassVar[str]
+    feature_class: ClassVar[FeatureClass]
+    stage: ClassVar[Stage]
+    config_cls: ClassVar[type[FeatureConfig]]
+    description: ClassVar[str]
+    # Option filled by a scalar shorthand in a profile (``attention_backend: _native_math``).
+    primary_option: ClassVar[str | None] = None
+    conflicts: ClassVar[dict[str, str]] = {}
+
+    def parse_options(self, raw: Any) -> FeatureConfig:
+        """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""
+        if raw is None or raw is True:
+            return self.config_cls()
+        if isinstance(raw, dict):
+            return self.config_cls(**raw)
+        if self.primary_option is not None and not isinstance(raw, (list, bool)):
+            return self.config_cls(**{self.primary_option: raw})
+        raise ValueError(f"expected a mapping of options or true, got {raw!r}")
+
+    @abstractmethod
+    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+        """Whether the feature can run on this pipeline and device, with the reason when not."""
+
+    @abstractmethod
+    def apply(self, pipeline: Any, options: FeatureConfig) -> Handle:
+        """Enable the feature on a loaded pipeline; the handle records evidence and can remove it."""
+
+    @abstractmethod
+    def verify(self, handle: Handle) -> Verdict:
+        """Judge from the handle's evidence whether the feature engaged on every timed run."""

@@ -1,0 +1,184 @@
+"""VAE tiling and slicing (``vae_use_tiling``, ``vae_use_slicing``): lossless memory savers for decode.
+
+Evidence comes from counters wrapped around the VAE instance's ``tiled_decode`` and ``_decode``: tiling
+engaged when the tiled path ran on every timed call; slicing engaged when a decode split its batch into
+more than one slice. Both are silent no-ops in diffusers when the image is smaller than a tile or the
+batch is 1, which is exactly what the evidence catches.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from typing import Any
+
+from pydantic import Field
+
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, Stage, Support, Verdict
+
+
+class _CountingHandle(Handle):
+    """Wraps named methods of one module instance with call counters; ``remove`` unwraps them."""
+
+    def __init__(self, module: Any, method_names: tuple[str, ...]) -> None:
+        super().__init__()
+        self.module = module
+        self.wrapped: list[str] = []
+        for method_name in method_names:
+            original = getattr(module, method_name, None)
+            if original is None:
+                continue
+            setattr(module, method_name, self._counter(method_name, original))
+            self.wrapped.append(method_name)
+
+    def _counter(self, key: str, original: Any) -> Any:
+        @functools.wraps(original)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.current[key] = self.current.get(key, 0) + 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    def unwrap(self) -> None:
+        for method_name in self.wrapped:
+            # The counters were instance attributes shadowing the class methods: deleting restores them.
+            self.module.__dict__.pop(method_name, None)
+        self.wrapped.clear()
+
+
+def _find_vae(pipeline: Any) -> Any | None:
+    return getattr(pipeline, "vae", None)
+
+
+class VaeTilingConfig(FeatureConfig):
+    """Options of ``vae_use_tiling``."""
+
+    tile_size: int | None = Field(
+        default=None,
+        gt=0,
+        description="Tile edge in pixels; default: the VAE's own. Smaller tiles: less memory, more seams.",
+    )
+    tile_stride: int | None = Field(
+        default=None,
+        gt=0,
+        description="Pixels between tile starts; default: the VAE's own. Less overlap: faster, more seams.",
+    )
+
+
+class _TilingHandle(_CountingHandle):
+    def __init__(self, vae: Any, saved: dict[str, Any]) -> None:
+        super().__init__(vae, ("tiled_decode",))
+        self.saved = saved
+
+    def remove(self) -> None:
+        self.unwrap()
+        self.module.disable_tiling()
+        for attribute, value in self.saved.items():
+            setattr(self.module, attribute, value)
+
+
+class VaeTiling(Feature):
+    """Decode latents in overlapping tiles: bounded memory at large resolutions, same image."""
+
+    name = "vae_use_tiling"
+    family = "vae"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.VAE
+    config_cls = VaeTilingConfig
+    description = "VAE tiled decode (pipe.vae.enable_tiling)"
+
+    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+        vae = _find_vae(pipeline)
+        if vae is None or not hasattr(vae, "enable_tiling"):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_tiling()")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: VaeTilingConfig) -> Handle:
+        vae = _find_vae(pipeline)
+        tile_attributes = (
+            "tile_sample_min_size",
+            "tile_latent_min_size",
+            "tile_overlap_factor",
+            "tile_sample_min_height",
+            "tile_sample_min_width",
+            "tile_sample_stride_height",
+            "tile_sample_stride_width",
+        )
+        saved = {a: getattr(vae, a) for a in tile_attributes if hasattr(vae, a)}
+        accepted = inspect.signature(vae.enable_tiling).parameters
+        if "tile_sample_min_height" in accepted:
+            # Wan / Qwen-Image style VAEs: sizes and strides in pixels.
+            kwargs: dict[str, Any] = {}
+            if options.tile_size is not None:
+                kwargs["tile_sample_min_height"] = kwargs["tile_sample_min_width"] = options.tile_size
+            if options.tile_stride is not None:
+                kwargs["tile_sample_stride_height"] = kwargs["tile_sample_stride_width"] = options.tile_stride
+            vae.enable_tiling(**kwargs)
+        else:
+            # AutoencoderKL style: one tile size and an overlap factor, set as attributes.
+            vae.enable_tiling()
+            if options.tile_size is not None:
+                scale = 2 ** (len(vae.config.block_out_channels) - 1)
+                vae.tile_sample_min_size = options.tile_size
+                vae.tile_latent_min_size = options.tile_size // scale
+            if options.tile_stride is not None:
+                size = vae.tile_sample_min_size
+                vae.tile_overlap_factor = max(0.0, 1.0 - options.tile_stride / size)
+        return _TilingHandle(vae, saved)
+
+    def verify(self, handle: Handle) -> Verdict:
+        counts = [run.get("tiled_decode", 0) for run in handle.runs]
+        evidence = {"tiled_decodes_per_run": counts}
+        if counts and all(c > 0 for c in counts):
+            return Verdict(True, f"tiled decode ran on {len(counts)}/{len(counts)} runs", evidence)
+        return Verdict(
+            False,
+            "tiling enabled but no tiled decode ran: the image is not larger than one tile (lower tile_size)",
+            evidence,
+        )
+
+
+class VaeSlicingConfig(FeatureConfig):
+    """``vae_use_slicing`` has no options: it decodes a batch one sample at a time."""
+
+
+class _SlicingHandle(_CountingHandle):
+    def __init__(self, vae: Any) -> None:
+        super().__init__(vae, ("decode", "_decode"))
+
+    def remove(self) -> None:
+        self.unwrap()
+        self.module.disable_slicing()
+
+
+class VaeSlicing(Feature):
+    """Decode a batch one sample at a time: lower peak memory for batches, same images."""
+
+    name = "vae_use_slicing"
+    family = "vae"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.VAE
+    config_cls = VaeSlicingConfig
+    description = "VAE sliced decode (pipe.vae.enable_slicing)"
+
+    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+        vae = _find_vae(pipeline)
+        if vae is None or not hasattr(vae, "enable_slicing"):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_slicing()")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: FeatureConfig) -> Handle:
+        vae = _find_vae(pipeline)
+        vae.enable_slicing()
+        return _SlicingHandle(vae)
+
+    def verify(self, handle: Handle) -> Verdict:
+        slices = [(run.get("_decode", 0), run.get("decode", 0)) for run in handle.runs]
+        evidence = {"slices_per_run": [s for s, _ in slices], "decodes_per_run": [d for _, d in slices]}
+        if slices and all(d > 0 and s > d for s, d in slices):
+            return Verdict(True, f"sliced decode ran on {len(slices)}/{len(slices)} runs", evidence)
+        return Verdict(
+            False,
+            "slicing enabled but every decode ran as one slice (batch 1): set workload.num_images_per_prompt >= 2",
+            evidence,
+        )

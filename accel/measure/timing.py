@@ -1,0 +1,68 @@
+"""Device-synchronised wall-clock timing and the statistics reported for it.
+
+On a GPU the device is synchronised before the clock is read at both ends, so asynchronous kernels are
+counted where they run; on a CPU the monotonic ``perf_counter`` is exact as is.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+
+
+def synchronize(device: str) -> None:
+    """Wait for queued device work; a no-op on the CPU."""
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+
+
+@contextmanager
+def timed(device: str, sink: list[float]) -> Iterator[None]:
+    """Append the synchronised duration of the block, in seconds, to ``sink``."""
+    synchronize(device)
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        synchronize(device)
+        sink.append(time.perf_counter() - start)
+
+
+@dataclass(frozen=True)
+class TimingStats:
+    """Summary of repeated timings, in seconds; ``cv`` is stdev / mean (0 for one sample)."""
+
+    n: int
+    median: float
+    mean: float
+    p90: float
+    min: float
+    max: float
+    cv: float
+
+    def to_dict(self) -> dict[str, float]:
+        return asdict(self)
+
+
+def summarize(samples: list[float]) -> TimingStats:
+    """Statistics of a non-empty list of durations."""
+    if not samples:
+        raise ValueError("no timing samples")
+    ordered = sorted(samples)
+    mean = statistics.fmean(ordered)
+    stdev = statistics.stdev(ordered) if len(ordered) > 1 else 0.0
+    p90_index = min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))
+    return TimingStats(
+        n=len(ordered),
+        median=statistics.median(ordered),
+        mean=mean,
+        p90=ordered[p90_index],
+        min=ordered[0],
+        max=ordered[-1],
+        cv=stdev / mean if mean > 0 else 0.0,
+    )

@@ -1,0 +1,198 @@
+"""Sweep profiles: the YAML schema, its validation and the errors it gives.
+
+A profile has four sections: ``models`` (what to load), ``workload`` (prompts, seeds, shape), ``variants``
+(named sets of features with options) and ``measure`` (warmup, repeats, timeout, executor). Every model
+is strict: an unknown key is rejected with the allowed keys and a "did you mean", and every error names
+the file and the key path, e.g. ``profiles/x.yaml: variants[2].features.vae_use_tiling: ...``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from accel.errors import ConfigError, did_you_mean
+
+DEFAULT_PROFILE_NAME = "quickstart"
+
+
+class StrictModel(BaseModel):
+    """A frozen pydantic model that rejects unknown keys, naming the closest allowed one."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _reject_unknown_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            allowed = set(cls.model_fields)
+            for key in data:
+                if key not in allowed:
+                    raise ValueError(
+                        f"unknown key '{key}'.{did_you_mean(key, allowed)} Allowed keys: {', '.join(sorted(allowed))}"
+                    )
+        return data
+
+
+class ModelSpec(StrictModel):
+    """One pipeline to qualify."""
+
+    name: str = Field(description="Label used in results, file names and reports.")
+    source: str = Field(description="A zoo name (tiny-flux, ...), a local checkpoint directory or a hub id.")
+    target: Literal["adapter"] = Field(
+        default="adapter", description="adapter: any diffusers DiffusionPipeline driven as a black box."
+    )
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when present.")
+    load_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to from_pretrained.")
+    call_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to every pipeline call.")
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return _safe_label(value)
+
+
+class Workload(StrictModel):
+    """What every configuration generates: the same prompts and seeds for the baseline and each variant."""
+
+    prompts: list[str] = Field(min_length=1, description="At least one prompt.")
+    negative_prompt: str | None = None
+    seeds: list[int] = Field(default=[0], min_length=1)
+    steps: int = Field(default=4, gt=0, description="Denoising steps; more steps, more time.")
+    height: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
+    width: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
+    num_frames: int = Field(default=5, gt=0, description="Video models only; Wan wants 4k+1.")
+    guidance_scale: float = 3.5
+    num_images_per_prompt: int = Field(default=1, gt=0, description="Batch per call; VAE slicing needs > 1.")
+
+    @field_validator("prompts")
+    @classmethod
+    def _non_empty_prompts(cls, value: list[str]) -> list[str]:
+        if any(not p.strip() for p in value):
+            raise ValueError("prompts must not be empty strings")
+        return value
+
+
+class Variant(StrictModel):
+    """A named set of features, each with its options (``{}`` or ``true`` for the defaults)."""
+
+    name: str
+    features: dict[str, Any] = Field(default_factory=dict)
+    description: str = ""
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        if value == "baseline":
+            raise ValueError("'baseline' is reserved for the unaccelerated run every sweep includes")
+        return _safe_label(value)
+
+
+class Measure(StrictModel):
+    """How each configuration is timed."""
+
+    warmup: int = Field(default=1, ge=0, description="Untimed calls after the cold one (excluded).")
+    repeats: int = Field(default=3, gt=0, description="Timed passes over all prompts and seeds.")
+    timeout_s: float = Field(default=600.0, gt=0, description="Per-cell limit in the process executor.")
+    executor: Literal["process", "inline"] = Field(
+        default="process", description="process: each cell in a fresh worker (isolated); inline: fast tests."
+    )
+
+
+class Profile(StrictModel):
+    """A whole sweep: models x (baseline + variants) on one workload."""
+
+    name: str = DEFAULT_PROFILE_NAME
+    description: str = ""
+    models: list[ModelSpec] = Field(min_length=1)
+    workload: Workload
+    variants: list[Variant] = Field(default_factory=list)
+    measure: Measure = Field(default_factory=Measure)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Profile:
+        for section, items in (("models", self.models), ("variants", self.variants)):
+            seen: set[str] = set()
+            for item in items:
+                if item.name in seen:
+                    raise ValueError(f"{section}: duplicate name '{item.name}'; names must be unique")
+                seen.add(item.name)
+        return self
+
+    def fingerprint(self) -> str:
+        """A hash of the resolved profile: results record it, resume compares it."""
+        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+def _safe_label(value: str) -> str:
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+    if not value or not set(value) <= allowed:
+        raise ValueError(f"'{value}' must be non-empty and use only letters, digits, '-', '_' and '.'")
+    return value
+
+
+def _format_location(loc: tuple[Any, ...]) -> str:
+    text = ""
+    for part in loc:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"
+
+
+def format_validation_error(source: str, error: ValidationError) -> str:
+    """The first error of ``error`` as ``source: key.path: message``."""
+    first = error.errors()[0]
+    message = first["msg"].removeprefix("Value error, ")
+    return f"{source}: {_format_location(tuple(first['loc']))}: {message}"
+
+
+def parse_profile(data: Any, source: str = "<profile>") -> Profile:
+    """Validate a loaded YAML document; raises ConfigError naming ``source`` and the key."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping with keys models, workload, variants, measure")
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(source, error)) from error
+    from accel.features import validate_variant_features
+
+    for index, variant in enumerate(profile.variants):
+        validate_variant_features(variant.features, f"{source}: variants[{index}].features")
+    return profile
+
+
+def load_profile(path: str | Path) -> Profile:
+    """Read and validate a YAML profile file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: profile file not found")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(error, "problem", None) or "invalid YAML"
+        raise ConfigError(f"{path}: malformed YAML{where}: {problem}") from error
+    return parse_profile(data, str(path))
+
+
+def data_dir(name: str) -> Path:
+    """A top-level data folder (profiles, feature_matrix): the source tree's, else the installed copy."""
+    source_tree = Path(__file__).resolve().parent.parent / name
+    if source_tree.is_dir():
+        return source_tree
+    return Path(__file__).resolve().parent / "_data" / name
+
+
+def default_profile_path() -> Path:
+    """The embedded default profile, ``profiles/quickstart.yaml``."""
+    return data_dir("profiles") / f"{DEFAULT_PROFILE_NAME}.yaml"

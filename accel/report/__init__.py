@@ -1,0 +1,1 @@
+"""Reports rendered from results; nothing here runs a pipeline."""

@@ -1,0 +1,172 @@
+"""The sweep loop: plan cells, check every input before running anything, run, compare, record.
+
+For each model the baseline runs first, then every variant with the same prompts and seeds. Each cell's
+record gets its parity against the baseline and its speedup, then is appended to ``results.jsonl``
+before the next cell starts. At the end the results table, images and ``report.md`` are written.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from accel.errors import ConfigError
+from accel.profile import Profile
+from accel.results import RESULTS_FILE, ResultsLog, write_table
+from accel.sweep.cell import BASELINE, CellSpec, outputs_path, sample_keys
+
+RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
+ENVIRONMENT_FILE = "environment.json"
+
+
+@dataclass
+class SweepResult:
+    """Where a finished sweep wrote its files, and its records."""
+
+    run_dir: Path
+    records: list[dict[str, Any]]
+    report_path: Path
+    wall_s: float
+
+
+def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
+    """Every cell in execution order: per model, the baseline then each variant."""
+    cells = []
+    for model in profile.models:
+        cells.append(CellSpec(model, profile.workload, profile.measure, BASELINE, {}, str(run_dir)))
+        cells.extend(
+            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
+            for v in profile.variants
+        )
+    return cells
+
+
+def check_inputs(profile: Profile, source: str) -> None:
+    """Everything that can be checked without running: sources exist, resolution fits each model."""
+    from accel.targets.adapter import resolution_factor, resolve_source
+
+    for index, model in enumerate(profile.models):
+        where = f"{source}: models[{index}]"
+        location = resolve_source(model, where)
+        factor = resolution_factor(location) if Path(location).is_dir() else None
+        for key in ("height", "width"):
+            value = getattr(profile.workload, key)
+            if factor and value % factor:
+                raise ConfigError(
+                    f"{source}: workload.{key}: {value} is not a multiple of {factor}, the resolution factor "
+                    f"of model '{model.name}' (VAE downsampling x 2x2 patches)"
+                )
+
+
+def prepare_run_dir(run_dir: Path) -> None:
+    """Create the run directory and prove it is writable before anything is measured."""
+    probe = run_dir / ".write-probe"
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as error:
+        raise ConfigError(f"{run_dir}: output directory is not writable: {error.strerror or error}") from error
+
+
+def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_dir: Path, keys: list[str]) -> None:
+    """Add parity against the baseline's outputs and the warm speedup to a measured record."""
+    from accel.measure.parity import aggregate, compare
+
+    if record["variant"] == BASELINE or record.get("warm") is None:
+        return
+    if baseline is None or baseline.get("warm") is None:
+        record.setdefault("notes", []).append("no baseline measured: parity and speedup unavailable")
+        return
+    record["speedup"] = baseline["warm"]["median"] / record["warm"]["median"]
+    with (
+        np.load(outputs_path(run_dir, record["model"], BASELINE)) as reference,
+        np.load(outputs_path(run_dir, record["model"], record["variant"])) as candidate,
+    ):
+        per_sample = [compare(candidate[key], reference[key]) for key in keys]
+    record["parity"] = aggregate(per_sample).to_dict()
+
+
+def run_sweep(
+    profile: Profile,
+    source: str,
+    run_dir: Path,
+    executor: str | None = None,
+    show_progress: bool = True,
+) -> SweepResult:
+    """Run every cell of ``profile`` and write results, images and the report under ``run_dir``."""
+    from accel import env
+    from accel.report.images import save_images
+    from accel.report.markdown import write_report
+    from accel.sweep.executors import get_executor
+
+    started = time.perf_counter()
+    prepare_run_dir(run_dir)
+    check_inputs(profile, source)
+    run_cell = get_executor(executor or profile.measure.executor, profile.measure.timeout_s)
+    log = ResultsLog(run_dir / RESULTS_FILE)
+    (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
+    environment = env.capture(profile.fingerprint())
+    (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
+
+    cells = plan(profile, run_dir)
+    keys = sample_keys(profile.workload)
+    records: list[dict[str, Any]] = []
+    baselines: dict[str, dict[str, Any]] = {}
+    with _progress(show_progress, len(cells)) as advance:
+        for cell in cells:
+            advance(cell.key)
+            record = run_cell(cell)
+            if cell.variant == BASELINE:
+                baselines[cell.model.name] = record
+            attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
+            if record.get("outputs_file"):
+                record["images"] = save_images(run_dir, record, keys, profile.workload)
+            record["profile_fingerprint"] = profile.fingerprint()
+            record["timestamp"] = time.time()
+            log.append(record)
+            records.append(record)
+        advance(None)
+
+    write_table(records, run_dir)
+    wall_s = time.perf_counter() - started
+    report_path = write_report(run_dir, profile, records, environment, wall_s)
+    return SweepResult(run_dir, records, report_path, wall_s)
+
+
+class _progress:
+    """A rich progress bar over cells (or nothing), used as ``with _progress(on, n) as advance``."""
+
+    def __init__(self, enabled: bool, total: int) -> None:
+        self.enabled = enabled
+        self.total = total
+        self.bar: Any = None
+        self.task: Any = None
+        self.done = -1
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.bar = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
+            )
+            self.bar.start()
+            self.task = self.bar.add_task("cells", total=self.total)
+        return self.advance
+
+    def advance(self, label: str | None) -> None:
+        if self.bar is None:
+            return
+        self.done += 1
+        self.bar.update(self.task, completed=self.done, description=label or "done")
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.stop()

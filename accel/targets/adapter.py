@@ -1,0 +1,167 @@
+"""The adapter target: any diffusers ``DiffusionPipeline`` driven as a black box.
+
+The source is a zoo name (built on demand), a local checkpoint directory or a hub id. A request maps to
+call kwargs by inspecting the pipeline's ``__call__`` signature, so one request drives image and video
+pipelines alike; the profile's ``call_kwargs`` cover anything else (the seed PR's
+``--diffusers-call-kwargs``). Seeds drive a CPU ``torch.Generator`` so outputs reproduce across devices.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel import zoo
+from accel.errors import ConfigError, UnavailableError
+from accel.profile import ModelSpec
+
+DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+
+
+@dataclass(frozen=True)
+class Request:
+    """One generation: the same request goes to the baseline and to every variant."""
+
+    prompt: str
+    seed: int
+    steps: int
+    height: int
+    width: int
+    guidance_scale: float
+    negative_prompt: str | None = None
+    num_frames: int = 1
+    num_images_per_prompt: int = 1
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when a CUDA device is present, else ``cpu``."""
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UnavailableError("device 'cuda' requested but no CUDA device is present; use device: auto or cpu")
+    return device
+
+
+def _looks_like_path(source: str) -> bool:
+    return source.startswith((".", "/", "~")) or source.count("/") != 1 or Path(source).exists()
+
+
+def resolve_source(spec: ModelSpec, where: str = "models") -> str:
+    """A loadable location for ``spec.source``: a built zoo directory, an existing path or a hub id."""
+    if zoo.is_zoo_name(spec.source):
+        return str(zoo.build(spec.source))
+    path = Path(spec.source).expanduser()
+    if path.exists():
+        if not (path / "model_index.json").is_file():
+            raise ConfigError(f"{where}.source: '{spec.source}' has no model_index.json; not a diffusers checkpoint")
+        return str(path)
+    if _looks_like_path(spec.source):
+        zoo_names = ", ".join(zoo.ZOO)
+        raise ConfigError(
+            f"{where}.source: path '{spec.source}' does not exist (zoo names: {zoo_names}; hub ids look like org/name)"
+        )
+    return spec.source  # a hub id: from_pretrained says whether it can be reached
+
+
+def resolution_factor(source_dir: str) -> int | None:
+    """Height and width must be multiples of this: VAE downsampling x the 2x2 latent patchify.
+
+    Read from the checkpoint's configs (no weights loaded); None when the layout is not recognised.
+    """
+    vae_config = Path(source_dir) / "vae" / "config.json"
+    if not vae_config.is_file():
+        return None
+    config = json.loads(vae_config.read_text())
+    if "temperal_downsample" in config:
+        scale = 2 ** len(config["temperal_downsample"])
+    elif "block_out_channels" in config:
+        scale = 2 ** (len(config["block_out_channels"]) - 1)
+    else:
+        return None
+    return scale * 2
+
+
+class AdapterTarget:
+    """Loads a pipeline with ``DiffusionPipeline.from_pretrained`` and generates normalised outputs."""
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.device = resolve_device(spec.device)
+        self.pipeline: Any = None
+        self.default_call_kwargs = dict(zoo.ZOO[spec.source].call_kwargs) if zoo.is_zoo_name(spec.source) else {}
+
+    def load(self) -> Any:
+        """Load the pipeline onto its device; errors name the model and say what to do."""
+        import torch
+        from diffusers import DiffusionPipeline
+
+        source = resolve_source(self.spec, f"model '{self.spec.name}'")
+        try:
+            pipeline = DiffusionPipeline.from_pretrained(
+                source, torch_dtype=getattr(torch, DTYPES[self.spec.dtype]), **self.spec.load_kwargs
+            )
+        except (OSError, ValueError) as error:
+            first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise UnavailableError(
+                f"model '{self.spec.name}': cannot load '{self.spec.source}': {first_line}. "
+                "Without network access use a local checkpoint directory or a zoo name (omni-accel zoo list)"
+            ) from error
+        pipeline.set_progress_bar_config(disable=True)
+        self.pipeline = pipeline.to(self.device)
+        return self.pipeline
+
+    def call_kwargs(self, request: Request) -> dict[str, Any]:
+        """Map a request to the pipeline's ``__call__`` parameters, then apply the pass-throughs."""
+        import torch
+
+        parameters = inspect.signature(self.pipeline.__call__).parameters
+        candidates: dict[str, Any] = {
+            "prompt": request.prompt,
+            "negative_prompt": request.negative_prompt,
+            "num_inference_steps": request.steps,
+            "guidance_scale": request.guidance_scale,
+            "height": request.height,
+            "width": request.width,
+            "num_frames": request.num_frames,
+            "num_images_per_prompt": request.num_images_per_prompt,
+            "num_videos_per_prompt": request.num_images_per_prompt,
+            "output_type": "np",
+        }
+        kwargs = {k: v for k, v in candidates.items() if k in parameters and v is not None}
+        kwargs["generator"] = torch.Generator("cpu").manual_seed(request.seed)
+        kwargs.update(self.default_call_kwargs)
+        kwargs.update(self.spec.call_kwargs)
+        return kwargs
+
+    def generate(self, request: Request) -> list[np.ndarray]:
+        """Run one request; one float32 array (frames, H, W, 3) in [0, 1] per generated image or video."""
+        output = self.pipeline(**self.call_kwargs(request))
+        return normalise_output(output)
+
+
+def normalise_output(output: Any) -> list[np.ndarray]:
+    """Pipeline output (images or frames; numpy, PIL or torch) -> list of (frames, H, W, 3) float32."""
+    import torch
+    from PIL import Image
+
+    data = getattr(output, "frames", None)
+    is_video = data is not None
+    if data is None:
+        data = getattr(output, "images", output)
+    if isinstance(data, torch.Tensor):
+        data = data.detach().float().cpu().numpy()
+    if isinstance(data, list) and data and isinstance(data[0], Image.Image):
+        data = np.stack([np.asarray(image.convert("RGB"), dtype=np.float32) / 255.0 for image in data])
+    array = np.asarray(data, dtype=np.float32)
+    if not is_video:
+        array = array[:, None]  # (N, H, W, 3) -> (N, 1, H, W, 3)
+    if array.ndim != 5 or array.shape[-1] != 3:
+        raise ValueError(f"unexpected pipeline output shape {array.shape}; expected images or video frames in RGB")
+    return [np.clip(sample, 0.0, 1.0) for sample in array]

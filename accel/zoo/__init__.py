@@ -1,0 +1,175 @@
+"""The tiny pipeline zoo: real diffusers pipelines with random weights, built offline.
+
+Each entry is built once with fixed seeds, saved with ``save_pretrained`` under the zoo directory
+(``$OMNI_ACCEL_ZOO_DIR``, default the user cache dir) and always loaded back through
+``DiffusionPipeline.from_pretrained``, so loading, quantization and offload take the same code paths as
+for a real checkpoint. The directory name carries a fingerprint of the entry's hyper-parameters and the
+diffusers/transformers versions: a config change builds a new directory, an unchanged one is reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from accel.errors import ConfigError, unknown_choice
+from accel.zoo import families
+
+ZOO_FORMAT_VERSION = 1
+MARKER_FILE = "omni_accel_zoo.json"
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One tiny pipeline: how to build it and what a request needs to drive it."""
+
+    name: str
+    pipeline_class: str
+    modality: str  # "image" or "video"
+    description: str
+    config: dict[str, Any]
+    builder: Callable[[dict[str, Any]], dict[str, Any]]
+    # Call kwargs a tiny model needs (e.g. a short max_sequence_length); a profile's call_kwargs win.
+    call_kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def fingerprint(self) -> str:
+        """Hash of everything that determines the saved weights."""
+        import diffusers
+        import torch
+        import transformers
+
+        payload = json.dumps(
+            {
+                "format": ZOO_FORMAT_VERSION,
+                "name": self.name,
+                "config": self.config,
+                "versions": [diffusers.__version__, transformers.__version__, torch.__version__],
+            },
+            sort_keys=True,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+ZOO: dict[str, ZooEntry] = {
+    entry.name: entry
+    for entry in (
+        ZooEntry(
+            name="tiny-flux",
+            pipeline_class="FluxPipeline",
+            modality="image",
+            description="FLUX.1-dev layout: dual/single-stream DiT, guidance embedding, CLIP + T5, 8x VAE",
+            config=families.FLUX_CONFIG,
+            builder=families.build_flux,
+            call_kwargs={"max_sequence_length": 32},
+        ),
+        ZooEntry(
+            name="tiny-wan",
+            pipeline_class="WanPipeline",
+            modality="video",
+            description="Wan 2.1 T2V layout: video DiT, 3D causal VAE (8x spatial, 4x temporal), UMT5, CFG",
+            config=families.WAN_CONFIG,
+            builder=families.build_wan,
+            call_kwargs={"max_sequence_length": 32},
+        ),
+        ZooEntry(
+            name="tiny-qwen-image",
+            pipeline_class="QwenImagePipeline",
+            modality="image",
+            description="Qwen-Image layout: MMDiT, Qwen2.5-VL text encoder with chat template, 8x VAE, true CFG",
+            config=families.QWEN_IMAGE_CONFIG,
+            builder=families.build_qwen_image,
+            call_kwargs={"max_sequence_length": 64},
+        ),
+    )
+}
+
+
+def zoo_root() -> Path:
+    """Directory holding built zoo pipelines: ``$OMNI_ACCEL_ZOO_DIR`` or the user cache dir."""
+    override = os.environ.get("OMNI_ACCEL_ZOO_DIR")
+    if override:
+        return Path(override).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("omni-accel")) / "zoo"
+
+
+def get_entry(name: str) -> ZooEntry:
+    """The zoo entry called ``name``; a ConfigError listing the entries otherwise."""
+    if name not in ZOO:
+        raise ConfigError(unknown_choice("zoo model", name, ZOO))
+    return ZOO[name]
+
+
+def is_zoo_name(source: str) -> bool:
+    """Whether ``source`` names a zoo entry (as opposed to a path or hub id)."""
+    return source in ZOO
+
+
+def entry_path(name: str) -> Path:
+    """Where ``name`` is (or would be) saved for the current config and library versions."""
+    entry = get_entry(name)
+    return zoo_root() / f"{entry.name}-{entry.fingerprint()}"
+
+
+def is_built(name: str) -> bool:
+    """Whether ``name`` is already saved for the current config."""
+    return (entry_path(name) / MARKER_FILE).is_file()
+
+
+def build_pipeline_in_memory(name: str):
+    """Build the pipeline object without saving it (used to check reloads are bit-identical)."""
+    import diffusers
+
+    entry = get_entry(name)
+    components = entry.builder(entry.config)
+    pipeline_cls = getattr(diffusers, entry.pipeline_class)
+    return pipeline_cls(**components)
+
+
+def build(name: str, force: bool = False) -> Path:
+    """Build and save ``name`` unless already built; returns the checkpoint directory.
+
+    The pipeline is saved into a temporary sibling directory and renamed into place, so an interrupted
+    build never leaves a half-written checkpoint that later runs would load.
+    """
+    target = entry_path(name)
+    if is_built(name) and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    pipeline = build_pipeline_in_memory(name)
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+    try:
+        pipeline.save_pretrained(staging)
+        entry = get_entry(name)
+        marker = {"name": name, "fingerprint": entry.fingerprint(), "pipeline_class": entry.pipeline_class}
+        (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def list_entries() -> list[dict[str, Any]]:
+    """One row per zoo entry: name, class, modality, built or not, path and description."""
+    return [
+        {
+            "name": entry.name,
+            "pipeline_class": entry.pipeline_class,
+            "modality": entry.modality,
+            "built": is_built(entry.name),
+            "path": str(entry_path(entry.name)),
+            "description": entry.description,
+        }
+        for entry in ZOO.values()
+    ]
