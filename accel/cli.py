@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -35,9 +34,9 @@ def _setup_logging(verbose: bool) -> None:
 
 @app.command()
 def sweep(
-    profile: Optional[Path] = typer.Argument(None, help="Profile YAML; default: the embedded quickstart."),
-    out: Optional[Path] = typer.Option(None, "--out", "-o", help="Run directory; default: runs/<profile name>."),
-    executor: Optional[str] = typer.Option(
+    profile: Path | None = typer.Argument(None, help="Profile YAML; default: the embedded quickstart."),
+    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory; default: runs/<profile name>."),
+    executor: str | None = typer.Option(
         None, "--executor", help="process (isolated, default) or inline (fast, same process)."
     ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
@@ -63,7 +62,7 @@ def sweep(
 
 @zoo_app.command("build")
 def zoo_build(
-    names: Optional[list[str]] = typer.Argument(None, help="Entries to build; default: all."),
+    names: list[str] | None = typer.Argument(None, help="Entries to build; default: all."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when already built."),
 ) -> None:
     """Build (idempotently) and save zoo pipelines; prints each checkpoint directory."""
@@ -85,8 +84,9 @@ def zoo_list() -> None:
 
     table = Table("name", "pipeline", "modality", "built", "description")
     for row in zoo.list_entries():
-        table.add_row(row["name"], row["pipeline_class"], row["modality"], "yes" if row["built"] else "no",
-                      row["description"])
+        table.add_row(
+            row["name"], row["pipeline_class"], row["modality"], "yes" if row["built"] else "no", row["description"]
+        )
     Console().print(table)
     typer.echo(f"zoo directory: {zoo.zoo_root()}")
 
@@ -117,18 +117,28 @@ def features() -> None:
             for backend in backend_names():
                 config = AttentionBackendConfig(backend=backend)
                 support = feature.check(_AnyPipeline(), device, config)
-                table.add_row(feature.name, feature.family, feature.feature_class_for(config).value,
-                              f"backend={backend}", "supported" if support.supported else support.reason)
+                table.add_row(
+                    feature.name,
+                    feature.family,
+                    feature.feature_class_for(config).value,
+                    f"backend={backend}",
+                    "supported" if support.supported else support.reason,
+                )
         else:
-            table.add_row(feature.name, feature.family, feature.feature_class.value, options,
-                          "supported where the pipeline has a VAE")
+            table.add_row(
+                feature.name,
+                feature.family,
+                feature.feature_class.value,
+                options,
+                "supported where the pipeline has a VAE",
+            )
     Console(width=200).print(table)
 
 
 class _AnyPipeline:
     """Stands for a pipeline with a transformer when listing device-level support."""
 
-    class transformer:  # noqa: N801
+    class transformer:
         @staticmethod
         def set_attention_backend(name: str) -> None:  # pragma: no cover - never called
             pass
@@ -136,21 +146,26 @@ class _AnyPipeline:
 
 def main() -> None:
     """Console entry point: run the app, turning AccelError and usage errors into exit code 2."""
-    import click
+    try:  # typer >= 0.2x vendors click; older releases use click itself
+        from typer._click import exceptions as click_exceptions
+    except ImportError:  # pragma: no cover
+        from click import exceptions as click_exceptions
 
     try:
         app(standalone_mode=False)
     except AccelError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(error.exit_code)
-    except click.exceptions.Exit as done:
-        sys.exit(done.exit_code)
-    except click.ClickException as error:
+    except click_exceptions.NoArgsIsHelpError:
+        sys.exit(0)  # typer has already printed the help
+    except click_exceptions.ClickException as error:
         typer.echo(f"error: {error.format_message()}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("aborted", err=True)
         sys.exit(130)
+    except typer.Exit as done:  # --help and typer.Exit
+        sys.exit(done.exit_code)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """Parity metrics against the baseline, with one pinned definition.
 
-- SSIM: Gaussian window 11, sigma 1.5, data range 1.0, on RGB float in [0, 1], channels averaged
-  (torchmetrics, checked against scikit-image in the tests).
+- SSIM: Gaussian window 11, sigma 1.5, data range 1.0, on RGB float in [0, 1], channels averaged,
+  over the pixels where the whole window fits (a 5-pixel border left out, as scikit-image does; the map
+  is torchmetrics', checked against scikit-image in the tests). Images must be at least 11x11.
 - PSNR: ``10 log10(1 / MSE)`` in float64 over all pixels and channels, data range 1.0; identical
   outputs give ``inf`` (stored as JSON ``Infinity`` and printed as ``inf``).
 - Mean and max absolute pixel difference in [0, 1] units.
@@ -17,10 +18,14 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 PARITY_DEFINITION = (
-    "SSIM: Gaussian window 11, sigma 1.5, data range 1.0, RGB float [0,1], channel mean (torchmetrics); "
+    "SSIM: Gaussian window 11, sigma 1.5, data range 1.0, RGB float [0,1], channel mean, 5-pixel border "
+    "excluded (torchmetrics map, as scikit-image); "
     "PSNR: 10*log10(1/MSE) in float64, data range 1.0, identical outputs = inf; "
     "abs diff in [0,1] units; video: per-frame values, mean and minimum over frames"
 )
+
+
+BORDER = 5  # (window 11 - 1) / 2
 
 
 def ssim_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -30,10 +35,20 @@ def ssim_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
     ta = torch.from_numpy(np.ascontiguousarray(a, dtype=np.float64)).permute(0, 3, 1, 2)
     tb = torch.from_numpy(np.ascontiguousarray(b, dtype=np.float64)).permute(0, 3, 1, 2)
-    values = structural_similarity_index_measure(
-        ta, tb, gaussian_kernel=True, sigma=1.5, kernel_size=11, data_range=1.0, reduction="none"
+    _, ssim_map = structural_similarity_index_measure(
+        ta,
+        tb,
+        gaussian_kernel=True,
+        sigma=1.5,
+        kernel_size=11,
+        data_range=1.0,
+        reduction="none",
+        return_full_image=True,
     )
-    return values.numpy().astype(np.float64)
+    # torchmetrics averages over the reflect-padded border too; the pinned definition (and scikit-image)
+    # leaves out the border where the window does not fit: 5 pixels for an 11-pixel window.
+    inner = ssim_map[..., BORDER:-BORDER, BORDER:-BORDER]
+    return inner.reshape(inner.shape[0], -1).mean(dim=1).numpy().astype(np.float64)
 
 
 def psnr_frames(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -159,16 +159,14 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         peak_host_rss_bytes=memory.peaks.host_rss_peak,
         peak_device_allocated_bytes=memory.peaks.device_allocated_peak,
         peak_device_reserved_bytes=memory.peaks.device_reserved_peak,
-        outputs_stable=all(np.array_equal(a, b) for a, b in zip(first_pass, last_pass)),
-        evidence={
-            name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()
-        },
+        outputs_stable=all(np.array_equal(a, b) for a, b in zip(first_pass, last_pass, strict=True)),
+        evidence={name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
     )
     not_engaged = [f"{name}: {v.summary}" for name, v in verdicts.items() if not v.engaged]
     if not_engaged:
         result.update(status="failed", error="; ".join(not_engaged))
     path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **dict(zip(keys, last_pass)))
+    np.savez_compressed(path, **dict(zip(keys, last_pass, strict=True)))
     result["outputs_file"] = str(path.relative_to(spec.run_dir))
     return result

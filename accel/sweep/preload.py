@@ -19,9 +19,17 @@ def quiet_libraries(verbose: bool = False) -> None:
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     warnings.filterwarnings("ignore")
-    import torch  # noqa: F401  (torch resets its loggers on import: set levels after it)
 
-    for name in ("torch", "torch.utils._pytree", "torchao", "diffusers", "transformers", "cache_dit", "accelerate", "huggingface_hub"):
+    for name in (
+        "torch",
+        "torch.utils._pytree",
+        "torchao",
+        "diffusers",
+        "transformers",
+        "cache_dit",
+        "accelerate",
+        "huggingface_hub",
+    ):
         logging.getLogger(name).setLevel(logging.ERROR)
     try:
         from diffusers.utils import logging as diffusers_logging

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from accel import zoo
-from accel.errors import ConfigError, UnavailableError
+from accel.errors import ConfigError, UnavailableError, did_you_mean
 from accel.profile import ModelSpec
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
@@ -63,11 +63,31 @@ def resolve_source(spec: ModelSpec, where: str = "models") -> str:
             raise ConfigError(f"{where}.source: '{spec.source}' has no model_index.json; not a diffusers checkpoint")
         return str(path)
     if _looks_like_path(spec.source):
-        zoo_names = ", ".join(zoo.ZOO)
+        kind = "path" if "/" in spec.source or spec.source.startswith((".", "~")) else "model"
         raise ConfigError(
-            f"{where}.source: path '{spec.source}' does not exist (zoo names: {zoo_names}; hub ids look like org/name)"
+            f"{where}.source: {kind} '{spec.source}' is not a zoo name, an existing checkpoint directory "
+            f"or a hub id (org/name).{did_you_mean(spec.source, zoo.ZOO)} Zoo names: {', '.join(zoo.ZOO)}"
         )
-    return spec.source  # a hub id: from_pretrained says whether it can be reached
+    return _check_hub_id(spec.source, where)
+
+
+def _check_hub_id(repo_id: str, where: str) -> str:
+    """A hub id that is in the local cache or reachable now; a ConfigError naming it otherwise."""
+    from huggingface_hub import HfApi, snapshot_download
+
+    try:
+        return snapshot_download(repo_id, local_files_only=True)
+    except Exception:  # not cached: ask the hub (fails fast offline or under HF_HUB_OFFLINE=1)
+        pass
+    try:
+        HfApi().model_info(repo_id, timeout=10)
+    except Exception as error:
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+        raise ConfigError(
+            f"{where}.source: hub id '{repo_id}' is not in the local cache and the hub cannot be reached "
+            f"({reason[:160]}); use a local checkpoint directory or a zoo name (omni-accel zoo list)"
+        ) from error
+    return repo_id
 
 
 def resolution_factor(source_dir: str) -> int | None:
@@ -105,7 +125,7 @@ class AdapterTarget:
         source = resolve_source(self.spec, f"model '{self.spec.name}'")
         try:
             pipeline = DiffusionPipeline.from_pretrained(
-                source, torch_dtype=getattr(torch, DTYPES[self.spec.dtype]), **self.spec.load_kwargs
+                source, dtype=getattr(torch, DTYPES[self.spec.dtype]), **self.spec.load_kwargs
             )
         except (OSError, ValueError) as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
@@ -115,6 +135,8 @@ class AdapterTarget:
             ) from error
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline.to(self.device)
+        if self.device == "cpu":
+            _own_cpu_weights(self.pipeline)
         return self.pipeline
 
     def call_kwargs(self, request: Request) -> dict[str, Any]:
@@ -144,6 +166,23 @@ class AdapterTarget:
         """Run one request; one float32 array (frames, H, W, 3) in [0, 1] per generated image or video."""
         output = self.pipeline(**self.call_kwargs(request))
         return normalise_output(output)
+
+
+def _own_cpu_weights(pipeline: Any) -> None:
+    """Copy CPU weights out of the memory-mapped checkpoint into freshly allocated tensors.
+
+    Tensors mapped from a safetensors file sit at arbitrary offsets, and CPU matmul kernels choose their
+    path by alignment: the same weights then give outputs that differ in the last bits (seen on tiny-flux)
+    from one load to another. Fresh allocations make CPU outputs reproducible across processes and equal
+    to a pipeline built in memory. On a GPU the copy to the device already does this.
+    """
+    import torch
+
+    with torch.no_grad():
+        for module in pipeline.components.values():
+            if isinstance(module, torch.nn.Module):
+                for tensor in [*module.parameters(), *module.buffers()]:
+                    tensor.data = tensor.data.clone()
 
 
 def normalise_output(output: Any) -> list[np.ndarray]:

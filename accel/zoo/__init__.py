@@ -130,6 +130,9 @@ def build_pipeline_in_memory(name: str):
 
     entry = get_entry(name)
     components = entry.builder(entry.config)
+    for module in components.values():
+        if hasattr(module, "eval"):
+            module.eval()  # as from_pretrained leaves them
     pipeline_cls = getattr(diffusers, entry.pipeline_class)
     return pipeline_cls(**components)
 

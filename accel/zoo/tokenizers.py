@@ -42,9 +42,7 @@ def t5_tokenizer() -> T5Tokenizer:
 def _gpt2_byte_alphabet() -> list[str]:
     """GPT-2's byte-to-unicode table (256 printable characters), as byte-level BPE tokenizers use."""
     printable = (
-        list(range(ord("!"), ord("~") + 1))
-        + list(range(ord("¡"), ord("¬") + 1))
-        + list(range(ord("®"), ord("ÿ") + 1))
+        list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
     )
     codes = printable[:]
     extra = 0

@@ -1,0 +1,29 @@
+# Two entry points, each doing its own setup in .venv (created and installed on first use, and again
+# whenever pyproject.toml changes):
+#   make sweep   run omni-accel sweep on the embedded default profile (profiles/quickstart.yaml)
+#   make test    ruff (lint + format check) and the test suite
+PYTHON ?= python3
+VENV ?= .venv
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: sweep test setup clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install -q --upgrade pip
+	$(VENV)/bin/python -m pip install -q -e '.[dev]'
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+sweep: $(STAMP)
+	$(VENV)/bin/omni-accel sweep
+
+test: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache

@@ -1,0 +1,56 @@
+"""The command line as a user calls it: zoo, features, and the embedded default profile."""
+
+from __future__ import annotations
+
+import sys
+
+from accel import zoo
+from accel.cli import main
+from accel.profile import default_profile_path, load_profile
+
+
+def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    monkeypatch.setattr(sys, "argv", ["omni-accel", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = done.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_zoo_path_build_and_list(monkeypatch, capsys, tmp_path):
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    code, out, _ = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
+    assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan"))
+    code, out, _ = cli(monkeypatch, capsys, "zoo", "build", "tiny-wan")
+    assert code == 0 and out.strip() == f"tiny-wan: {zoo.entry_path('tiny-wan')}"
+    assert (zoo.entry_path("tiny-wan") / "model_index.json").is_file()
+    code, out, _ = cli(monkeypatch, capsys, "zoo", "list")
+    assert code == 0 and "tiny-qwen-image" in out and "WanPipeline" in out
+
+
+def test_zoo_unknown_name_exits_2(monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "zoo", "build", "tiny-sd3")
+    assert code == 2 and err.startswith("error: unknown zoo model 'tiny-sd3'")
+
+
+def test_features_lists_support_on_this_machine(monkeypatch, capsys):
+    code, out, _ = cli(monkeypatch, capsys, "features")
+    assert code == 0
+    assert "vae_use_tiling" in out and "vae_use_slicing" in out
+    assert "backend=_native_math" in out and "needs a CUDA GPU" in out
+
+
+def test_unknown_command_is_a_usage_error(monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "swep")
+    assert code == 2 and "No such command 'swep'" in err
+
+
+def test_embedded_default_profile_is_valid_and_covers_the_zoo():
+    profile = load_profile(default_profile_path())
+    assert {m.source for m in profile.models} == set(zoo.ZOO)
+    features = {name for v in profile.variants for name in v.features}
+    assert {"vae_use_tiling", "vae_use_slicing", "attention_backend"} <= features
+    assert profile.workload.num_images_per_prompt >= 2  # so that slicing has a batch to slice
