@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from accel.features.base import RunContext
 from accel.profile import ModelSpec
 from accel.targets.adapter import AdapterTarget, Request
 
+CONTEXT = RunContext(device="cpu", steps=2)
 REQUEST = Request(prompt="a red fox", seed=0, steps=2, height=64, width=64, guidance_scale=3.5, num_frames=5)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from features_helpers import generate, loaded
+from features_helpers import CONTEXT, generate, loaded
 from pydantic import ValidationError
 
 from accel.features import FEATURES
@@ -25,7 +25,7 @@ def test_math_backend_dispatches_matches_and_restores(model):
     feature = FEATURES["attention_backend"]
     options = feature.parse_options("_native_math")
     assert feature.check(target.pipeline, "cpu", options).supported
-    handle = feature.apply(target.pipeline, options)
+    handle = feature.apply(target.pipeline, options, CONTEXT)
     output = generate(target, [handle])
     verdict = feature.verify(handle)
     handle.remove()
@@ -39,7 +39,7 @@ def test_math_backend_dispatches_matches_and_restores(model):
 def test_requested_backend_never_reached_fails():
     target = loaded("tiny-flux")
     feature = FEATURES["attention_backend"]
-    handle = feature.apply(target.pipeline, AttentionBackendConfig(backend="_native_math"))
+    handle = feature.apply(target.pipeline, AttentionBackendConfig(backend="_native_math"), CONTEXT)
     handle.begin_run()  # a run in which nothing dispatched
     verdict = feature.verify(handle)
     handle.remove()

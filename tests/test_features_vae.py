@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from features_helpers import generate, loaded
+from features_helpers import CONTEXT, generate, loaded
 
 from accel.features import FEATURES, get_feature
 from accel.features.vae import VaeTilingConfig
@@ -17,7 +17,7 @@ def test_tiling_engages_and_remove_restores_the_baseline(model):
     feature = FEATURES["vae_use_tiling"]
     options = VaeTilingConfig(tile_size=32, tile_stride=16)
     assert feature.check(target.pipeline, target.device, options).supported
-    handle = feature.apply(target.pipeline, options)
+    handle = feature.apply(target.pipeline, options, CONTEXT)
     tiled = generate(target, [handle])
     verdict = feature.verify(handle)
     assert verdict.engaged, verdict.summary
@@ -30,7 +30,7 @@ def test_tiling_engages_and_remove_restores_the_baseline(model):
 def test_tiling_that_cannot_engage_fails_verification():
     target = loaded("tiny-flux")
     feature = FEATURES["vae_use_tiling"]
-    handle = feature.apply(target.pipeline, VaeTilingConfig(tile_size=128))
+    handle = feature.apply(target.pipeline, VaeTilingConfig(tile_size=128), CONTEXT)
     generate(target, [handle])
     verdict = feature.verify(handle)
     handle.remove()
@@ -42,7 +42,7 @@ def test_slicing_needs_a_batch_and_is_exact():
     target = loaded("tiny-flux")
     feature = get_feature("vae_use_slicing")
     baseline = generate(target, num_images_per_prompt=2)
-    handle = feature.apply(target.pipeline, feature.parse_options(True))
+    handle = feature.apply(target.pipeline, feature.parse_options(True), CONTEXT)
     sliced = generate(target, [handle], num_images_per_prompt=2)
     single = generate(target, [handle], num_images_per_prompt=1)
     verdict = feature.verify(handle)

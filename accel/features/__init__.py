@@ -11,11 +11,35 @@ from typing import Any
 from pydantic import ValidationError
 
 from accel.errors import ConfigError, did_you_mean, unknown_choice
+from accel.features import cache, offload
 from accel.features.attention import AttentionBackend
 from accel.features.base import Feature, FeatureConfig
+from accel.features.compile import Compile
+from accel.features.quant import Quantization
+from accel.features.teacache import TeaCache
 from accel.features.vae import VaeSlicing, VaeTiling
 
-FEATURES: dict[str, Feature] = {feature.name: feature for feature in (VaeTiling(), VaeSlicing(), AttentionBackend())}
+FEATURES: dict[str, Feature] = {
+    feature.name: feature
+    for feature in (
+        Compile(),
+        cache.CacheDit(),
+        TeaCache(),
+        cache.FirstBlockCache(),
+        cache.MagCache(),
+        cache.TaylorSeerCache(),
+        cache.PyramidAttentionBroadcast(),
+        cache.FasterCache(),
+        Quantization(),
+        offload.ModelOffload(),
+        offload.SequentialOffload(),
+        offload.GroupOffload(),
+        offload.LayerwiseOffload(),
+        VaeTiling(),
+        VaeSlicing(),
+        AttentionBackend(),
+    )
+}
 
 
 def get_feature(name: str) -> Feature:

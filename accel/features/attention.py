@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from accel.errors import unknown_choice
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, Stage, Support, Verdict
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
 
 # Backends that run on a CPU (seen on CPU fp32 with diffusers 0.42). All others need an accelerator.
 CPU_BACKENDS = {"native", "_native_math", "_native_flash", "flex"}
@@ -104,7 +104,7 @@ class AttentionBackend(Feature):
     primary_option = "backend"
     description = "attention backend of the transformer (transformer.set_attention_backend)"
 
-    def feature_class_for(self, options: AttentionBackendConfig) -> FeatureClass:
+    def feature_class_for(self, options: AttentionBackendConfig) -> FeatureClass:  # type: ignore[override]
         """Sage kernels quantise Q/K: lossy. Exact backends: lossless."""
         return FeatureClass.LOSSY if options.backend.startswith(LOSSY_BACKENDS_PREFIX) else FeatureClass.LOSSLESS
 
@@ -124,7 +124,7 @@ class AttentionBackend(Feature):
             return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: AttentionBackendConfig) -> Handle:
+    def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> Handle:
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
         previous_active = _AttentionBackendRegistry._active_backend

@@ -57,6 +57,14 @@ class Support:
         return cls(False, reason)
 
 
+@dataclass(frozen=True)
+class RunContext:
+    """What a feature may need to know about the runs it is applied for."""
+
+    device: str
+    steps: int
+
+
 @dataclass
 class Verdict:
     """Result of ``Feature.verify``: did the feature engage on every timed run, and the evidence."""
@@ -75,6 +83,9 @@ class Handle(ABC):
     def begin_run(self) -> None:
         """Called before each timed call; starts a fresh evidence record."""
         self.runs.append({})
+
+    def end_run(self) -> None:  # noqa: B027 - optional lifecycle step, a no-op by default
+        """Called after each timed call; collects evidence that is read after the run (default: none)."""
 
     @property
     def current(self) -> dict[str, Any]:
@@ -110,12 +121,20 @@ class Feature(ABC):
             return self.config_cls(**{self.primary_option: raw})
         raise ValueError(f"expected a mapping of options or true, got {raw!r}")
 
+    def feature_class_for(self, options: FeatureConfig) -> FeatureClass:
+        """The class of this feature with these options (some options change it); default: the feature's."""
+        return self.feature_class
+
+    def load_kwargs(self, options: FeatureConfig) -> dict[str, Any]:
+        """Extra ``from_pretrained`` kwargs when the feature acts at load time (default: none)."""
+        return {}
+
     @abstractmethod
     def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
         """Whether the feature can run on this pipeline and device, with the reason when not."""
 
     @abstractmethod
-    def apply(self, pipeline: Any, options: FeatureConfig) -> Handle:
+    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
         """Enable the feature on a loaded pipeline; the handle records evidence and can remove it."""
 
     @abstractmethod

@@ -14,7 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, Stage, Support, Verdict
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
 
 
 class _CountingHandle(Handle):
@@ -93,7 +93,7 @@ class VaeTiling(Feature):
             return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_tiling()")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: VaeTilingConfig) -> Handle:
+    def apply(self, pipeline: Any, options: VaeTilingConfig, context: RunContext) -> Handle:
         vae = _find_vae(pipeline)
         tile_attributes = (
             "tile_sample_min_size",
@@ -167,7 +167,7 @@ class VaeSlicing(Feature):
             return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_slicing()")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: FeatureConfig) -> Handle:
+    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
         vae = _find_vae(pipeline)
         vae.enable_slicing()
         return _SlicingHandle(vae)

@@ -97,16 +97,21 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
 
 
 def _measure(spec: CellSpec) -> dict[str, Any]:
-    from accel.features import FEATURES, ordered, validate_variant_features
+    from accel.features import ordered, validate_variant_features
+    from accel.features.base import Handle, RunContext
     from accel.measure.memory import PeakMemory, module_weight_bytes
     from accel.measure.timing import summarize, timed
     from accel.targets.adapter import AdapterTarget
 
     options = validate_variant_features(spec.features, f"variant '{spec.variant}'.features")
+    features = ordered(list(options))
     target = AdapterTarget(spec.model)
+    load_kwargs: dict[str, Any] = {}
+    for feature in features:
+        load_kwargs.update(feature.load_kwargs(options[feature.name]))
     load_times: list[float] = []
     with timed(target.device, load_times):
-        pipeline = target.load()
+        pipeline = target.load(load_kwargs)
     result: dict[str, Any] = {"device": target.device, "dtype": spec.model.dtype, "load_s": load_times[0]}
     result["weight_bytes"] = {
         name: module_weight_bytes(module)
@@ -114,21 +119,33 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         if hasattr(module, "parameters")
     }
 
-    for feature in ordered(list(options)):
+    for feature in features:
         support = feature.check(pipeline, target.device, options[feature.name])
         if not support.supported:
             result.update(status="unsupported", error=f"{feature.name}: {support.reason}")
             return result
 
-    handles = [(FEATURES[f.name], f.apply(pipeline, options[f.name])) for f in ordered(list(options))]
+    context = RunContext(device=target.device, steps=spec.workload.steps)
+    handles: list[tuple[Any, Handle]] = []
     requests = build_requests(spec.workload)
     keys = sample_keys(spec.workload)
+
+    def generate(request: Any) -> list[np.ndarray]:
+        for _, handle in handles:
+            handle.begin_run()
+        outputs = target.generate(request)
+        for _, handle in handles:
+            handle.end_run()
+        return outputs
+
     try:
+        for feature in features:  # appended one by one: a failing apply still removes the earlier ones
+            handles.append((feature, feature.apply(pipeline, options[feature.name], context)))
         first_call: list[float] = []
         with timed(target.device, first_call):
-            target.generate(requests[0])
+            generate(requests[0])
         for _ in range(spec.measure.warmup):
-            target.generate(requests[0])
+            generate(requests[0])
         for _, handle in handles:
             handle.runs.clear()  # evidence counts only the timed runs
 
@@ -139,10 +156,8 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             for repeat in range(spec.measure.repeats):
                 outputs: list[np.ndarray] = []
                 for request in requests:
-                    for _, handle in handles:
-                        handle.begin_run()
                     with timed(target.device, samples):
-                        outputs.extend(target.generate(request))
+                        outputs.extend(generate(request))
                 if repeat == 0:
                     first_pass = outputs
                 last_pass = outputs

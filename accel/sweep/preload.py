@@ -18,6 +18,7 @@ def quiet_libraries(verbose: bool = False) -> None:
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
+    os.environ.setdefault("CACHE_DIT_LOG_LEVEL", "error")
     warnings.filterwarnings("ignore")
 
     for name in (

@@ -117,15 +117,21 @@ class AdapterTarget:
         self.pipeline: Any = None
         self.default_call_kwargs = dict(zoo.ZOO[spec.source].call_kwargs) if zoo.is_zoo_name(spec.source) else {}
 
-    def load(self) -> Any:
-        """Load the pipeline onto its device; errors name the model and say what to do."""
+    def load(self, extra_kwargs: dict[str, Any] | None = None) -> Any:
+        """Load the pipeline onto its device; errors name the model and say what to do.
+
+        ``extra_kwargs`` are features' load-time kwargs (e.g. a quantization config), merged over the
+        profile's ``load_kwargs``.
+        """
         import torch
         from diffusers import DiffusionPipeline
 
         source = resolve_source(self.spec, f"model '{self.spec.name}'")
         try:
             pipeline = DiffusionPipeline.from_pretrained(
-                source, dtype=getattr(torch, DTYPES[self.spec.dtype]), **self.spec.load_kwargs
+                source,
+                dtype=getattr(torch, DTYPES[self.spec.dtype]),
+                **{**self.spec.load_kwargs, **(extra_kwargs or {})},
             )
         except (OSError, ValueError) as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__

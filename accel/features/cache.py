@@ -1,0 +1,344 @@
+"""Step caching: reuse transformer work across denoising steps. Lossy; trades quality for speed.
+
+- ``cache_dit``: Cache-DiT's DBCache (Fn/Bn compute blocks, residual threshold, warmup, caps), with the
+  TaylorSeer calibrator and SCM step masks as options. Evidence: ``cache_dit.summary`` cached steps of
+  every timed run (both CFG branches where the model runs them separately).
+- diffusers' hooks, where the model supports them (``transformer.enable_cache``): ``first_block_cache``,
+  ``mag_cache``, ``taylorseer_cache``, ``pyramid_attention_broadcast``, ``faster_cache``.
+- ``tea_cache`` lives in ``teacache.py`` (diffusers has none).
+
+Evidence for the hooks is the work they skip: attention computations that reached the dispatcher per
+transformer call, against the number of attention modules (what an uncached call computes). A cache
+that computed everything on a run has not engaged, whatever it was configured to do.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from pydantic import Field
+
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+
+
+class WorkCounter(Handle):
+    """Counts transformer calls and the attention computations dispatched during them."""
+
+    def __init__(self, transformer: Any, undo: Any = None) -> None:
+        super().__init__()
+        from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+        self.undo = undo
+        self.registry = _AttentionBackendRegistry
+        self.attention_modules = count_attention_modules(transformer)
+        self.originals = dict(self.registry._backends)
+        for name, function in self.originals.items():
+            self.registry._backends[name] = self._counted(function)
+        self.hook = transformer.register_forward_pre_hook(self._count_call)
+
+    def _count_call(self, *args: Any) -> None:
+        self.current["transformer_calls"] = self.current.get("transformer_calls", 0) + 1
+
+    def _counted(self, function: Any) -> Any:
+        @functools.wraps(function)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.current["attention_computed"] = self.current.get("attention_computed", 0) + 1
+            return function(*args, **kwargs)
+
+        return counted
+
+    def skipped_fractions(self) -> list[float]:
+        """Per run: the share of attention computations a full forward would make that were skipped."""
+        fractions = []
+        for run in self.runs:
+            full = run.get("transformer_calls", 0) * self.attention_modules
+            fractions.append(1.0 - run.get("attention_computed", 0) / full if full else 0.0)
+        return fractions
+
+    def remove(self) -> None:
+        self.hook.remove()
+        for name, original in self.originals.items():
+            self.registry._backends[name] = original
+        if self.undo is not None:
+            self.undo()
+
+
+def count_attention_modules(transformer: Any) -> int:
+    """Attention modules whose processor dispatches through diffusers (one computation per forward)."""
+    return sum(1 for m in transformer.modules() if hasattr(getattr(m, "processor", None), "_attention_backend"))
+
+
+def verify_skipped_work(handle: WorkCounter, name: str) -> Verdict:
+    fractions = handle.skipped_fractions()
+    evidence = {
+        "attention_modules": handle.attention_modules,
+        "transformer_calls_per_run": [r.get("transformer_calls", 0) for r in handle.runs],
+        "attention_computed_per_run": [r.get("attention_computed", 0) for r in handle.runs],
+        "skipped_fraction_per_run": [round(f, 4) for f in fractions],
+    }
+    if not handle.attention_modules:
+        return Verdict(False, f"{name}: no attention module dispatches through diffusers; cannot observe", evidence)
+    if fractions and all(f > 0 for f in fractions):
+        return Verdict(True, f"skipped {min(fractions):.0%}-{max(fractions):.0%} of attention work per run", evidence)
+    return Verdict(False, f"{name} enabled but a run computed every step (0 cached)", evidence)
+
+
+# --- Cache-DiT --------------------------------------------------------------------------------------
+
+
+class CacheDitConfig(FeatureConfig):
+    """Options of ``cache_dit`` (DBCache). Defaults as vLLM-Omni's, tuned for few steps."""
+
+    Fn_compute_blocks: int = Field(default=1, ge=1, description="Front blocks always computed; more: safer, slower.")
+    Bn_compute_blocks: int = Field(default=0, ge=0, description="Back blocks always computed; more: safer, slower.")
+    residual_diff_threshold: float = Field(
+        default=0.24, gt=0, description="Cache when the first blocks' residual changed less; higher: faster, lossier."
+    )
+    max_warmup_steps: int = Field(default=4, ge=0, description="Steps always computed first; more: safer.")
+    warmup_interval: int = Field(default=1, ge=1)
+    max_cached_steps: int = Field(default=-1, description="Cap on cached steps per run (-1: none).")
+    max_continuous_cached_steps: int = Field(default=3, description="Cap on consecutive cached steps (-1: none).")
+    taylorseer: bool = Field(default=False, description="TaylorSeer calibrator: extrapolates cached residuals.")
+    taylorseer_order: int = Field(default=1, ge=1, le=4)
+    steps_mask: Literal["slow", "medium", "fast", "ultra"] | None = Field(
+        default=None, description="SCM step-computation mask policy; faster policies compute fewer steps."
+    )
+
+
+class _CacheDitHandle(Handle):
+    def __init__(self, pipeline: Any) -> None:
+        super().__init__()
+        self.pipeline = pipeline
+
+    def end_run(self) -> None:
+        import cache_dit
+
+        stats = cache_dit.summary(self.pipeline, logging=False)
+        self.current["cached_steps"] = [list(s.cached_steps or []) for s in stats]
+        self.current["cfg_cached_steps"] = [list(s.cfg_cached_steps or []) for s in stats]
+
+    def remove(self) -> None:
+        import cache_dit
+
+        cache_dit.disable_cache(self.pipeline)
+
+
+class CacheDit(Feature):
+    """Cache-DiT DBCache on the whole pipeline (``cache_dit.enable_cache``)."""
+
+    name = "cache_dit"
+    family = "cache"
+    feature_class = FeatureClass.LOSSY
+    stage = Stage.CACHE
+    config_cls = CacheDitConfig
+    description = "Cache-DiT DBCache (+ TaylorSeer, SCM)"
+
+    def check(self, pipeline: Any, device: str, options: CacheDitConfig) -> Support:
+        import importlib.util
+
+        if importlib.util.find_spec("cache_dit") is None:
+            return Support.no("package cache-dit not installed: pip install cache-dit")
+        if not _cache_dit_supported(pipeline):
+            return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: CacheDitConfig, context: RunContext) -> Handle:
+        import cache_dit
+        from cache_dit import DBCacheConfig, TaylorSeerCalibratorConfig
+
+        kwargs = options.model_dump(exclude={"taylorseer", "taylorseer_order", "steps_mask"})
+        if options.steps_mask is not None:
+            kwargs["steps_computation_mask"] = cache_dit.steps_mask(
+                mask_policy=options.steps_mask, total_steps=context.steps
+            )
+        calibrator = (
+            TaylorSeerCalibratorConfig(taylorseer_order=options.taylorseer_order) if options.taylorseer else None
+        )
+        cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
+        return _CacheDitHandle(pipeline)
+
+    def verify(self, handle: Handle) -> Verdict:
+        per_run = [sum(len(s) for s in run.get("cached_steps", [])) for run in handle.runs]
+        evidence = {
+            "cached_steps_per_run": [run.get("cached_steps") for run in handle.runs],
+            "cfg_cached_steps_per_run": [run.get("cfg_cached_steps") for run in handle.runs],
+        }
+        if per_run and all(n > 0 for n in per_run):
+            return Verdict(True, f"{min(per_run)}-{max(per_run)} cached steps per run", evidence)
+        return Verdict(False, f"cache enabled but {min(per_run, default=0)} cached steps on a run", evidence)
+
+
+def _cache_dit_supported(pipeline: Any) -> bool:
+    import cache_dit
+
+    _, prefixes = cache_dit.supported_pipelines()
+    return any(type(pipeline).__name__.startswith(prefix) for prefix in prefixes)
+
+
+# --- diffusers cache hooks ----------------------------------------------------------------------------
+
+
+class _DiffusersHookFeature(Feature):
+    """A diffusers cache hook enabled with ``transformer.enable_cache(config)``."""
+
+    family = "cache"
+    feature_class = FeatureClass.LOSSY
+    stage = Stage.CACHE
+
+    def hook_config(self, pipeline: Any, options: Any, context: RunContext) -> Any:
+        raise NotImplementedError
+
+    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+        transformer = getattr(pipeline, "transformer", None)
+        if transformer is None or not hasattr(transformer, "enable_cache"):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
+        if not count_attention_modules(transformer):
+            return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
+        transformer = pipeline.transformer
+        transformer.enable_cache(self.hook_config(pipeline, options, context))
+        return WorkCounter(transformer, undo=transformer.disable_cache)
+
+    def verify(self, handle: Handle) -> Verdict:
+        return verify_skipped_work(handle, self.name)
+
+
+class FirstBlockCacheOptions(FeatureConfig):
+    """Options of ``first_block_cache``."""
+
+    threshold: float = Field(default=0.05, gt=0, description="Reuse when the first block changed less; higher: faster.")
+
+
+class FirstBlockCache(_DiffusersHookFeature):
+    name = "first_block_cache"
+    config_cls = FirstBlockCacheOptions
+    primary_option = "threshold"
+    description = "diffusers FirstBlockCache"
+
+    def hook_config(self, pipeline: Any, options: FirstBlockCacheOptions, context: RunContext) -> Any:
+        from diffusers import FirstBlockCacheConfig
+
+        return FirstBlockCacheConfig(threshold=options.threshold)
+
+
+class MagCacheOptions(FeatureConfig):
+    """Options of ``mag_cache``; without ``mag_ratios`` the model's published ratios are used (Flux)."""
+
+    threshold: float = Field(default=0.06, gt=0, description="Accumulated error allowed; higher: faster, lossier.")
+    max_skip_steps: int = Field(default=3, ge=1, description="Consecutive skips allowed.")
+    retention_ratio: float = Field(default=0.2, ge=0, le=1, description="Share of first steps always computed.")
+    mag_ratios: list[float] | None = Field(default=None, description="Per-step magnitude ratios (calibrated).")
+
+
+class MagCache(_DiffusersHookFeature):
+    name = "mag_cache"
+    config_cls = MagCacheOptions
+    description = "diffusers MagCache (magnitude-ratio skipping)"
+
+    def check(self, pipeline: Any, device: str, options: MagCacheOptions) -> Support:
+        support = super().check(pipeline, device, options)
+        if (
+            support.supported
+            and options.mag_ratios is None
+            and type(pipeline.transformer).__name__ != ("FluxTransformer2DModel")
+        ):
+            return Support.no(
+                f"MagCache ratios are published for Flux only (found {type(pipeline.transformer).__name__}); "
+                "pass mag_ratios calibrated for this model"
+            )
+        return support
+
+    def hook_config(self, pipeline: Any, options: MagCacheOptions, context: RunContext) -> Any:
+        from diffusers import MagCacheConfig
+        from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
+
+        ratios = options.mag_ratios if options.mag_ratios is not None else FLUX_MAG_RATIOS
+        return MagCacheConfig(
+            threshold=options.threshold,
+            max_skip_steps=options.max_skip_steps,
+            retention_ratio=options.retention_ratio,
+            num_inference_steps=context.steps,
+            mag_ratios=ratios,
+        )
+
+
+class TaylorSeerCacheOptions(FeatureConfig):
+    """Options of ``taylorseer_cache``."""
+
+    cache_interval: int = Field(default=5, ge=1, description="Compute every N steps, predict between; more: faster.")
+    disable_cache_before_step: int = Field(default=3, ge=0, description="Steps always computed first.")
+    max_order: int = Field(default=1, ge=1, le=4, description="Taylor expansion order.")
+
+
+class TaylorSeerCache(_DiffusersHookFeature):
+    name = "taylorseer_cache"
+    config_cls = TaylorSeerCacheOptions
+    description = "diffusers TaylorSeer cache (feature forecasting)"
+
+    def hook_config(self, pipeline: Any, options: TaylorSeerCacheOptions, context: RunContext) -> Any:
+        import torch
+        from diffusers import TaylorSeerCacheConfig
+
+        return TaylorSeerCacheConfig(**options.model_dump(), taylor_factors_dtype=torch.float32)
+
+
+class PyramidAttentionBroadcastOptions(FeatureConfig):
+    """Options of ``pyramid_attention_broadcast``."""
+
+    spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
+    spatial_attention_timestep_skip_range: tuple[int, int] = Field(
+        default=(100, 800), description="Timesteps (0-1000) within which attention may be reused."
+    )
+
+
+class PyramidAttentionBroadcast(_DiffusersHookFeature):
+    name = "pyramid_attention_broadcast"
+    config_cls = PyramidAttentionBroadcastOptions
+    description = "diffusers Pyramid Attention Broadcast"
+
+    def hook_config(self, pipeline: Any, options: PyramidAttentionBroadcastOptions, context: RunContext) -> Any:
+        from diffusers import PyramidAttentionBroadcastConfig
+
+        return PyramidAttentionBroadcastConfig(
+            **options.model_dump(), current_timestep_callback=lambda: pipeline.current_timestep
+        )
+
+    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+        support = super().check(pipeline, device, options)
+        if support.supported and not hasattr(type(pipeline), "current_timestep"):
+            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the PAB schedule")
+        return support
+
+
+class FasterCacheOptions(FeatureConfig):
+    """Options of ``faster_cache``."""
+
+    spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
+    spatial_attention_timestep_skip_range: tuple[int, int] = Field(default=(-1, 681))
+    unconditional_batch_skip_range: int = Field(default=5, ge=1, description="Reuse the CFG branch every N steps.")
+    is_guidance_distilled: bool = Field(default=False, description="True for guidance-distilled models (Flux-dev).")
+
+
+class FasterCache(_DiffusersHookFeature):
+    name = "faster_cache"
+    config_cls = FasterCacheOptions
+    description = "diffusers FasterCache"
+
+    def hook_config(self, pipeline: Any, options: FasterCacheOptions, context: RunContext) -> Any:
+        from diffusers import FasterCacheConfig
+
+        return FasterCacheConfig(
+            **options.model_dump(),
+            current_timestep_callback=lambda: pipeline.current_timestep,
+            attention_weight_callback=lambda _: 0.5,
+            tensor_format="BFCHW" if "Wan" in type(pipeline.transformer).__name__ else "BCHW",
+        )
+
+    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+        support = super().check(pipeline, device, options)
+        if support.supported and not hasattr(type(pipeline), "current_timestep"):
+            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the FasterCache schedule")
+        return support

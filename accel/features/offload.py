@@ -1,0 +1,252 @@
+"""Offload: weights live off the accelerator and move on when needed. Lossless; trades time for memory.
+
+- ``enable_cpu_offload``: model-level (``pipe.enable_model_cpu_offload``): whole components swap.
+- ``enable_sequential_cpu_offload``: every leaf module moves on and off (accelerate); slowest, smallest.
+- ``group_offload``: diffusers group offloading, block or leaf level, blocks per group, CUDA streams.
+- ``enable_layerwise_offload``: the transformer's blocks one at a time (group offload, one block per
+  group; with a CUDA stream prefetching the next block on a GPU), as vLLM-Omni's layerwise offload.
+
+On a CPU-only host the onload device is the CPU: the hooks, the plumbing and parity are exercised, the
+memory saving is not. Evidence: the number of onload events during each timed run, counted by wrapping
+the installed hooks, and the number of hooks installed.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+
+
+class _OnloadCounter(Handle):
+    """Counts onload events of installed hooks by wrapping their ``pre_forward`` / ``onload_`` methods."""
+
+    def __init__(self, targets: list[tuple[Any, str]], undo: Any) -> None:
+        super().__init__()
+        self.hooks_installed = len(targets)
+        self.undo = undo
+        for obj, method in targets:
+            original = getattr(obj, method)
+            setattr(obj, method, self._counted(original))
+
+    def _counted(self, original: Any) -> Any:
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            self.current["onloads"] = self.current.get("onloads", 0) + 1
+            return original(*args, **kwargs)
+
+        return counted
+
+    def remove(self) -> None:
+        self.undo()
+
+
+def _verify_onloads(handle: Handle, what: str) -> Verdict:
+    onloads = [run.get("onloads", 0) for run in handle.runs]
+    evidence = {"hooks_installed": handle.hooks_installed, "onloads_per_run": onloads}
+    if handle.hooks_installed and onloads and all(n > 0 for n in onloads):
+        return Verdict(True, f"{handle.hooks_installed} {what} hooks, {onloads[0]} onloads per run", evidence)
+    return Verdict(False, f"{what} enabled but no onload happened during the timed runs", evidence)
+
+
+def _accelerate_hooks(pipeline: Any) -> list[tuple[Any, str]]:
+    import torch
+
+    hooks = []
+    for component in pipeline.components.values():
+        if isinstance(component, torch.nn.Module):
+            hooks += [(m._hf_hook, "pre_forward") for m in component.modules() if hasattr(m, "_hf_hook")]
+    return hooks
+
+
+def _group_hooks(modules: list[Any]) -> list[tuple[Any, str]]:
+    from diffusers.hooks.group_offloading import _GROUP_OFFLOADING
+
+    groups = {}
+    for module in modules:
+        for sub in module.modules():
+            registry = getattr(sub, "_diffusers_hook", None)
+            hook = registry.get_hook(_GROUP_OFFLOADING) if registry is not None else None
+            if hook is not None and hook.group is not None:
+                groups[id(hook.group)] = hook.group
+    return [(group, "onload_") for group in groups.values()]
+
+
+def _remove_group_offload(modules: list[Any], device: str) -> None:
+    from diffusers.hooks.group_offloading import _GROUP_OFFLOADING, _LAZY_PREFETCH_GROUP_OFFLOADING
+
+    for module in modules:
+        for sub in module.modules():
+            registry = getattr(sub, "_diffusers_hook", None)
+            if registry is not None:
+                for name in (_GROUP_OFFLOADING, _LAZY_PREFETCH_GROUP_OFFLOADING):
+                    if registry.get_hook(name) is not None:
+                        registry.remove_hook(name, recurse=False)
+        module.to(device)
+
+
+def _torch_modules(pipeline: Any) -> list[Any]:
+    import torch
+
+    return [m for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
+
+
+class ModelOffloadConfig(FeatureConfig):
+    """``enable_cpu_offload`` has no options."""
+
+
+class ModelOffload(Feature):
+    """Keep components on the CPU and move each to the device while it runs."""
+
+    name = "enable_cpu_offload"
+    family = "offload"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.OFFLOAD
+    config_cls = ModelOffloadConfig
+    description = "model-level CPU offload (pipe.enable_model_cpu_offload)"
+
+    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+        if not hasattr(pipeline, "enable_model_cpu_offload"):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no enable_model_cpu_offload()")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+        device = str(pipeline.device)
+        pipeline.enable_model_cpu_offload(device=device)
+
+        def undo() -> None:
+            pipeline.remove_all_hooks()
+            pipeline.to(device)
+
+        return _OnloadCounter(_accelerate_hooks(pipeline), undo)
+
+    def verify(self, handle: Handle) -> Verdict:
+        return _verify_onloads(handle, "model offload")
+
+
+class SequentialOffloadConfig(FeatureConfig):
+    """``enable_sequential_cpu_offload`` has no options."""
+
+
+class SequentialOffload(Feature):
+    """Move every leaf module to the device just before it runs: least memory, slowest."""
+
+    name = "enable_sequential_cpu_offload"
+    family = "offload"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.OFFLOAD
+    config_cls = SequentialOffloadConfig
+    description = "sequential (leaf-level) CPU offload (pipe.enable_sequential_cpu_offload)"
+
+    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+        if not device.startswith("cuda"):
+            return Support.no(f"sequential offload needs an accelerator to offload from (found: {device})")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+        device = str(pipeline.device)
+        pipeline.enable_sequential_cpu_offload(device=device)
+
+        def undo() -> None:
+            pipeline.remove_all_hooks()
+            pipeline.to(device)
+
+        return _OnloadCounter(_accelerate_hooks(pipeline), undo)
+
+    def verify(self, handle: Handle) -> Verdict:
+        return _verify_onloads(handle, "sequential offload")
+
+
+class GroupOffloadConfig(FeatureConfig):
+    """Options of ``group_offload`` (diffusers ``enable_group_offload``)."""
+
+    offload_type: Literal["block_level", "leaf_level"] = Field(
+        default="block_level", description="block_level: groups of blocks (faster); leaf_level: each leaf (smaller)."
+    )
+    num_blocks_per_group: int = Field(default=1, gt=0, description="block_level only; more: faster, more memory.")
+    use_stream: bool = Field(default=False, description="Prefetch on a CUDA stream (GPU only); overlaps copies.")
+    record_stream: bool = Field(default=False, description="With use_stream: faster, a little more memory.")
+    low_cpu_mem_usage: bool = Field(default=False, description="With use_stream: pin on the fly, less host memory.")
+
+
+class _GroupOffloadFeature(Feature):
+    family = "offload"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.OFFLOAD
+
+    def _modules(self, pipeline: Any) -> list[Any]:
+        return _torch_modules(pipeline)
+
+    def _kwargs(self, options: Any, device: str) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+        if not self._modules(pipeline):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload")
+        if self._kwargs(options, device).get("use_stream") and not device.startswith("cuda"):
+            return Support.no(f"use_stream needs CUDA streams (found: {device}); set use_stream: false")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
+        from diffusers.hooks import apply_group_offloading
+
+        device = str(pipeline.device)
+        modules = self._modules(pipeline)
+        for module in modules:
+            if hasattr(module, "enable_group_offload"):
+                module.enable_group_offload(**self._kwargs(options, device))
+            else:  # transformers models: the generic hook
+                apply_group_offloading(module, **self._kwargs(options, device))
+        return _OnloadCounter(_group_hooks(modules), lambda: _remove_group_offload(modules, device))
+
+    def verify(self, handle: Handle) -> Verdict:
+        return _verify_onloads(handle, "group offload")
+
+
+class GroupOffload(_GroupOffloadFeature):
+    """diffusers group offloading of every component."""
+
+    name = "group_offload"
+    config_cls = GroupOffloadConfig
+    description = "group offloading (pipe.enable_group_offload), block or leaf level"
+
+    def _kwargs(self, options: GroupOffloadConfig, device: str) -> dict[str, Any]:
+        import torch
+
+        kwargs = options.model_dump()
+        if options.offload_type == "leaf_level":
+            kwargs.pop("num_blocks_per_group")
+        return {"onload_device": torch.device(device), "offload_device": torch.device("cpu"), **kwargs}
+
+
+class LayerwiseOffloadConfig(FeatureConfig):
+    """Options of ``enable_layerwise_offload``."""
+
+    use_stream: bool | None = Field(
+        default=None, description="Prefetch the next block on a CUDA stream; default: on a GPU, yes."
+    )
+
+
+class LayerwiseOffload(_GroupOffloadFeature):
+    """The transformer's blocks one at a time, the rest of the pipeline resident."""
+
+    name = "enable_layerwise_offload"
+    config_cls = LayerwiseOffloadConfig
+    description = "layerwise offload of the transformer blocks (group offload, one block per group)"
+
+    def _modules(self, pipeline: Any) -> list[Any]:
+        transformer = getattr(pipeline, "transformer", None)
+        return [transformer] if transformer is not None else []
+
+    def _kwargs(self, options: LayerwiseOffloadConfig, device: str) -> dict[str, Any]:
+        import torch
+
+        use_stream = device.startswith("cuda") if options.use_stream is None else options.use_stream
+        return {
+            "onload_device": torch.device(device),
+            "offload_device": torch.device("cpu"),
+            "offload_type": "block_level",
+            "num_blocks_per_group": 1,
+            "use_stream": use_stream,
+        }

@@ -1,0 +1,154 @@
+"""TeaCache (``tea_cache``): skip the transformer blocks on steps whose input barely changed. Lossy.
+
+Not in diffusers, so implemented here as torch hooks. Each transformer call computes the timestep-
+modulated input of the first block; the relative L1 change from the previous call, rescaled by a
+per-model polynomial fitted by the TeaCache authors, accumulates until it passes ``rel_l1_thresh``.
+Below it, the blocks are skipped and the residual they added on the last computed step is reused.
+The first and last steps of a run are always computed, and the state starts fresh with every run.
+
+Coefficients: the TeaCache repository (ali-vilab/TeaCache on GitHub, TeaCache4FLUX/teacache_flux.py),
+the same values vLLM-Omni ships. Evidence: the steps cached on each run, counted by the hook itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+
+COEFFICIENTS: dict[str, list[float]] = {
+    "FluxTransformer2DModel": [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01],
+}
+
+
+class TeaCacheConfig(FeatureConfig):
+    """Options of ``tea_cache``."""
+
+    rel_l1_thresh: float = Field(
+        default=0.2, gt=0, description="Accumulated rescaled change allowed before recomputing; higher: faster."
+    )
+    coefficients: list[float] | None = Field(
+        default=None, min_length=2, description="Rescaling polynomial, highest power first; default: published."
+    )
+
+
+class _ReuseResidual(torch.nn.Module):
+    """Stands in for the skipped blocks: adds the cached residual to the image stream."""
+
+    def __init__(self, residual: torch.Tensor) -> None:
+        super().__init__()
+        self.residual = residual
+
+    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, **_: Any):
+        return encoder_hidden_states, hidden_states + self.residual
+
+
+class _TeaCacheHandle(Handle):
+    def __init__(self, transformer: Any, options: TeaCacheConfig, steps: int) -> None:
+        super().__init__()
+        self.transformer = transformer
+        self.threshold = options.rel_l1_thresh
+        self.rescale = np.poly1d(options.coefficients or COEFFICIENTS[type(transformer).__name__])
+        self.steps = steps
+        self.double_blocks = transformer.transformer_blocks
+        self.single_blocks = transformer.single_transformer_blocks
+        self._reset()
+        self.hooks = [
+            transformer.register_forward_pre_hook(self._decide, with_kwargs=True),
+            transformer.register_forward_hook(self._restore),
+            self.double_blocks[0].register_forward_pre_hook(self._record_input, with_kwargs=True),
+            self.single_blocks[-1].register_forward_hook(self._record_output),
+        ]
+
+    def _reset(self) -> None:
+        self.call = 0
+        self.accumulated = 0.0
+        self.previous: torch.Tensor | None = None
+        self.residual: torch.Tensor | None = None
+        self.block_input: torch.Tensor | None = None
+        self.skipping = False
+
+    def begin_run(self) -> None:
+        super().begin_run()
+        self._reset()  # a fresh cache context for every run
+
+    def _modulated_input(self, kwargs: dict[str, Any]) -> torch.Tensor:
+        t = self.transformer
+        hidden = t.x_embedder(kwargs["hidden_states"])
+        timestep = kwargs["timestep"].to(hidden.dtype) * 1000
+        guidance = kwargs.get("guidance")
+        if guidance is None:
+            temb = t.time_text_embed(timestep, kwargs["pooled_projections"])
+        else:
+            temb = t.time_text_embed(timestep, guidance.to(hidden.dtype) * 1000, kwargs["pooled_projections"])
+        return t.transformer_blocks[0].norm1(hidden, emb=temb)[0]
+
+    @torch.no_grad()
+    def _decide(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        modulated = self._modulated_input(kwargs)
+        step = self.call
+        self.call += 1
+        compute = self.previous is None or self.residual is None or step >= self.steps - 1
+        if not compute:
+            change = ((modulated - self.previous).abs().mean() / self.previous.abs().mean()).item()
+            self.accumulated += float(self.rescale(change))
+            compute = self.accumulated >= self.threshold
+        self.previous = modulated
+        if compute:
+            self.accumulated = 0.0
+            return
+        self.skipping = True
+        self.current.setdefault("cached_steps", []).append(step)
+        module.transformer_blocks = torch.nn.ModuleList()
+        module.single_transformer_blocks = torch.nn.ModuleList([_ReuseResidual(self.residual)])
+
+    def _restore(self, module: Any, args: tuple, output: Any) -> None:
+        if self.skipping:
+            module.transformer_blocks = self.double_blocks
+            module.single_transformer_blocks = self.single_blocks
+            self.skipping = False
+
+    def _record_input(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+        self.block_input = kwargs["hidden_states"]
+
+    def _record_output(self, module: Any, args: tuple, output: Any) -> None:
+        self.residual = output[1] - self.block_input
+
+    def remove(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self._restore(self.transformer, (), None)
+
+
+class TeaCache(Feature):
+    """TeaCache for transformers with published coefficients (FLUX)."""
+
+    name = "tea_cache"
+    family = "cache"
+    feature_class = FeatureClass.LOSSY
+    stage = Stage.CACHE
+    config_cls = TeaCacheConfig
+    primary_option = "rel_l1_thresh"
+    description = "TeaCache (timestep-embedding-aware step skipping), implemented as hooks"
+
+    def check(self, pipeline: Any, device: str, options: TeaCacheConfig) -> Support:
+        transformer = getattr(pipeline, "transformer", None)
+        name = type(transformer).__name__
+        if name not in COEFFICIENTS:
+            return Support.no(f"TeaCache coefficients are published for {', '.join(COEFFICIENTS)} only (found {name})")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: TeaCacheConfig, context: RunContext) -> Handle:
+        return _TeaCacheHandle(pipeline.transformer, options, context.steps)
+
+    def verify(self, handle: Handle) -> Verdict:
+        per_run = [run.get("cached_steps", []) for run in handle.runs]
+        evidence = {"cached_steps_per_run": per_run}
+        counts = [len(steps) for steps in per_run]
+        if counts and all(counts):
+            return Verdict(True, f"{min(counts)}-{max(counts)} cached steps per run", evidence)
+        return Verdict(False, f"tea_cache enabled but {min(counts, default=0)} cached steps on a run", evidence)
