@@ -106,42 +106,23 @@ def features() -> None:
     from rich.table import Table
 
     from accel.features import FEATURES
-    from accel.features.attention import AttentionBackend, AttentionBackendConfig, backend_names
     from accel.targets.adapter import resolve_device
 
     device = resolve_device("auto")
-    table = Table("feature", "family", "class", "option", f"on this machine ({device})")
+    table = Table("feature", "family", "class", "option", f"on this machine ({device})", "options")
     for feature in FEATURES.values():
-        options = ", ".join(feature.config_cls.model_fields) or "–"
-        if isinstance(feature, AttentionBackend):
-            for backend in backend_names():
-                config = AttentionBackendConfig(backend=backend)
-                support = feature.check(_AnyPipeline(), device, config)
-                table.add_row(
-                    feature.name,
-                    feature.family,
-                    feature.feature_class_for(config).value,
-                    f"backend={backend}",
-                    "supported" if support.supported else support.reason,
-                )
-        else:
+        all_options = ", ".join(feature.config_cls.model_fields) or "–"
+        values = feature.option_values() or [None]
+        for value in values:
+            config = feature.parse_options(value)
+            support = feature.probe(device, config)
+            option = f"{feature.primary_option}={value}" if value is not None else "(defaults)"
+            verdict = "supported" if support.supported else support.reason
             table.add_row(
-                feature.name,
-                feature.family,
-                feature.feature_class.value,
-                options,
-                "supported where the pipeline has a VAE",
+                feature.name, feature.family, feature.feature_class_for(config).value, option, verdict, all_options
             )
-    Console(width=200).print(table)
-
-
-class _AnyPipeline:
-    """Stands for a pipeline with a transformer when listing device-level support."""
-
-    class transformer:
-        @staticmethod
-        def set_attention_backend(name: str) -> None:  # pragma: no cover - never called
-            pass
+    Console(width=220).print(table)
+    typer.echo("A pipeline can still refuse a feature here (no VAE, no _repeated_blocks, ...): sweeps report why.")
 
 
 def main() -> None:

@@ -132,9 +132,9 @@ class Profile(StrictModel):
 
 
 def _safe_label(value: str) -> str:
-    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.")
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
     if not value or not set(value) <= allowed:
-        raise ValueError(f"'{value}' must be non-empty and use only letters, digits, '-', '_' and '.'")
+        raise ValueError(f"'{value}' must be non-empty and use only letters, digits, '-', '_', '.' and '+'")
     return value
 
 

@@ -72,7 +72,7 @@ def validate_variant_features(features: dict[str, Any], where: str) -> dict[str,
     from accel.features.rules import check_conflicts
 
     parsed = {name: parse_feature_options(name, raw, where) for name, raw in features.items()}
-    check_conflicts(list(parsed), where)
+    check_conflicts(parsed, where)
     return parsed
 
 

@@ -108,10 +108,16 @@ class AttentionBackend(Feature):
         """Sage kernels quantise Q/K: lossy. Exact backends: lossless."""
         return FeatureClass.LOSSY if options.backend.startswith(LOSSY_BACKENDS_PREFIX) else FeatureClass.LOSSLESS
 
+    def option_values(self) -> list[str]:
+        return backend_names()
+
     def check(self, pipeline: Any, device: str, options: AttentionBackendConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "set_attention_backend"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
+        return self.probe(device, options)
+
+    def probe(self, device: str, options: AttentionBackendConfig) -> Support:  # type: ignore[override]
         backend = options.backend
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:

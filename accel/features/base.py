@@ -129,6 +129,22 @@ class Feature(ABC):
         """Extra ``from_pretrained`` kwargs when the feature acts at load time (default: none)."""
         return {}
 
+    def probe(self, device: str, options: FeatureConfig) -> Support:
+        """Whether the feature can run on this device and installation, before any pipeline is loaded.
+
+        ``check`` calls it first; ``omni-accel features`` lists it. Default: nothing device-specific.
+        """
+        return Support.yes()
+
+    def option_values(self) -> list[Any]:
+        """The values of the primary option worth listing (each Literal choice), or [] for none."""
+        import typing
+
+        if self.primary_option is None:
+            return []
+        annotation = self.config_cls.model_fields[self.primary_option].annotation
+        return list(typing.get_args(annotation)) if typing.get_origin(annotation) is typing.Literal else []
+
     @abstractmethod
     def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
         """Whether the feature can run on this pipeline and device, with the reason when not."""

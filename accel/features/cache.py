@@ -107,9 +107,10 @@ class CacheDitConfig(FeatureConfig):
 
 
 class _CacheDitHandle(Handle):
-    def __init__(self, pipeline: Any) -> None:
+    def __init__(self, pipeline: Any, patched_before: set[str]) -> None:
         super().__init__()
         self.pipeline = pipeline
+        self.patched_before = patched_before
 
     def end_run(self) -> None:
         import cache_dit
@@ -122,6 +123,11 @@ class _CacheDitHandle(Handle):
         import cache_dit
 
         cache_dit.disable_cache(self.pipeline)
+        # disable_cache leaves the patch functor's instance-level forward on the transformer (seen with
+        # cache-dit 1.5.3 on Flux): output is unchanged, but a diffusers cache hook applied later fails.
+        for key, module in _submodules(self.pipeline).items():
+            if key not in self.patched_before:
+                module.__dict__.pop("forward", None)
 
 
 class CacheDit(Feature):
@@ -134,11 +140,17 @@ class CacheDit(Feature):
     config_cls = CacheDitConfig
     description = "Cache-DiT DBCache (+ TaylorSeer, SCM)"
 
-    def check(self, pipeline: Any, device: str, options: CacheDitConfig) -> Support:
+    def probe(self, device: str, options: CacheDitConfig) -> Support:  # type: ignore[override]
         import importlib.util
 
         if importlib.util.find_spec("cache_dit") is None:
             return Support.no("package cache-dit not installed: pip install cache-dit")
+        return Support.yes()
+
+    def check(self, pipeline: Any, device: str, options: CacheDitConfig) -> Support:
+        probed = self.probe(device, options)
+        if not probed.supported:
+            return probed
         if not _cache_dit_supported(pipeline):
             return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}")
         return Support.yes()
@@ -155,8 +167,9 @@ class CacheDit(Feature):
         calibrator = (
             TaylorSeerCalibratorConfig(taylorseer_order=options.taylorseer_order) if options.taylorseer else None
         )
+        patched_before = {k for k, m in _submodules(pipeline).items() if "forward" in vars(m)}
         cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
-        return _CacheDitHandle(pipeline)
+        return _CacheDitHandle(pipeline, patched_before)
 
     def verify(self, handle: Handle) -> Verdict:
         per_run = [sum(len(s) for s in run.get("cached_steps", [])) for run in handle.runs]
@@ -167,6 +180,18 @@ class CacheDit(Feature):
         if per_run and all(n > 0 for n in per_run):
             return Verdict(True, f"{min(per_run)}-{max(per_run)} cached steps per run", evidence)
         return Verdict(False, f"cache enabled but {min(per_run, default=0)} cached steps on a run", evidence)
+
+
+def _submodules(pipeline: Any) -> dict[str, Any]:
+    """Every module of every component, keyed by component and dotted name."""
+    import torch
+
+    return {
+        f"{component}.{name}": module
+        for component, root in pipeline.components.items()
+        if isinstance(root, torch.nn.Module)
+        for name, module in root.named_modules()
+    }
 
 
 def _cache_dit_supported(pipeline: Any) -> bool:
@@ -313,6 +338,10 @@ class PyramidAttentionBroadcast(_DiffusersHookFeature):
         return support
 
 
+# Transformers that take spatial (video) latents, which FasterCache's frequency filtering needs.
+FASTER_CACHE_LAYOUTS = ("Wan", "CogVideoX", "HunyuanVideo", "Mochi", "Latte", "LTX", "Allegro")
+
+
 class FasterCacheOptions(FeatureConfig):
     """Options of ``faster_cache``."""
 
@@ -334,11 +363,20 @@ class FasterCache(_DiffusersHookFeature):
             **options.model_dump(),
             current_timestep_callback=lambda: pipeline.current_timestep,
             attention_weight_callback=lambda _: 0.5,
-            tensor_format="BFCHW" if "Wan" in type(pipeline.transformer).__name__ else "BCHW",
+            tensor_format="BFCHW",  # Wan-style video transformers take (B, C, F, H, W) but filter per frame
         )
 
     def check(self, pipeline: Any, device: str, options: Any) -> Support:
         support = super().check(pipeline, device, options)
-        if support.supported and not hasattr(type(pipeline), "current_timestep"):
+        if not support.supported:
+            return support
+        if not hasattr(type(pipeline), "current_timestep"):
             return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the FasterCache schedule")
+        name = type(pipeline.transformer).__name__
+        if not name.startswith(FASTER_CACHE_LAYOUTS):
+            # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
+            return Support.no(
+                f"FasterCache's frequency filtering expects spatial latents (B, C, F, H, W); {name} takes packed "
+                "token sequences"
+            )
         return support

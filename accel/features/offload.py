@@ -42,6 +42,34 @@ class _OnloadCounter(Handle):
         self.undo()
 
 
+class _ClassHookCounter(Handle):
+    """Counts ``pre_forward`` calls of an accelerate hook class on the pipeline's modules.
+
+    Counting on the class, not the hook objects: diffusers re-enables model offload at the end of every
+    pipeline call (``maybe_free_model_hooks``), which replaces the hook objects.
+    """
+
+    def __init__(self, hook_cls: Any, pipeline: Any, undo: Any) -> None:
+        super().__init__()
+        self.hook_cls = hook_cls
+        self.undo = undo
+        self.module_ids = {id(m) for root in _torch_modules(pipeline) for m in root.modules()}
+        self.hooks_installed = len(_accelerate_hooks(pipeline))
+        self.original = hook_cls.__dict__["pre_forward"]
+        original = self.original
+
+        def pre_forward(hook: Any, module: Any, *args: Any, **kwargs: Any) -> Any:
+            if id(module) in self.module_ids:
+                self.current["onloads"] = self.current.get("onloads", 0) + 1
+            return original(hook, module, *args, **kwargs)
+
+        hook_cls.pre_forward = pre_forward
+
+    def remove(self) -> None:
+        self.hook_cls.pre_forward = self.original
+        self.undo()
+
+
 def _verify_onloads(handle: Handle, what: str) -> Verdict:
     onloads = [run.get("onloads", 0) for run in handle.runs]
     evidence = {"hooks_installed": handle.hooks_installed, "onloads_per_run": onloads}
@@ -112,6 +140,8 @@ class ModelOffload(Feature):
         return Support.yes()
 
     def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+        from accelerate.hooks import CpuOffload
+
         device = str(pipeline.device)
         pipeline.enable_model_cpu_offload(device=device)
 
@@ -119,7 +149,7 @@ class ModelOffload(Feature):
             pipeline.remove_all_hooks()
             pipeline.to(device)
 
-        return _OnloadCounter(_accelerate_hooks(pipeline), undo)
+        return _ClassHookCounter(CpuOffload, pipeline, undo)
 
     def verify(self, handle: Handle) -> Verdict:
         return _verify_onloads(handle, "model offload")
@@ -139,12 +169,17 @@ class SequentialOffload(Feature):
     config_cls = SequentialOffloadConfig
     description = "sequential (leaf-level) CPU offload (pipe.enable_sequential_cpu_offload)"
 
-    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+    def probe(self, device: str, options: FeatureConfig) -> Support:
         if not device.startswith("cuda"):
             return Support.no(f"sequential offload needs an accelerator to offload from (found: {device})")
         return Support.yes()
 
+    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+        return self.probe(device, options)
+
     def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+        from accelerate.hooks import AlignDevicesHook
+
         device = str(pipeline.device)
         pipeline.enable_sequential_cpu_offload(device=device)
 
@@ -152,7 +187,7 @@ class SequentialOffload(Feature):
             pipeline.remove_all_hooks()
             pipeline.to(device)
 
-        return _OnloadCounter(_accelerate_hooks(pipeline), undo)
+        return _ClassHookCounter(AlignDevicesHook, pipeline, undo)
 
     def verify(self, handle: Handle) -> Verdict:
         return _verify_onloads(handle, "sequential offload")
@@ -181,12 +216,15 @@ class _GroupOffloadFeature(Feature):
     def _kwargs(self, options: Any, device: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def check(self, pipeline: Any, device: str, options: Any) -> Support:
-        if not self._modules(pipeline):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload")
+    def probe(self, device: str, options: Any) -> Support:
         if self._kwargs(options, device).get("use_stream") and not device.startswith("cuda"):
             return Support.no(f"use_stream needs CUDA streams (found: {device}); set use_stream: false")
         return Support.yes()
+
+    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+        if not self._modules(pipeline):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload")
+        return self.probe(device, options)
 
     def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
         from diffusers.hooks import apply_group_offloading

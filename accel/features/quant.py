@@ -123,19 +123,25 @@ class Quantization(Feature):
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
 
-    def check(self, pipeline: Any, device: str, options: QuantizationConfig) -> Support:
+    def probe(self, device: str, options: QuantizationConfig) -> Support:
         import importlib.util
 
         if importlib.util.find_spec("torchao") is None:
             return Support.no("package torchao not installed: pip install torchao")
-        for component in options.components:
-            if getattr(pipeline, component, None) is None:
-                present = sorted(n for n, m in pipeline.components.items() if hasattr(m, "parameters"))
-                return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})")
         if options.method in ("fp8dq", "fp8dq_row"):
             return _needs_sm89(device)
         if options.method == "int4wo" and not device.startswith("cuda"):
             return Support.no(f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})")
+        return Support.yes()
+
+    def check(self, pipeline: Any, device: str, options: QuantizationConfig) -> Support:
+        probed = self.probe(device, options)
+        if not probed.supported:
+            return probed
+        for component in options.components:
+            if getattr(pipeline, component, None) is None:
+                present = sorted(n for n, m in pipeline.components.items() if hasattr(m, "parameters"))
+                return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})")
         return Support.yes()
 
     def load_kwargs(self, options: QuantizationConfig) -> dict[str, Any]:

@@ -1,10 +1,16 @@
-"""Known-incompatible feature combinations, read from ``feature_matrix/rules.yaml``."""
+"""Known-incompatible feature combinations, read from ``feature_matrix/rules.yaml``.
+
+A rule matches a variant when every item of its ``match`` list is met by a different feature of the
+variant: an item names a feature or a family, optionally with options the feature must have.
+"""
 
 from __future__ import annotations
 
 import functools
+import itertools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -12,27 +18,65 @@ from accel.errors import ConfigError
 
 
 @dataclass(frozen=True)
+class MatchItem:
+    """One side of a rule: a feature or a family, with the options it must have."""
+
+    feature: str | None
+    family: str | None
+    options: tuple[tuple[str, Any], ...] = ()
+
+    def matches(self, name: str, options: Any) -> bool:
+        from accel.features import FEATURES
+
+        if self.feature is not None and name != self.feature:
+            return False
+        if self.family is not None and FEATURES[name].family != self.family:
+            return False
+        return all(getattr(options, key, None) == value for key, value in self.options)
+
+    def describe(self) -> str:
+        what = self.feature or f"a {self.family} feature"
+        if self.options:
+            what += " with " + ", ".join(f"{k}={v}" for k, v in self.options)
+        return what
+
+
+@dataclass(frozen=True)
 class ConflictRule:
     """Features that cannot run together, why, and where the rule comes from."""
 
-    features: frozenset[str]
+    match: tuple[MatchItem, ...]
     reason: str
     source: str
 
+    def matched_by(self, parsed: dict[str, Any]) -> tuple[str, ...] | None:
+        """The variant's features that meet the rule (one per item), or None."""
+        for chosen in itertools.permutations(parsed, len(self.match)):
+            if all(item.matches(name, parsed[name]) for item, name in zip(self.match, chosen, strict=True)):
+                return chosen
+        return None
+
 
 def parse_rules(data: dict, where: str) -> list[ConflictRule]:
-    """Rules from the YAML document ``data``; every named feature must be registered."""
+    """Rules from the YAML document ``data``; every named feature and family must be registered."""
     from accel.features import FEATURES
 
+    families = {f.family for f in FEATURES.values()}
     rules = []
     for index, raw in enumerate(data.get("rules") or []):
-        names = frozenset(raw.get("features", []))
-        unknown = sorted(names - set(FEATURES))
-        if len(names) < 2 or unknown or not raw.get("reason"):
-            raise ConfigError(
-                f"{where}: rules[{index}]: needs 2+ registered features and a reason (unknown: {unknown})"
-            )
-        rules.append(ConflictRule(names, raw["reason"], raw.get("source", "")))
+        items = []
+        for item in raw.get("match") or []:
+            feature, family = item.get("feature"), item.get("family")
+            known = (feature in FEATURES) if feature else (family in families)
+            if bool(feature) == bool(family) or not known:
+                raise ConfigError(
+                    f"{where}: rules[{index}].match: {item} must name one registered feature or family "
+                    f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
+                )
+            items.append(MatchItem(feature, family, tuple(sorted((item.get("options") or {}).items()))))
+        if len(items) < 2 or not raw.get("reason"):
+            raise ConfigError(f"{where}: rules[{index}]: needs at least two match items and a reason")
+        rules.append(ConflictRule(tuple(items), raw["reason"], raw.get("source", "")))
     return rules
 
 
@@ -45,9 +89,19 @@ def load_rules(path: Path | None = None) -> tuple[ConflictRule, ...]:
     return tuple(parse_rules(yaml.safe_load(path.read_text()) or {}, str(path)))
 
 
-def check_conflicts(names: list[str], where: str, rules: tuple[ConflictRule, ...] | None = None) -> None:
-    """Raise a ConfigError for the first rule whose features are all in ``names``."""
+def find_conflict(parsed: dict[str, Any], rules: tuple[ConflictRule, ...] | None = None):
+    """The first rule the parsed features of a variant break, with the features that break it."""
     for rule in load_rules() if rules is None else rules:
-        if rule.features <= set(names):
-            joined = "' and '".join(sorted(rule.features))
-            raise ConfigError(f"{where}: features '{joined}' cannot be combined: {rule.reason}")
+        chosen = rule.matched_by(parsed)
+        if chosen is not None:
+            return rule, chosen
+    return None
+
+
+def check_conflicts(parsed: dict[str, Any], where: str, rules: tuple[ConflictRule, ...] | None = None) -> None:
+    """Raise a ConfigError naming the features and the reason for the first rule a variant breaks."""
+    found = find_conflict(parsed, rules)
+    if found is not None:
+        rule, chosen = found
+        joined = "' and '".join(chosen)
+        raise ConfigError(f"{where}: features '{joined}' cannot be combined: {rule.reason}")

@@ -1,0 +1,65 @@
+"""The conflict rule table: every rule is valid, and each incompatible combination is rejected."""
+
+from __future__ import annotations
+
+import pytest
+
+from accel.errors import ConfigError
+from accel.features import FEATURES, validate_variant_features
+from accel.features.rules import load_rules, parse_rules
+
+
+def test_shipped_rules_parse_and_name_registered_features():
+    rules = load_rules()
+    assert len(rules) >= 8
+    assert all(rule.reason and rule.source for rule in rules)
+
+
+@pytest.mark.parametrize(
+    ("features", "message"),
+    [
+        ({"tea_cache": 0.2, "cache_dit": {}}, "two cache backends"),
+        ({"first_block_cache": 0.1, "mag_cache": {}}, "two cache backends"),
+        ({"enable_sequential_cpu_offload": True, "compile": "regional"}, "use group_offload"),
+        ({"compile": "full", "enable_cpu_offload": True}, "use compile granularity regional"),
+        ({"compile": {"fullgraph": True}, "tea_cache": 0.2}, "fullgraph compile cannot contain"),
+        ({"enable_layerwise_offload": {}, "enable_cpu_offload": True}, "both move the transformer"),
+        ({"group_offload": {}, "enable_cpu_offload": True}, "diffusers refuses model offload"),
+    ],
+)
+def test_incompatible_combinations_are_rejected_with_the_reason(features, message):
+    with pytest.raises(ConfigError, match=message) as error:
+        validate_variant_features(features, "p.yaml: variants[0].features")
+    assert str(error.value).startswith("p.yaml: variants[0].features: features '")
+
+
+@pytest.mark.parametrize(
+    "features",
+    [
+        {"compile": "regional", "group_offload": {}},
+        {"cache_dit": {}, "enable_cpu_offload": True, "quantization": "int8wo"},
+        {"vae_use_tiling": {}, "vae_use_slicing": True, "attention_backend": "_native_math"},
+    ],
+)
+def test_compatible_combinations_pass(features):
+    assert set(validate_variant_features(features, "where")) == set(features)
+
+
+def test_a_rule_naming_an_unknown_feature_is_an_error():
+    with pytest.raises(ConfigError, match="must name one registered feature or family"):
+        parse_rules({"rules": [{"match": [{"feature": "warp_drive"}, {"family": "cache"}], "reason": "x"}]}, "r.yaml")
+
+
+def test_every_feature_family_has_its_own_test_module():
+    from pathlib import Path
+
+    tests = Path(__file__).parent
+    for family in {feature.family for feature in FEATURES.values()}:
+        assert (tests / f"test_features_{family}.py").is_file(), f"no tests/test_features_{family}.py"
+
+
+def test_every_feature_has_documented_options_and_a_class():
+    for feature in FEATURES.values():
+        assert feature.description and feature.feature_class.value in ("lossless", "lossy")
+        for name, field in feature.config_cls.model_fields.items():
+            assert field.description or feature.config_cls.__doc__, f"{feature.name}.{name} is undocumented"
