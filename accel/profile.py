@@ -89,8 +89,8 @@ class Variant(StrictModel):
     @field_validator("name")
     @classmethod
     def _safe_name(cls, value: str) -> str:
-        if value == "baseline":
-            raise ValueError("'baseline' is reserved for the unaccelerated run every sweep includes")
+        if value in ("baseline", "noise-floor"):
+            raise ValueError(f"'{value}' is reserved: every sweep runs the baseline and its noise-floor re-run")
         return _safe_label(value)
 
 
@@ -100,6 +100,12 @@ class Measure(StrictModel):
     warmup: int = Field(default=1, ge=0, description="Untimed calls after the cold one (excluded).")
     repeats: int = Field(default=3, gt=0, description="Timed passes over all prompts and seeds.")
     timeout_s: float = Field(default=600.0, gt=0, description="Per-cell limit in the process executor.")
+    max_cv: float = Field(
+        default=0.1, gt=0, description="A cell whose warm-latency coefficient of variation exceeds this is noisy."
+    )
+    noise_floor: bool = Field(
+        default=True, description="Re-run each baseline in a fresh cell and record its parity with itself."
+    )
     executor: Literal["process", "inline"] = Field(
         default="process", description="process: each cell in a fresh worker (isolated); inline: fast tests."
     )

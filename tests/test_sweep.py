@@ -35,7 +35,8 @@ def _by_key(records):
 
 def test_every_cell_is_logged_once_in_plan_order(inline_run):
     logged = read_results(inline_run.run_dir)
-    expected = [(m, v) for m in ("tiny-flux", "tiny-wan") for v in ["baseline"] + [x["name"] for x in VARIANTS]]
+    variants = ["baseline", "noise-floor"] + [x["name"] for x in VARIANTS]
+    expected = [(m, v) for m in ("tiny-flux", "tiny-wan") for v in variants]
     assert [(r["model"], r["variant"]) for r in logged] == expected
     table = pd.read_parquet(inline_run.run_dir / "results.parquet")
     assert list(zip(table["model"], table["variant"], strict=True)) == expected
@@ -116,4 +117,11 @@ def test_process_executor_matches_inline_and_records_timeouts(tmp_path, inline_r
 def test_plan_puts_each_baseline_first(tmp_path):
     profile = parse_profile(small_profile(["tiny-flux", "tiny-wan"], VARIANTS[:1]))
     cells = runner.plan(profile, tmp_path)
-    assert [c.key for c in cells] == ["tiny-flux/baseline", "tiny-flux/tiling", "tiny-wan/baseline", "tiny-wan/tiling"]
+    assert [c.key for c in cells] == [
+        "tiny-flux/baseline",
+        "tiny-flux/noise-floor",
+        "tiny-flux/tiling",
+        "tiny-wan/baseline",
+        "tiny-wan/noise-floor",
+        "tiny-wan/tiling",
+    ]

@@ -7,7 +7,7 @@ it covers the region only, unlike ``ru_maxrss``, which keeps the maximum of the 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import psutil
@@ -30,6 +30,21 @@ class MemoryPeaks:
     host_rss_peak: int = 0
     device_allocated_peak: int | None = None
     device_reserved_peak: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+def process_pss() -> int | None:
+    """Proportional set size of the process tree (shared pages split between sharers); None if unknown."""
+    process = psutil.Process()
+    try:
+        total = process.memory_full_info().pss
+        for child in process.children(recursive=True):
+            total += child.memory_full_info().pss
+        return total
+    except (psutil.Error, AttributeError):
+        return None
 
 
 class PeakMemory:

@@ -29,12 +29,25 @@ def _mib(value: int | None) -> str:
     return "–" if value is None else f"{value / 2**20:.0f}"
 
 
-def _ms(value: float | None) -> str:
-    return "–" if value is None else f"{value * 1e3:.1f}"
+def _ms(value: float | None, digits: int = 1) -> str:
+    return "–" if value is None else f"{value * 1e3:.{digits}f}"
+
+
+STAGE_KEYS = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
+
+
+def _status(r: dict[str, Any]) -> str:
+    status = r["status"] if not r.get("error") else f"{r['status']}: {r['error']}"
+    flags = []
+    if r.get("noisy"):
+        flags.append("noisy (CV above measure.max_cv)")
+    if r.get("invalid_measurement"):
+        flags.append(f"INVALID: {r['invalid_measurement']}")
+    return "; ".join([status, *flags]).replace("|", "/")
 
 
 def model_table(records: list[dict[str, Any]]) -> str:
-    """The markdown table of one model's cells."""
+    """The main markdown table of one model's cells."""
     header = (
         "| variant | features | warm median (ms) | CV | speedup | cold (s) | peak RSS (MiB) "
         "| SSIM ↑ | PSNR (dB) ↑ | max abs diff ↓ | evidence | status |\n"
@@ -45,15 +58,81 @@ def model_table(records: list[dict[str, Any]]) -> str:
         warm = r.get("warm") or {}
         parity = r.get("parity") or {}
         evidence = "; ".join(v.get("summary", "") for v in (r.get("evidence") or {}).values()) or "–"
-        status = r["status"] if not r.get("error") else f"{r['status']}: {r['error']}"
         speedup = r.get("speedup", 1.0 if r["variant"] == "baseline" and warm else None)
         rows.append(
             f"| {r['variant']} | {', '.join(sorted(r.get('features') or {})) or '–'} | {_ms(warm.get('median'))} "
             f"| {fmt(warm.get('cv'), 2)} | {fmt(speedup, 2)}{'x' if speedup else ''} | {fmt(r.get('cold_s'), 2)} "
             f"| {_mib(r.get('peak_host_rss_bytes'))} | {fmt(parity.get('ssim'), 4)} | {fmt(parity.get('psnr'), 2)} "
-            f"| {fmt(parity.get('max_abs_diff'), 4)} | {evidence} | {status.replace('|', '/')} |"
+            f"| {fmt(parity.get('max_abs_diff'), 4)} | {evidence} | {_status(r)} |"
         )
     return header + "\n".join(rows) + "\n"
+
+
+def stage_table(records: list[dict[str, Any]]) -> str:
+    """Per-stage medians (ms) of each measured cell; ``hooks saw`` is the components' share of the call."""
+    header = (
+        "| variant | text encoding | prepare | denoising | steps x median step | decode prep | VAE decode "
+        "| post-processing | stages sum / end-to-end | hooks saw |\n"
+        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"
+    )
+    rows = []
+    for r in records:
+        st = r.get("stages") or {}
+        if not st:
+            continue
+        total = sum(st[k] for k in STAGE_KEYS)
+        rows.append(
+            f"| {r['variant']} | {_ms(st['text_encoding'])} | {_ms(st['prepare'])} | {_ms(st['denoising'])} "
+            f"| {st['steps_per_call']} x {_ms(st['step_median_s'])} | {_ms(st['decode_prep'])} "
+            f"| {_ms(st['vae_decode'])} | {_ms(st['post_processing'])} "
+            f"| {_ms(total)} / {_ms(st['end_to_end_s'])} | {st['component_share']:.0%} |"
+        )
+    return header + "\n".join(rows) + "\n" if rows else ""
+
+
+def compute_table(records: list[dict[str, Any]]) -> str:
+    """FLOPs, the roofline floor and MFU per cell, and the memory split."""
+    header = (
+        "| variant | GFLOP / step | floor / step (ms) | median step (ms) | MFU | floor check "
+        "| load peak RSS (MiB) | run peak RSS (MiB) | PSS (MiB) | device peak alloc / reserved (MiB) |\n"
+        "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|\n"
+    )
+    rows = []
+    for r in records:
+        if r.get("warm") is None:
+            continue
+        roof = r.get("roofline") or {}
+        load = r.get("memory_load") or {}
+        mfu = roof.get("mfu")
+        mfu_text = f"{mfu * 100:.2f}%" if mfu else "–"
+        check = roof.get("floor_check") or ("BELOW FLOOR" if roof.get("below_floor") else "ok" if roof else "–")
+        flops = roof.get("flops_per_step")
+        device = (
+            f"{_mib(r.get('peak_device_allocated_bytes'))} / {_mib(r.get('peak_device_reserved_bytes'))}"
+            if r.get("peak_device_allocated_bytes") is not None
+            else "–"
+        )
+        rows.append(
+            f"| {r['variant']} | {fmt(flops / 1e9 if flops else None, 3)} | {_ms(roof.get('floor_step_s'), 4)} "
+            f"| {_ms((r.get('stages') or {}).get('step_median_s'))} | {mfu_text} "
+            f"| {check} | {_mib(load.get('host_rss_peak'))} | {_mib(r.get('peak_host_rss_bytes'))} "
+            f"| {_mib(r.get('host_pss_bytes'))} | {device} |"
+        )
+    return header + "\n".join(rows) + "\n"
+
+
+def noise_floor_line(records: list[dict[str, Any]]) -> str:
+    """The baseline measured against itself in a fresh cell."""
+    rerun = next((r for r in records if r.get("role") == "noise_floor"), None)
+    if rerun is None or not rerun.get("parity"):
+        return "Noise floor: not measured (measure.noise_floor: false, or the re-run failed)."
+    p = rerun["parity"]
+    return (
+        f"Noise floor (the baseline re-run in a fresh cell, compared with the baseline): SSIM {fmt(p['ssim'], 4)}, "
+        f"PSNR {fmt(p['psnr'], 2)} dB, max abs diff {fmt(p['max_abs_diff'], 4)}, warm latency ratio "
+        f"{fmt(rerun.get('speedup'), 2)}x (CV {fmt((rerun.get('warm') or {}).get('cv'), 2)}). Speedups within this "
+        "ratio of 1.0x are noise."
+    )
 
 
 def render(profile: Profile, records: list[dict[str, Any]], environment: dict[str, Any], wall_s: float) -> str:
@@ -79,10 +158,30 @@ def render(profile: Profile, records: list[dict[str, Any]], environment: dict[st
     ]
     for model in dict.fromkeys(r["model"] for r in records):
         model_records = [r for r in records if r["model"] == model]
-        lines += [f"## {model}", "", f"Source: `{model_records[0]['source']}`", "", model_table(model_records)]
+        measured = [r for r in model_records if r.get("role") != "noise_floor"]
+        lines += [
+            f"## {model}",
+            "",
+            f"Source: `{model_records[0]['source']}`",
+            "",
+            model_table(measured),
+            noise_floor_line(model_records),
+            "",
+            "### Stages (median per call, ms)",
+            "",
+            stage_table(measured),
+            "### Compute and memory",
+            "",
+            compute_table(measured),
+        ]
     lines += [
-        "Units: ms and s of wall time, synchronised with the device; RSS: peak resident memory of the process",
-        "tree during the timed runs; ↑ higher is better, ↓ lower is better.",
+        "Units: ms and s of wall time, synchronised with the device at every boundary; RSS: peak resident",
+        "memory of the process tree (sampled every 5 ms) while loading and during the timed runs; PSS:",
+        "proportional set size at the end of the run; GFLOP / step: FlopCounterMode on the baseline's",
+        "denoiser calls of one step; floor: GFLOP / peak (peak: "
+        + (records[0].get("peak_flops_source") or "–")
+        + "); MFU: GFLOP / median step / peak. A step below its floor is physically impossible and marks the",
+        "measurement INVALID. ↑ higher is better, ↓ lower is better.",
         "",
     ]
     return "\n".join(lines)

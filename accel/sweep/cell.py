@@ -19,6 +19,8 @@ from accel.errors import AccelError
 from accel.profile import Measure, ModelSpec, Workload
 
 BASELINE = "baseline"
+# The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
+NOISE_FLOOR = "noise-floor"
 
 
 @dataclass(frozen=True)
@@ -98,9 +100,8 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
 
 def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.features import ordered, validate_variant_features
-    from accel.features.base import Handle, RunContext
     from accel.measure.memory import PeakMemory, module_weight_bytes
-    from accel.measure.timing import summarize, timed
+    from accel.measure.timing import timed
     from accel.targets.adapter import AdapterTarget
 
     options = validate_variant_features(spec.features, f"variant '{spec.variant}'.features")
@@ -110,25 +111,44 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     for feature in features:
         load_kwargs.update(feature.load_kwargs(options[feature.name]))
     load_times: list[float] = []
-    with timed(target.device, load_times):
+    with PeakMemory(target.device) as load_memory, timed(target.device, load_times):
         pipeline = target.load(load_kwargs)
-    result: dict[str, Any] = {"device": target.device, "dtype": spec.model.dtype, "load_s": load_times[0]}
-    result["weight_bytes"] = {
-        name: module_weight_bytes(module)
-        for name, module in pipeline.components.items()
-        if hasattr(module, "parameters")
+    result: dict[str, Any] = {
+        "device": target.device,
+        "dtype": spec.model.dtype,
+        "load_s": load_times[0],
+        "memory_load": load_memory.peaks.to_dict(),
+        "weight_bytes": {
+            name: module_weight_bytes(module)
+            for name, module in pipeline.components.items()
+            if hasattr(module, "parameters")
+        },
     }
-
     for feature in features:
         support = feature.check(pipeline, target.device, options[feature.name])
         if not support.supported:
             result.update(status="unsupported", error=f"{feature.name}: {support.reason}")
             return result
+    result.update(_timed_runs(spec, target, features, options))
+    result["cold_s"] = result["load_s"] + result["first_call_s"]
+    return result
 
-    context = RunContext(device=target.device, steps=spec.workload.steps)
+
+def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[str, Any]) -> dict[str, Any]:
+    """Apply the features, run cold, warmup and timed calls, verify, remove; save the outputs."""
+    from accel.features.base import Handle, RunContext
+    from accel.measure.flops import InputCapture, device_peak
+    from accel.measure.memory import PeakMemory, process_pss
+    from accel.measure.stages import StageRecorder
+    from accel.measure.timing import summarize, timed
+
+    pipeline = target.pipeline
     handles: list[tuple[Any, Handle]] = []
     requests = build_requests(spec.workload)
-    keys = sample_keys(spec.workload)
+    recorder: StageRecorder | None = None
+    capture = (
+        InputCapture(pipeline.transformer) if spec.variant == BASELINE and hasattr(pipeline, "transformer") else None
+    )
 
     def generate(request: Any) -> list[np.ndarray]:
         for _, handle in handles:
@@ -139,6 +159,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         return outputs
 
     try:
+        context = RunContext(device=target.device, steps=spec.workload.steps)
         for feature in features:  # appended one by one: a failing apply still removes the earlier ones
             handles.append((feature, feature.apply(pipeline, options[feature.name], context)))
         first_call: list[float] = []
@@ -149,39 +170,74 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         for _, handle in handles:
             handle.runs.clear()  # evidence counts only the timed runs
 
+        recorder = StageRecorder(pipeline, target.device)
         samples: list[float] = []
-        first_pass: list[np.ndarray] = []
-        last_pass: list[np.ndarray] = []
+        calls: list[dict[str, Any]] = []
+        passes: list[list[np.ndarray]] = []
         with PeakMemory(target.device) as memory:
-            for repeat in range(spec.measure.repeats):
+            for _ in range(spec.measure.repeats):
                 outputs: list[np.ndarray] = []
                 for request in requests:
                     with timed(target.device, samples):
+                        recorder.start()
                         outputs.extend(generate(request))
-                if repeat == 0:
-                    first_pass = outputs
-                last_pass = outputs
+                        calls.append(recorder.stop())
+                passes.append(outputs)
         verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
     finally:
+        if recorder is not None:
+            recorder.remove()
         for _, handle in reversed(handles):
             handle.remove()
 
-    result.update(
-        first_call_s=first_call[0],
-        cold_s=load_times[0] + first_call[0],
-        warm=summarize(samples).to_dict(),
-        warm_samples=samples,
-        peak_host_rss_bytes=memory.peaks.host_rss_peak,
-        peak_device_allocated_bytes=memory.peaks.device_allocated_peak,
-        peak_device_reserved_bytes=memory.peaks.device_reserved_peak,
-        outputs_stable=all(np.array_equal(a, b) for a, b in zip(first_pass, last_pass, strict=True)),
-        evidence={name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
-    )
+    warm = summarize(samples)
+    peak, peak_source = device_peak(target.device, spec.model.dtype)
+    result: dict[str, Any] = {
+        "first_call_s": first_call[0],
+        "cold_s": None,  # filled by the caller's load time below
+        "warm": warm.to_dict(),
+        "warm_samples": samples,
+        "noisy": warm.cv > spec.measure.max_cv,
+        "stages": summarize_stages(calls),
+        "step_times": [s for call in calls for s in call["steps"]],
+        # Per timed call, in the order of warm_samples: the stages' sum, to compare with the outer timer.
+        "stage_sums": [sum(call["stages"].values()) for call in calls],
+        "denoiser_calls_per_call": calls[0]["denoiser_calls"] if calls else None,
+        "flops_per_denoiser_call": capture.flops() if capture is not None else None,
+        "peak_flops": peak,
+        "peak_flops_source": peak_source,
+        "peak_host_rss_bytes": memory.peaks.host_rss_peak,
+        "peak_device_allocated_bytes": memory.peaks.device_allocated_peak,
+        "peak_device_reserved_bytes": memory.peaks.device_reserved_peak,
+        "host_pss_bytes": process_pss(),
+        "outputs_stable": all(np.array_equal(a, b) for a, b in zip(passes[0], passes[-1], strict=True)),
+        "evidence": {name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
+    }
     not_engaged = [f"{name}: {v.summary}" for name, v in verdicts.items() if not v.engaged]
     if not_engaged:
         result.update(status="failed", error="; ".join(not_engaged))
     path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **dict(zip(keys, last_pass, strict=True)))
+    np.savez_compressed(path, **dict(zip(sample_keys(spec.workload), passes[-1], strict=True)))
     result["outputs_file"] = str(path.relative_to(spec.run_dir))
     return result
+
+
+def summarize_stages(calls: list[dict[str, Any]]) -> dict[str, Any]:
+    """Median of each stage over the timed calls, with the median end-to-end and component coverage."""
+    import statistics
+
+    from accel.measure.stages import STAGES
+
+    if not calls:
+        return {}
+    medians = {name: statistics.median(c["stages"][name] for c in calls) for name in STAGES}
+    end_to_end = statistics.median(c["end_to_end_s"] for c in calls)
+    steps = [s for c in calls for s in c["steps"]]
+    return {
+        **medians,
+        "end_to_end_s": end_to_end,
+        "step_median_s": statistics.median(steps) if steps else None,
+        "steps_per_call": len(calls[0]["steps"]),
+        "component_share": statistics.median(c["component_s"] / c["end_to_end_s"] for c in calls),
+    }

@@ -19,7 +19,7 @@ import yaml
 from accel.errors import ConfigError
 from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, write_table
-from accel.sweep.cell import BASELINE, CellSpec, outputs_path, sample_keys
+from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
 
 RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
 ENVIRONMENT_FILE = "environment.json"
@@ -36,10 +36,12 @@ class SweepResult:
 
 
 def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
-    """Every cell in execution order: per model, the baseline then each variant."""
+    """Every cell in execution order: per model, the baseline, its noise-floor re-run, then each variant."""
     cells = []
     for model in profile.models:
         cells.append(CellSpec(model, profile.workload, profile.measure, BASELINE, {}, str(run_dir)))
+        if profile.measure.noise_floor:
+            cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
             CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
             for v in profile.variants
@@ -85,12 +87,52 @@ def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_d
         record.setdefault("notes", []).append("no baseline measured: parity and speedup unavailable")
         return
     record["speedup"] = baseline["warm"]["median"] / record["warm"]["median"]
+    record["memory_reduction"] = _ratio(baseline.get("peak_host_rss_bytes"), record.get("peak_host_rss_bytes"))
     with (
         np.load(outputs_path(run_dir, record["model"], BASELINE)) as reference,
         np.load(outputs_path(run_dir, record["model"], record["variant"])) as candidate,
     ):
         per_sample = [compare(candidate[key], reference[key]) for key in keys]
     record["parity"] = aggregate(per_sample).to_dict()
+
+
+def _ratio(numerator: float | None, denominator: float | None) -> float | None:
+    return numerator / denominator if numerator and denominator else None
+
+
+# Features whose steps may legitimately beat the full-step floor (they skip or change the work).
+NO_FLOOR_FAMILIES = {"cache": "a cache skips work on cached steps", "quant": "the peak depends on the quantized kernel"}
+
+
+def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> None:
+    """FLOPs per step from the baseline, floor time per step and MFU; flag steps faster than the floor."""
+    from accel.features import FEATURES
+    from accel.measure.flops import roofline
+
+    if not baseline or not baseline.get("flops_per_denoiser_call") or not record.get("step_times"):
+        return
+    steps = (baseline.get("stages") or {}).get("steps_per_call") or 0
+    calls = baseline.get("denoiser_calls_per_call") or 0
+    if not steps or not calls:
+        return
+    flops_per_step = baseline["flops_per_denoiser_call"] * calls / steps
+    result = roofline(flops_per_step, record.get("peak_flops"), record["step_times"])
+    result["flops_per_step"] = flops_per_step
+    result["flops_per_call"] = flops_per_step * steps
+    exempt = [
+        NO_FLOOR_FAMILIES[FEATURES[n].family]
+        for n in record.get("features") or {}
+        if FEATURES[n].family in NO_FLOOR_FAMILIES
+    ]
+    if exempt:
+        result["below_floor"] = False
+        result["floor_check"] = f"not applicable: {exempt[0]}"
+    record["roofline"] = result
+    if result["below_floor"]:
+        record["invalid_measurement"] = (
+            f"a step took {result['fastest_step_s'] * 1e3:.3f} ms, below the {result['floor_step_s'] * 1e3:.3f} ms "
+            "floor (FLOPs / peak): the timer cannot be trusted"
+        )
 
 
 def run_sweep(
@@ -125,7 +167,10 @@ def run_sweep(
             record = run_cell(cell)
             if cell.variant == BASELINE:
                 baselines[cell.model.name] = record
+            if cell.variant == NOISE_FLOOR:
+                record["role"] = "noise_floor"
             attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
+            attach_roofline(record, baselines.get(cell.model.name))
             if record.get("outputs_file"):
                 record["images"] = save_images(run_dir, record, keys, profile.workload)
             record["profile_fingerprint"] = profile.fingerprint()
