@@ -60,6 +60,59 @@ def sweep(
     typer.echo(f"report:  {result.report_path}")
 
 
+@app.command()
+def gate(
+    results: Path = typer.Argument(..., help="A run directory or its results.jsonl."),
+    baseline: Path | None = typer.Option(None, "--baseline", help="Performance baseline YAML (per device)."),
+    thresholds: Path | None = typer.Option(None, "--thresholds", help="Default: feature_matrix/thresholds.yaml"),
+    claims: Path | None = typer.Option(None, "--claims", help="Default: feature_matrix/claims.yaml"),
+    junit: Path | None = typer.Option(None, "--junit", help="JUnit XML; default: RUN_DIR/gate.junit.xml"),
+    summary: Path | None = typer.Option(None, "--summary", help="Markdown summary; default: RUN_DIR/gate.md"),
+) -> None:
+    """Check every cell: parity, engagement, claimed support, performance. Exit 1 when a gate fails."""
+    from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
+    from accel.results import read_results
+
+    records = read_results(results)
+    report = gate_records(records, load_gate_data(thresholds, claims, baseline))
+    run_dir = results if results.is_dir() else results.parent
+    (junit or run_dir / "gate.junit.xml").write_text(junit_xml(report))
+    text = markdown_summary(report)
+    (summary or run_dir / "gate.md").write_text(text)
+    typer.echo(text)
+    if report.exit_code:
+        raise typer.Exit(report.exit_code)
+
+
+@app.command()
+def table(
+    results: Path = typer.Argument(..., help="A run directory or its results.jsonl."),
+    inject: list[Path] = typer.Option([], "--inject", help="Markdown file(s) whose omni-accel blocks to fill."),
+    check: bool = typer.Option(False, "--check", help="With --inject: exit 1 when a block is stale; write nothing."),
+    claims: Path | None = typer.Option(None, "--claims", help="Default: feature_matrix/claims.yaml"),
+    thresholds: Path | None = typer.Option(None, "--thresholds", help="Default: feature_matrix/thresholds.yaml"),
+) -> None:
+    """Render the support matrix, compatibility matrix and performance tables as markdown."""
+    from accel.gate import load_gate_data
+    from accel.report.inject import inject_file
+    from accel.report.tables import render_tables
+    from accel.results import read_results
+
+    tables = render_tables(read_results(results), load_gate_data(thresholds, claims))
+    if not inject:
+        for name, text in tables.items():
+            typer.echo(f"<!-- omni-accel:begin {name} -->\n{text}<!-- omni-accel:end {name} -->\n")
+        return
+    stale = []
+    for path in inject:
+        changed = inject_file(path, tables, check=check)
+        stale += [f"{path}: {name}" for name in changed]
+        verb = "stale" if check else "updated"
+        typer.echo(f"{path}: {verb}: {', '.join(changed) or 'none'}")
+    if check and stale:
+        raise typer.Exit(1)
+
+
 @zoo_app.command("build")
 def zoo_build(
     names: list[str] | None = typer.Argument(None, help="Entries to build; default: all."),
@@ -133,7 +186,9 @@ def main() -> None:
         from click import exceptions as click_exceptions
 
     try:
-        app(standalone_mode=False)
+        result = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode
+        if isinstance(result, int) and result:
+            sys.exit(result)
     except AccelError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(error.exit_code)

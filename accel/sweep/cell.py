@@ -125,10 +125,14 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         },
     }
     for feature in features:
-        support = feature.check(pipeline, target.device, options[feature.name])
-        if not support.supported:
-            result.update(status="unsupported", error=f"{feature.name}: {support.reason}")
-            return result
+        # "environment": this device or installation cannot run it; "model": this pipeline cannot.
+        for scope, support in (
+            ("environment", feature.probe(target.device, options[feature.name])),
+            ("model", feature.check(pipeline, target.device, options[feature.name])),
+        ):
+            if not support.supported:
+                result.update(status="unsupported", unsupported_scope=scope, error=f"{feature.name}: {support.reason}")
+                return result
     result.update(_timed_runs(spec, target, features, options))
     result["cold_s"] = result["load_s"] + result["first_call_s"]
     return result
@@ -210,6 +214,7 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
         "peak_device_allocated_bytes": memory.peaks.device_allocated_peak,
         "peak_device_reserved_bytes": memory.peaks.device_reserved_peak,
         "host_pss_bytes": process_pss(),
+        "modality": "video" if passes[-1][0].shape[0] > 1 else "image",
         "outputs_stable": all(np.array_equal(a, b) for a, b in zip(passes[0], passes[-1], strict=True)),
         "evidence": {name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
     }

@@ -1,0 +1,46 @@
+"""Docs injection: replace generated blocks between markers in any markdown file, nothing else.
+
+A block is ``<!-- omni-accel:begin NAME -->`` ... ``<!-- omni-accel:end NAME -->``; everything outside the
+markers is left byte for byte. ``check`` reports the blocks whose content differs from the fresh tables.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from accel.errors import ConfigError
+
+BLOCK = re.compile(
+    r"(<!-- omni-accel:begin (?P<name>[\w.+-]+) -->\n)(?P<body>.*?)(<!-- omni-accel:end (?P=name) -->)", re.DOTALL
+)
+
+
+def inject(text: str, tables: dict[str, str], source: str = "<text>") -> tuple[str, list[str]]:
+    """The text with every marked block replaced, and the names of the blocks whose content changed."""
+    changed: list[str] = []
+
+    def replace(match: re.Match[str]) -> str:
+        name = match.group("name")
+        if name not in tables:
+            raise ConfigError(f"{source}: block '{name}' names no table. Allowed: {', '.join(sorted(tables))}")
+        body = tables[name] if tables[name].endswith("\n") else tables[name] + "\n"
+        if body != match.group("body"):
+            changed.append(name)
+        return match.group(1) + body + match.group(4)
+
+    new_text = BLOCK.sub(replace, text)
+    if not BLOCK.search(text):
+        raise ConfigError(f"{source}: no '<!-- omni-accel:begin NAME -->' block to fill")
+    return new_text, changed
+
+
+def inject_file(path: Path, tables: dict[str, str], check: bool = False) -> list[str]:
+    """Fill the blocks of ``path`` (or, with ``check``, only report the stale ones); returns those names."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: file to inject into not found")
+    text = path.read_text()
+    new_text, changed = inject(text, tables, str(path))
+    if changed and not check:
+        path.write_text(new_text)
+    return changed

@@ -1,0 +1,191 @@
+"""Markdown feature tables generated from measured results, in vLLM-Omni's docs conventions.
+
+- ``support_matrix``: models (bold) x features grouped by family. ``✅ 1.8x · 0.97`` (speedup and SSIM of
+  the best passing single-feature cell), ``⚠`` engaged but out of parity, ``❌`` with a numbered footnote
+  (failed, not engaged, or unsupported, with the reason), ``➖`` not measured on that model.
+- ``compatibility_matrix``: lower-triangular, feature x feature, from measured combinations and the
+  conflict rules: ``✅`` a combination passed, ``⚠`` it ran but out of parity, ``❌`` failed or excluded
+  by a rule (footnote), blank when not measured.
+- ``performance_table``: per model, every cell: latency, speedup, peak memory, memory reduction,
+  SSIM, PSNR, status.
+
+Cells are centred (``:-:``), a legend and units follow each table, so a serving project can paste them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel.gate import PASS, GateData, gate_records
+from accel.report.markdown import fmt
+
+
+class Footnotes:
+    """Numbered footnotes, each text once."""
+
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+
+    def ref(self, text: str) -> str:
+        if text not in self.texts:
+            self.texts.append(text)
+        return f"<sup>{self.texts.index(text) + 1}</sup>"
+
+    def render(self) -> str:
+        return "\n".join(f"{i}. {text}" for i, text in enumerate(self.texts, start=1))
+
+
+def _families() -> dict[str, list[str]]:
+    from accel.features import FEATURES
+
+    families: dict[str, list[str]] = {}
+    for feature in FEATURES.values():
+        families.setdefault(feature.family, []).append(feature.name)
+    return families
+
+
+def _measured(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r["variant"] != "baseline" and r.get("role") != "noise_floor"]
+
+
+def _verdicts(records: list[dict[str, Any]], data: GateData) -> dict[tuple[str, str], Any]:
+    return {(v.model, v.variant): v for v in gate_records(records, data).verdicts}
+
+
+def _cell(record: dict[str, Any], verdict: Any) -> tuple[float, str, str | None]:
+    """(rank, mark, footnote) of one cell; the highest rank wins among variants of the same feature."""
+    parity = record.get("parity") or {}
+    variant = record["variant"]
+    if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
+        speedup = record.get("speedup") or 0
+        return 3 + min(speedup, 100) / 1000, f"✅ {fmt(speedup, 1)}x · {fmt(parity.get('ssim'), 2)}", None
+    if record["status"] == "ok":
+        failed = [c.line() for c in verdict.checks if not c.ok] or verdict.reasons or ["out of parity"]
+        if not verdict.in_parity:
+            claimed = " (claimed unsupported)" if verdict.outcome == PASS else ""
+            failed = [f"SSIM {fmt(parity.get('ssim'), 3)}, PSNR {fmt(parity.get('psnr'), 1)} dB{claimed}"]
+        return 2, "⚠", f"{variant}: engaged but {'; '.join(failed)}"
+    return 1, "❌", f"{variant}: {record.get('error')}"
+
+
+def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
+    """Models x features (single-feature cells), grouped by family, with footnotes."""
+    verdicts = _verdicts(records, data)
+    notes = Footnotes()
+    families = _families()
+    single = [r for r in _measured(records) if len(r.get("features") or {}) == 1]
+    used = {name for r in single for name in r["features"]}
+    columns = [(family, name) for family, names in families.items() for name in names if name in used]
+    if not columns:
+        return "_No single-feature cells measured._\n"
+    header = "| model | " + " | ".join(f"{family}<br>`{name}`" for family, name in columns) + " |"
+    rule = "|---|" + "|".join(":-:" for _ in columns) + "|"
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in records):
+        cells = []
+        for _, name in columns:
+            candidates = [r for r in single if r["model"] == model and name in r["features"]]
+            if not candidates:
+                cells.append("➖")
+                continue
+            _, mark, note = max((_cell(r, verdicts[(model, r["variant"])]) for r in candidates), key=lambda c: c[0])
+            cells.append(mark + (notes.ref(note) if note else ""))
+        rows.append(f"| **{model}** | " + " | ".join(cells) + " |")
+    legend = (
+        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚠ engaged but out "
+        "of parity · ❌ not supported, failed or not engaged (footnote) · ➖ not measured. Speedup = baseline "
+        "warm median / variant warm median; SSIM as defined in the report."
+    )
+    return "\n".join([header, rule, *rows]) + f"\n\n{legend}\n\n{notes.render()}\n"
+
+
+def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
+    """Lower-triangular feature x feature matrix from measured combinations and the conflict rules."""
+    from accel.features import FEATURES
+    from accel.features.rules import find_conflict
+
+    verdicts = _verdicts(records, data)
+    notes = Footnotes()
+    measured = _measured(records)
+    names = [n for n in FEATURES if any(n in (r.get("features") or {}) for r in measured)]
+    pairs: dict[frozenset[str], str] = {}
+    for record in measured:
+        features = sorted(record.get("features") or {})
+        for i, a in enumerate(features):
+            for b in features[i + 1 :]:
+                verdict = verdicts[(record["model"], record["variant"])]
+                mark = (
+                    "✅"
+                    if verdict.outcome == PASS and record["status"] == "ok"
+                    else (
+                        "⚠"
+                        if record["status"] == "ok"
+                        else "❌" + notes.ref(f"{record['variant']}: {record.get('error')}")
+                    )
+                )
+                key = frozenset((a, b))
+                if key not in pairs or mark == "✅":
+                    pairs[key] = mark
+    header = "| | " + " | ".join(f"`{n}`" for n in names) + " |"
+    rule = "|---|" + "|".join(":-:" for _ in names) + "|"
+    rows = []
+    for i, a in enumerate(names):
+        cells = []
+        for j, b in enumerate(names):
+            if j > i:
+                cells.append("")
+            elif j == i:
+                cells.append("—")
+            else:
+                found = find_conflict({a: FEATURES[a].config_cls(), b: FEATURES[b].config_cls()})
+                if found is not None:
+                    cells.append("❌" + notes.ref(f"{a} + {b}: {found[0].reason}"))
+                else:
+                    cells.append(pairs.get(frozenset((a, b)), ""))
+        rows.append(f"| `{a}` | " + " | ".join(cells) + " |")
+    legend = (
+        "Legend: ✅ measured together and passed · ⚠ ran together, out of parity · ❌ failed, or excluded by a "
+        "rule in feature_matrix/rules.yaml (footnote) · blank: not measured together (with default options)."
+    )
+    return "\n".join([header, rule, *rows]) + f"\n\n{legend}\n\n{notes.render()}\n"
+
+
+def performance_table(records: list[dict[str, Any]], model: str, data: GateData) -> str:
+    """Every cell of one model: latency, speedup, memory, parity and gate status."""
+    verdicts = _verdicts(records, data)
+    header = (
+        "| config | latency (ms) | speedup | peak memory (MiB) | memory reduction | SSIM | PSNR (dB) | status |\n"
+        "|---|:-:|:-:|:-:|:-:|:-:|:-:|:-:|"
+    )
+    rows = []
+    for r in records:
+        if r["model"] != model or r.get("role") == "noise_floor":
+            continue
+        warm = (r.get("warm") or {}).get("median")
+        parity = r.get("parity") or {}
+        memory = r.get("peak_device_allocated_bytes") or r.get("peak_host_rss_bytes")
+        verdict = verdicts.get((model, r["variant"]))
+        status = "baseline" if r["variant"] == "baseline" else (verdict.outcome if verdict else r["status"])
+        speedup = 1.0 if r["variant"] == "baseline" and warm else r.get("speedup")
+        rows.append(
+            f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {fmt(speedup, 2)}{'x' if speedup else ''} "
+            f"| {fmt(memory / 2**20 if memory else None, 0)} | {fmt(r.get('memory_reduction'), 2)}"
+            f"{'x' if r.get('memory_reduction') else ''} | {fmt(parity.get('ssim'), 4)} "
+            f"| {fmt(parity.get('psnr'), 2)} | {status} |"
+        )
+    legend = (
+        "Units: warm median latency per call in ms; peak memory: device allocated on a GPU, else host RSS, in "
+        "MiB; memory reduction = baseline peak / variant peak; status: the gate's verdict."
+    )
+    return header + "\n" + "\n".join(rows) + f"\n\n{legend}\n"
+
+
+def render_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, str]:
+    """Every table by its injection name: support-matrix, compatibility, performance-<model>."""
+    tables = {
+        "support-matrix": support_matrix(records, data),
+        "compatibility": compatibility_matrix(records, data),
+    }
+    for model in dict.fromkeys(r["model"] for r in records):
+        tables[f"performance-{model}"] = performance_table(records, model, data)
+    return tables
