@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: sweep test setup clean
+.PHONY: sweep test setup clean report
 
 setup: $(STAMP)
 
@@ -27,3 +27,9 @@ test: $(STAMP)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+
+# Regenerate reports/quickstart (the default CPU profile's report, committed) and gate it.
+report: $(STAMP)
+	rm -rf reports/quickstart
+	$(VENV)/bin/omni-accel sweep --out reports/quickstart
+	$(VENV)/bin/omni-accel gate reports/quickstart

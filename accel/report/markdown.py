@@ -135,14 +135,28 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
     )
 
 
-def render(profile: Profile, records: list[dict[str, Any]], environment: dict[str, Any], wall_s: float) -> str:
+def render(
+    profile: Profile,
+    records: list[dict[str, Any]],
+    environment: dict[str, Any],
+    wall_s: float,
+    figures: dict[str, list[str]] | None = None,
+) -> str:
     """The whole report as markdown."""
     packages = environment.get("packages", {})
     devices = ", ".join(environment.get("devices") or []) or f"CPU: {environment.get('cpu')}"
     w = profile.workload
-    lines = [
-        f"# omni-accel report: {profile.name}",
-        "",
+    from accel import zoo
+
+    lines = [f"# omni-accel report: {profile.name}", ""]
+    if any(zoo.is_zoo_name(m.source) for m in profile.models):
+        lines += [
+            "> **Tiny random-weight models on a CPU.** These pipelines come from omni-accel's offline zoo: the",
+            "> numbers show the mechanics (does each feature engage, does it keep parity, what the harness",
+            "> measures), not model quality and not the speed of a real model on a real accelerator.",
+            "",
+        ]
+    lines += [
         profile.description.strip(),
         "",
         f"- Device: {devices} ({environment.get('torch_threads')} torch threads)",
@@ -156,6 +170,8 @@ def render(profile: Profile, records: list[dict[str, Any]], environment: dict[st
         f"- Sweep wall time: {wall_s:.1f} s for {len(records)} cells ({wall_s / max(1, len(records)):.1f} s per cell)",
         "",
     ]
+    lines += _support_section(records)
+    lines += [f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get("_all", [])]
     for model in dict.fromkeys(r["model"] for r in records):
         model_records = [r for r in records if r["model"] == model]
         measured = [r for r in model_records if r.get("role") != "noise_floor"]
@@ -173,6 +189,7 @@ def render(profile: Profile, records: list[dict[str, Any]], environment: dict[st
             "### Compute and memory",
             "",
             compute_table(measured),
+            *[f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get(model, [])],
         ]
     lines += [
         "Units: ms and s of wall time, synchronised with the device at every boundary; RSS: peak resident",
@@ -187,10 +204,29 @@ def render(profile: Profile, records: list[dict[str, Any]], environment: dict[st
     return "\n".join(lines)
 
 
+def _support_section(records: list[dict[str, Any]]) -> list[str]:
+    from accel.gate import load_gate_data
+    from accel.report.tables import support_matrix
+
+    return [
+        "## Support matrix",
+        "",
+        "Generated from the cells below and feature_matrix/ (claims, thresholds); `omni-accel table RUN_DIR` prints",
+        "it with the compatibility matrix and the performance tables, ready to paste or inject into docs.",
+        "",
+        support_matrix(records, load_gate_data()),
+    ]
+
+
 def write_report(
-    run_dir: Path, profile: Profile, records: list[dict[str, Any]], environment: dict[str, Any], wall_s: float
+    run_dir: Path,
+    profile: Profile,
+    records: list[dict[str, Any]],
+    environment: dict[str, Any],
+    wall_s: float,
+    figures: dict[str, list[str]] | None = None,
 ) -> Path:
     """Write ``report.md`` into the run directory."""
     path = Path(run_dir) / REPORT_FILE
-    path.write_text(render(profile, records, environment, wall_s))
+    path.write_text(render(profile, records, environment, wall_s, figures))
     return path

@@ -144,6 +144,7 @@ def run_sweep(
 ) -> SweepResult:
     """Run every cell of ``profile`` and write results, images and the report under ``run_dir``."""
     from accel import env
+    from accel.report.figures import write_figures
     from accel.report.images import save_images
     from accel.report.markdown import write_report
     from accel.sweep.executors import get_executor
@@ -180,8 +181,9 @@ def run_sweep(
         advance(None)
 
     write_table(records, run_dir)
+    figures = write_figures(run_dir, records, keys)
     wall_s = time.perf_counter() - started
-    report_path = write_report(run_dir, profile, records, environment, wall_s)
+    report_path = write_report(run_dir, profile, records, environment, wall_s, figures)
     return SweepResult(run_dir, records, report_path, wall_s)
 
 

@@ -1,0 +1,126 @@
+"""pytest plugin: ``pytest --accel-profile profiles/ci.yaml`` turns each sweep cell into a test item.
+
+Registered through the ``pytest11`` entry point, active only when ``--accel-profile`` or
+``--accel-results`` is given. Items are planned at collection time without running anything; the
+first item to run measures the whole profile once (in ``--accel-out``, default a temporary directory),
+then every item applies the same gate as ``omni-accel gate`` (``accel.gate``) to its cell. A failure
+shows the measured and required values; a cell unsupported in this environment is skipped.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("omni-accel", "omni-accel parity gates")
+    group.addoption("--accel-profile", metavar="PROFILE", help="Run this sweep profile; one test item per cell.")
+    group.addoption("--accel-results", metavar="RESULTS", help="Gate an existing run directory or results.jsonl.")
+    group.addoption("--accel-out", metavar="DIR", help="Run directory for --accel-profile (default: a temp dir).")
+    group.addoption("--accel-thresholds", metavar="FILE", help="Thresholds YAML (default: feature_matrix/).")
+    group.addoption("--accel-claims", metavar="FILE", help="Claims YAML (default: feature_matrix/).")
+    group.addoption("--accel-baseline", metavar="FILE", help="Performance baseline YAML.")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.getoption("accel_profile") or config.getoption("accel_results"):
+        config.pluginmanager.register(AccelCells(config), "omni-accel-cells")
+
+
+class AccelCells:
+    """Plans the items, runs the sweep once on demand and keeps the gate data."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        from accel.gate import load_gate_data
+
+        self.config = config
+        option = config.getoption
+        self.data = load_gate_data(
+            _path(option("accel_thresholds")), _path(option("accel_claims")), _path(option("accel_baseline"))
+        )
+        self.records: list[dict[str, Any]] | None = None
+        self.profile = None
+        results = option("accel_results")
+        if results:
+            from accel.results import read_results
+
+            self.records = read_results(results)
+        else:
+            from accel.profile import load_profile
+
+            self.profile_path = option("accel_profile")
+            self.profile = load_profile(self.profile_path)
+            self.run_dir = Path(option("accel_out") or tempfile.mkdtemp(prefix="omni-accel-"))
+
+    def cell_keys(self) -> list[tuple[str, str]]:
+        if self.records is not None:
+            return [(r["model"], r["variant"]) for r in self.records if r.get("role") != "noise_floor"]
+        from accel.sweep.cell import NOISE_FLOOR
+        from accel.sweep.runner import plan
+
+        return [(c.model.name, c.variant) for c in plan(self.profile, self.run_dir) if c.variant != NOISE_FLOOR]
+
+    def measured(self) -> list[dict[str, Any]]:
+        if self.records is None:
+            from accel.sweep.runner import run_sweep
+
+            self.records = run_sweep(self.profile, self.profile_path, self.run_dir, show_progress=False).records
+        return self.records
+
+    def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        for model, variant in self.cell_keys():
+            items.append(
+                AccelItem.from_parent(session, name=f"accel[{model}/{variant}]", cells=self, cell=(model, variant))
+            )
+
+    def pytest_report_header(self, config: pytest.Config) -> str:
+        source = self.config.getoption("accel_results") or self.config.getoption("accel_profile")
+        return f"omni-accel: gating {source}"
+
+
+class AccelGateFailure(Exception):
+    """A cell failed the gate; the message holds the measured and required values."""
+
+
+class AccelItem(pytest.Item):
+    """One sweep cell as a test item."""
+
+    def __init__(self, *, cells: AccelCells, cell: tuple[str, str], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cells = cells
+        self.cell = cell
+
+    def runtest(self) -> None:
+        from accel.gate import FAIL, SKIP, gate_cell, noise_floors
+
+        records = self.cells.measured()
+        model, variant = self.cell
+        record = next((r for r in records if (r["model"], r["variant"]) == self.cell), None)
+        if record is None:
+            raise AccelGateFailure(f"{model}/{variant}: no result recorded")
+        if variant == "baseline":
+            if record["status"] != "ok":
+                raise AccelGateFailure(f"baseline {record['status']}: {record.get('error')}")
+            return
+        modality = record.get("modality") or "image"
+        verdict = gate_cell(record, self.cells.data, noise_floors(records).get(model), modality)
+        if verdict.outcome == SKIP:
+            pytest.skip(verdict.message())
+        if verdict.outcome == FAIL:
+            raise AccelGateFailure(verdict.message())
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+        if isinstance(excinfo.value, AccelGateFailure):
+            return f"{self.cell[0]}/{self.cell[1]} failed the gate:\n{excinfo.value}"
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self) -> tuple[str, int, str]:
+        return self.cells.config.getoption("accel_profile") or "results", 0, self.name
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None

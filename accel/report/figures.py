@@ -1,0 +1,170 @@
+"""Figures of a run: image grids per prompt, speedup-vs-quality scatter with the Pareto front, and
+latency/memory bars. Written under ``RUN_DIR/figures/`` and embedded in ``report.md``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel.report.markdown import fmt
+
+FIGURES = "figures"
+TILE = 128  # pixels per image in a grid (tiny outputs are scaled up with nearest neighbour)
+VIDEO_FRAMES = 3
+
+
+def _with_outputs(records: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
+    return [r for r in records if r["model"] == model and r.get("outputs_file") and r.get("role") != "noise_floor"]
+
+
+def _thumbnail(frames: np.ndarray) -> Any:
+    """A column of up to VIDEO_FRAMES frames (one for an image), scaled to TILE wide."""
+    from PIL import Image
+
+    picks = np.linspace(0, len(frames) - 1, min(VIDEO_FRAMES, len(frames))).round().astype(int)
+    column = np.concatenate([frames[i] for i in picks], axis=0)
+    image = Image.fromarray((np.clip(column, 0, 1) * 255 + 0.5).astype(np.uint8))
+    scale = TILE / image.width
+    return image.resize((TILE, round(image.height * scale)), Image.NEAREST)
+
+
+def image_grids(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -> list[tuple[str, Path]]:
+    """Per model and prompt: the baseline and every variant side by side, labelled."""
+    from PIL import Image, ImageDraw
+
+    out = Path(run_dir) / FIGURES
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    prompts = sorted({key.split("_")[0] for key in keys})
+    for model in dict.fromkeys(r["model"] for r in records):
+        cells = _with_outputs(records, model)
+        if not cells:
+            continue
+        for prompt in prompts:
+            key = next(k for k in keys if k.startswith(prompt + "_"))
+            tiles = []
+            for record in cells:
+                with np.load(Path(run_dir) / record["outputs_file"]) as outputs:
+                    tiles.append((record, _thumbnail(outputs[key])))
+            label_h = 34
+            width = TILE * len(tiles)
+            height = max(t.height for _, t in tiles) + label_h
+            canvas = Image.new("RGB", (width, height), "white")
+            draw = ImageDraw.Draw(canvas)
+            for index, (record, tile) in enumerate(tiles):
+                x = index * TILE
+                canvas.paste(tile, (x, label_h))
+                parity = record.get("parity") or {}
+                speed = record.get("speedup", 1.0 if record["variant"] == "baseline" else None)
+                draw.text((x + 2, 1), record["variant"][:20], fill="black")
+                draw.text(
+                    (x + 2, 12), f"{fmt(speed, 2)}x  SSIM {fmt(parity.get('ssim'), 3)}".replace("–", "-"), fill="black"
+                )
+                draw.text((x + 2, 23), record["status"][:20], fill="black" if record["status"] == "ok" else "red")
+            path = out / f"grid-{model}-{prompt}.png"
+            canvas.save(path)
+            paths.append((model, path))
+    return paths
+
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of the points no other point beats on both coordinates (higher is better on both)."""
+    front = []
+    for i, (x, y) in enumerate(points):
+        dominated = any((a >= x and b >= y) and (a > x or b > y) for j, (a, b) in enumerate(points) if j != i)
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def _plottable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [r for r in records if r.get("speedup") and r.get("parity") and r.get("role") != "noise_floor"]
+
+
+def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
+    """Speedup against SSIM and PSNR, one colour per model, Pareto front (per model) marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = _plottable(records)
+    if not cells:
+        return None
+    figure, axes = plt.subplots(1, 2, figsize=(12, 5))
+    finite_psnr = [r["parity"]["psnr"] for r in cells if math.isfinite(r["parity"]["psnr"])]
+    psnr_cap = (max(finite_psnr) if finite_psnr else 60.0) + 5  # identical outputs (inf) drawn at the top
+    for model in dict.fromkeys(r["model"] for r in cells):
+        mine = [r for r in cells if r["model"] == model]
+        for axis, metric in zip(axes, ("ssim", "psnr"), strict=True):
+            xs = [r["speedup"] for r in mine]
+            ys = [min(r["parity"][metric], psnr_cap) for r in mine]
+            dots = axis.scatter(xs, ys, label=model, alpha=0.75)
+            front = sorted(pareto_front(list(zip(xs, ys, strict=True))), key=lambda i: xs[i])
+            axis.plot([xs[i] for i in front], [ys[i] for i in front], "--", color=dots.get_facecolor()[0])
+            for r, x, y in zip(mine, xs, ys, strict=True):
+                if len(mine) <= 12:
+                    axis.annotate(r["variant"], (x, y), fontsize=7, alpha=0.7)
+    axes[0].set(xlabel="speedup vs baseline (x)", ylabel="SSIM vs baseline", title="Speed vs SSIM")
+    axes[1].set(xlabel="speedup vs baseline (x)", ylabel="PSNR (dB; identical = top)", title="Speed vs PSNR")
+    for axis in axes:
+        axis.axvline(1.0, color="grey", linewidth=0.8)
+        axis.grid(alpha=0.3)
+    axes[0].legend()
+    figure.suptitle("Higher and further right is better; dashed: each model's Pareto front")
+    path = Path(run_dir) / FIGURES / "speed-vs-quality.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
+def latency_memory_bars(run_dir: Path, records: list[dict[str, Any]], model: str) -> Path | None:
+    """Warm latency and peak memory of every measured cell of one model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [r for r in records if r["model"] == model and r.get("warm") and r.get("role") != "noise_floor"]
+    if not cells:
+        return None
+    names = [r["variant"] for r in cells]
+    latency = [r["warm"]["median"] * 1e3 for r in cells]
+    memory = [(r.get("peak_device_allocated_bytes") or r.get("peak_host_rss_bytes") or 0) / 2**20 for r in cells]
+    figure, axes = plt.subplots(1, 2, figsize=(12, max(3, 0.3 * len(cells) + 1)))
+    axes[0].barh(names, latency, color="tab:blue")
+    axes[0].set(xlabel="warm median latency (ms)", title=f"{model}: latency")
+    axes[1].barh(names, memory, color="tab:orange")
+    memory_kind = "device allocated" if cells[0].get("peak_device_allocated_bytes") else "host RSS"
+    axes[1].set(xlabel=f"peak memory, {memory_kind} (MiB)", title=f"{model}: memory")
+    for axis in axes:
+        axis.invert_yaxis()
+        axis.grid(axis="x", alpha=0.3)
+    path = Path(run_dir) / FIGURES / f"bars-{model}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    return path
+
+
+def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -> dict[str, list[str]]:
+    """All figures; returns, per model (and ``_all``), the paths relative to ``run_dir``."""
+    run_dir = Path(run_dir)
+    figures: dict[str, list[str]] = {"_all": []}
+    scatter = speed_quality_scatter(run_dir, records)
+    if scatter:
+        figures["_all"].append(str(scatter.relative_to(run_dir)))
+    for model in dict.fromkeys(r["model"] for r in records):
+        figures[model] = []
+        bars = latency_memory_bars(run_dir, records, model)
+        if bars:
+            figures[model].append(str(bars.relative_to(run_dir)))
+    for model, grid in image_grids(run_dir, records, keys):
+        figures[model].append(str(grid.relative_to(run_dir)))
+    return figures

@@ -1,0 +1,83 @@
+"""Deterministic synthetic results (hand-built records) for golden-file tests of tables and gates."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+
+def record(model: str, variant: str, features: dict[str, Any], status: str = "ok", **values: Any) -> dict[str, Any]:
+    base = {
+        "model": model,
+        "source": model,
+        "variant": variant,
+        "features": features,
+        "status": status,
+        "error": values.pop("error", None),
+        "modality": values.pop("modality", "image"),
+    }
+    if status == "ok":
+        engaged = values.pop("engaged", True)
+        speedup = values.get("speedup", 1.0)
+        base.update(
+            warm={"median": values.pop("latency", round(0.2 / speedup, 6)), "cv": 0.02},
+            peak_host_rss_bytes=values.pop("rss", 400 * 2**20),
+            evidence={name: {"engaged": engaged, "summary": "evidence"} for name in features},
+        )
+        if variant != "baseline":
+            ssim, psnr = values.pop("ssim", 1.0), values.pop("psnr", math.inf)
+            base.update(
+                speedup=values.pop("speedup", 1.0),
+                memory_reduction=values.pop("memory_reduction", 1.0),
+                parity={"ssim": ssim, "psnr": psnr, "max_abs_diff": 0.0, "bit_identical": math.isinf(psnr)},
+            )
+    base.update(values)
+    return base
+
+
+def results() -> list[dict[str, Any]]:
+    """Two models; lossless and lossy cells, failures, unsupported cells and a measured pair."""
+    return [
+        record("flux", "baseline", {}, latency=0.2),
+        record("flux", "noise-floor", {}, role="noise_floor", ssim=1.0, psnr=math.inf, speedup=0.98),
+        record("flux", "compile", {"compile": "regional"}, speedup=1.5, ssim=0.9995, psnr=52.0),
+        record("flux", "tea", {"tea_cache": 0.4}, speedup=1.8, ssim=0.97, psnr=33.0),
+        record("flux", "fbc-loose", {"first_block_cache": 0.9}, speedup=2.5, ssim=0.71, psnr=21.0),
+        record("flux", "tiling", {"vae_use_tiling": {"tile_size": 32}}, speedup=0.3, ssim=0.33, psnr=15.9),
+        record(
+            "flux",
+            "flash",
+            {"attention_backend": "flash"},
+            status="unsupported",
+            unsupported_scope="environment",
+            error="attention_backend: package flash_attn not installed: pip install 'omni-accel[gpu]'",
+        ),
+        record("flux", "offload", {"enable_cpu_offload": True}, speedup=0.5, memory_reduction=1.6),
+        record(
+            "flux", "tea+offload", {"tea_cache": 0.4, "enable_cpu_offload": True}, speedup=0.9, ssim=0.97, psnr=33.0
+        ),
+        record("wan", "baseline", {}, latency=0.3, modality="video"),
+        record("wan", "compile", {"compile": "regional"}, speedup=1.2, ssim=0.999, psnr=48.0, modality="video"),
+        record(
+            "wan",
+            "tea",
+            {"tea_cache": 0.4},
+            status="unsupported",
+            unsupported_scope="model",
+            error="tea_cache: TeaCache coefficients are published for FluxTransformer2DModel only",
+        ),
+        record(
+            "wan",
+            "taylorseer",
+            {"taylorseer_cache": {}},
+            status="failed",
+            modality="video",
+            error="taylorseer_cache: taylorseer_cache enabled but a run computed every step (0 cached)",
+        ),
+    ]
+
+
+CLAIMS = {
+    "flux": {"vae_use_tiling": {"supported": False, "note": "tiny VAE"}},
+    "wan": {"tea_cache": {"supported": False}, "taylorseer_cache": {"supported": False}},
+}

@@ -1,0 +1,66 @@
+"""The gate on real measured cells of the tiny zoo: passes as measured, fails on a corrupted output."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from conftest import small_profile
+
+from accel.cli import main
+from accel.profile import parse_profile
+from accel.results import read_results
+from accel.sweep.runner import attach_parity, run_sweep
+
+VARIANTS = [
+    {"name": "cache-dit", "features": {"cache_dit": {"residual_diff_threshold": 0.5, "max_warmup_steps": 2}}},
+    {"name": "tiling", "features": {"vae_use_tiling": {"tile_size": 32, "tile_stride": 16}}},
+    {"name": "int8wo", "features": {"quantization": "int8wo"}},
+    {"name": "group-offload", "features": {"group_offload": {}}},
+    {"name": "attn-math", "features": {"attention_backend": "_native_math"}},
+    {"name": "fp8-dynamic", "features": {"quantization": "fp8dq"}},
+]
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory):
+    run_dir = tmp_path_factory.mktemp("gate-real")
+    profile = parse_profile(small_profile(["tiny-flux"], VARIANTS, steps=8))
+    run_sweep(profile, "t.yaml", run_dir, show_progress=False)
+    return run_dir
+
+
+def _gate(monkeypatch, capsys, run_dir):
+    monkeypatch.setattr(sys, "argv", ["omni-accel", "gate", str(run_dir)])
+    try:
+        main()
+    except SystemExit as done:
+        return done.code, capsys.readouterr().out
+    return 0, capsys.readouterr().out
+
+
+def test_gate_passes_on_the_measured_cells(measured, monkeypatch, capsys):
+    code, out = _gate(monkeypatch, capsys, measured)
+    assert code == 0, out
+    assert "0 failed, 1 skipped" in out  # fp8 dynamic needs a GPU
+
+
+def test_a_corrupted_output_fails_the_gate_and_names_the_cell(measured, tmp_path, monkeypatch, capsys):
+    records = read_results(measured)
+    victim = next(r for r in records if r["variant"] == "attn-math")
+    path = measured / victim["outputs_file"]
+    with np.load(path) as outputs:
+        corrupted = {k: np.clip(v + np.random.default_rng(0).normal(0, 0.2, v.shape), 0, 1) for k, v in outputs.items()}
+    copy = tmp_path / "run"
+    (copy / "outputs" / "tiny-flux").mkdir(parents=True)
+    np.savez(copy / victim["outputs_file"], **corrupted)
+    np.savez(copy / "outputs" / "tiny-flux" / "baseline.npz", **np.load(measured / "outputs/tiny-flux/baseline.npz"))
+    baseline = next(r for r in records if r["variant"] == "baseline")
+    keys = list(corrupted)
+    attach_parity(victim, baseline, copy, keys)  # the parity the runner would have computed
+    (copy / "results.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    code, out = _gate(monkeypatch, capsys, copy)
+    assert code == 1
+    assert "**tiny-flux/attn-math**" in out and "SSIM, lossless (image): measured 0." in out

@@ -1,0 +1,50 @@
+"""The pytest plugin, end to end under pytester: pass, fail (with measured values) and skip items."""
+
+from __future__ import annotations
+
+import yaml
+from conftest import small_profile
+
+VARIANTS = [
+    {"name": "attn-native", "features": {"attention_backend": "native"}},  # bit-identical: passes anything
+    {"name": "attn-math", "features": {"attention_backend": "_native_math"}},  # PSNR ~133 dB, not identical
+    {"name": "attn-flash", "features": {"attention_backend": "flash"}},  # not installed here: skipped
+]
+
+
+def test_plugin_turns_cells_into_items_with_measured_values(pytester):
+    profile = small_profile(["tiny-flux"], VARIANTS)
+    profile["measure"]["noise_floor"] = False
+    pytester.makefile(".yaml", ci=yaml.safe_dump(profile))
+    # A deliberately strict lossless PSNR: 200 dB only bit-identical outputs reach.
+    strict = {"lossless": {"image": {"ssim": 0.98, "psnr": 200.0}, "video": {"ssim": 0.95, "psnr": 200.0}},
+              "lossy": {"cache": {"ssim": 0.9, "psnr": 25.0}}}  # fmt: skip
+    pytester.makefile(".yaml", strict=yaml.safe_dump(strict))
+    result = pytester.runpytest("--accel-profile", "ci.yaml", "--accel-thresholds", "strict.yaml", "-rs")
+    result.assert_outcomes(passed=2, failed=1, skipped=1)  # baseline + attn-native pass
+    result.stdout.fnmatch_lines(
+        [
+            "*tiny-flux/attn-math failed the gate:*",
+            "*PSNR dB, lossless (image): measured 1??.*, required >= 200",
+            "*SKIPPED*unsupported here: attention_backend: package flash_attn not installed*",
+        ]
+    )
+
+
+def test_plugin_is_inactive_without_its_options(pytester):
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    result = pytester.runpytest()
+    result.assert_outcomes(passed=1)
+
+
+def test_plugin_gates_an_existing_results_file(pytester):
+    import json
+
+    from synthetic import results
+
+    pytester.makefile(".jsonl", results="\n".join(json.dumps(r) for r in results()))
+    result = pytester.runpytest("--accel-results", "results.jsonl")
+    # 13 records: 2 baselines pass, the noise floor is no item, fbc-loose and the unclaimed wan failures fail.
+    outcomes = result.parseoutcomes()
+    assert outcomes["failed"] >= 1 and outcomes["passed"] >= 3 and outcomes["skipped"] == 1
+    result.stdout.fnmatch_lines(["*flux/fbc-loose failed the gate:*", "*SSIM, lossy (cache): measured 0.71*"])

@@ -1,0 +1,110 @@
+"""Generated markdown tables against golden files, and docs injection round trips.
+
+Regenerate the golden files after an intended change with ``UPDATE_GOLDEN=1 pytest tests/test_tables.py``
+and review the diff.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from synthetic import CLAIMS, results
+
+from accel.errors import ConfigError
+from accel.gate import GateData, load_gate_data
+from accel.report.inject import inject, inject_file
+from accel.report.tables import render_tables
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _tables() -> dict[str, str]:
+    return render_tables(results(), GateData(load_gate_data().thresholds, CLAIMS))
+
+
+@pytest.mark.parametrize("name", ["support-matrix", "compatibility", "performance-flux", "performance-wan"])
+def test_tables_match_golden_files(name):
+    text = _tables()[name]
+    path = GOLDEN / f"{name}.md"
+    if os.environ.get("UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert text == path.read_text()
+
+
+def test_support_matrix_marks():
+    text = _tables()["support-matrix"]
+    assert "| **flux** |" in text and "| **wan** |" in text
+    assert "✅ 1.5x · 1.00" in text  # compile on flux: speedup · SSIM
+    assert "⚠" in text and "❌" in text and "➖" in text
+    assert "tea: tea_cache: TeaCache coefficients are published for FluxTransformer2DModel only" in text  # footnote
+    assert text.count("|:-:") >= 1 and "Legend:" in text
+
+
+def test_compatibility_is_lower_triangular_with_rules():
+    text = _tables()["compatibility"]
+    rows = [line for line in text.splitlines() if line.startswith("| `")]
+    for index, row in enumerate(rows):
+        cells = [c.strip() for c in row.strip("|").split("|")][1:]
+        assert cells[index] == "—" and all(c == "" for c in cells[index + 1 :])
+    assert "✅" in text  # tea_cache + enable_cpu_offload measured together
+
+
+# The two trailing spaces (a markdown line break) must survive injection too.
+DOC = """# Support
+
+Hand-written intro, kept byte for byte.\x20\x20
+<!-- omni-accel:begin support-matrix -->
+stale content
+<!-- omni-accel:end support-matrix -->
+
+Between blocks.
+<!-- omni-accel:begin performance-flux -->
+<!-- omni-accel:end performance-flux -->
+trailing text without newline"""
+
+
+def test_injection_replaces_only_the_blocks(tmp_path):
+    tables = _tables()
+    path = tmp_path / "support.md"
+    path.write_text(DOC)
+    assert inject_file(path, tables) == ["support-matrix", "performance-flux"]
+    text = path.read_text()
+    assert text.startswith(
+        "# Support\n\nHand-written intro, kept byte for byte.  \n<!-- omni-accel:begin support-matrix -->\n"
+    )
+    assert "stale content" not in text and tables["support-matrix"] in text
+    assert "\n<!-- omni-accel:end support-matrix -->\n\nBetween blocks.\n" in text
+    assert text.endswith("<!-- omni-accel:end performance-flux -->\ntrailing text without newline")
+    assert inject_file(path, tables) == []  # idempotent
+    outside = text.split("<!-- omni-accel:begin")[0]
+    assert outside == DOC.split("<!-- omni-accel:begin")[0]
+
+
+def test_check_detects_a_stale_block_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import json
+
+    from accel.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("\n".join(json.dumps(r) for r in results()) + "\n")
+    doc = tmp_path / "doc.md"
+    doc.write_text(DOC)
+    monkeypatch.setattr(sys, "argv", ["omni-accel", "table", str(run), "--inject", str(doc), "--check"])
+    with pytest.raises(SystemExit) as done:
+        main()
+    assert done.value.code == 1 and "stale: support-matrix" in capsys.readouterr().out
+    assert doc.read_text() == DOC
+    monkeypatch.setattr(sys, "argv", ["omni-accel", "table", str(run), "--inject", str(doc)])
+    main()
+    monkeypatch.setattr(sys, "argv", ["omni-accel", "table", str(run), "--inject", str(doc), "--check"])
+    main()  # fresh now: exit 0
+    assert "stale: none" in capsys.readouterr().out
+
+
+def test_unknown_block_name_is_bad_input():
+    with pytest.raises(ConfigError, match=r"block 'nope' names no table\. Allowed: compatibility"):
+        inject("<!-- omni-accel:begin nope -->\n<!-- omni-accel:end nope -->\n", _tables(), "x.md")
