@@ -14,6 +14,8 @@ import typer
 
 from accel.errors import AccelError
 
+EXECUTORS = ("process", "inline", "ray")
+
 app = typer.Typer(
     name="omni-accel",
     help="Qualify diffusion acceleration features: does it work, how much faster, what does it cost in quality?",
@@ -37,27 +39,66 @@ def sweep(
     profile: Path | None = typer.Argument(None, help="Profile YAML; default: the embedded quickstart."),
     out: Path | None = typer.Option(None, "--out", "-o", help="Run directory; default: runs/<profile name>."),
     executor: str | None = typer.Option(
-        None, "--executor", help="process (isolated, default) or inline (fast, same process)."
+        None, "--executor", help="process (isolated, default), inline (fast, same process) or ray."
     ),
+    resume: Path | None = typer.Option(
+        None, "--resume", help="Continue this run directory: skip measured cells, refuse a changed profile."
+    ),
+    ray_address: str | None = typer.Option(None, "--ray-address", help="Ray cluster address (default: local)."),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Run the baseline and every variant of a profile; write results, images and report.md."""
+    import time
+
     from accel.errors import ConfigError
     from accel.profile import default_profile_path, load_profile
+    from accel.sweep.resume import RESOLVED_PROFILE_FILE
 
-    if executor is not None and executor not in ("process", "inline"):
-        raise ConfigError(f"--executor: unknown executor '{executor}'. Allowed: inline, process")
+    if executor is not None and executor not in EXECUTORS:
+        raise ConfigError(f"--executor: unknown executor '{executor}'. Allowed: {', '.join(EXECUTORS)}")
+    if resume is not None and out is not None and out != resume:
+        raise ConfigError("--out and --resume name different directories; --resume continues its own directory")
     _setup_logging(verbose)
-    path = profile or default_profile_path()
+    if resume is not None and profile is None:
+        path = resume / RESOLVED_PROFILE_FILE
+        if not path.is_file():
+            raise ConfigError(f"{resume}: not a run directory (no {RESOLVED_PROFILE_FILE}); nothing to resume")
+    else:
+        path = profile or default_profile_path()
     loaded = load_profile(path)
-    run_dir = out or Path("runs") / loaded.name
+    run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from accel.sweep.runner import run_sweep
 
-    result = run_sweep(loaded, str(path), run_dir, executor=executor)
+    result = run_sweep(
+        loaded, str(path), run_dir, executor=executor, resume=resume is not None, ray_address=ray_address
+    )
     failed = [r for r in result.records if r["status"] == "failed"]
     typer.echo(f"{len(result.records)} cells in {result.wall_s:.1f} s, {len(failed)} failed")
     typer.echo(f"results: {result.run_dir / 'results.jsonl'}")
     typer.echo(f"report:  {result.report_path}")
+
+
+@app.command()
+def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
+    """Print the cells a sweep of PROFILE would run, without running anything."""
+    from accel.profile import load_profile
+    from accel.sweep.combinations import plan_pairwise
+    from accel.sweep.runner import plan as plan_cells
+
+    loaded = load_profile(profile)
+    cells = plan_cells(loaded, Path("."))
+    for cell in cells:
+        features = ", ".join(f"{k}={v}" for k, v in cell.features.items()) or "(none)"
+        typer.echo(f"{cell.key:45} {features}")
+    typer.echo(f"{len(cells)} cells: {len(loaded.models)} model(s) x {len(cells) // len(loaded.models)} configurations")
+    if loaded.combinations is not None:
+        result = plan_pairwise(loaded.combinations.features, f"{profile}: combinations", loaded.combinations.prefix)
+        typer.echo(
+            f"pairwise: {len(result.variants)} variants cover {len(result.covered_pairs)} feature pairs and every "
+            f"option value (the full product has {result.full_product} variants)"
+        )
+        for pair, reason in sorted(result.skipped_pairs.items(), key=lambda kv: sorted(kv[0])):
+            typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
 
 
 @app.command()

@@ -106,9 +106,20 @@ class Measure(StrictModel):
     noise_floor: bool = Field(
         default=True, description="Re-run each baseline in a fresh cell and record its parity with itself."
     )
-    executor: Literal["process", "inline"] = Field(
-        default="process", description="process: each cell in a fresh worker (isolated); inline: fast tests."
+    executor: Literal["process", "inline", "ray"] = Field(
+        default="process",
+        description="process: each cell in a fresh worker (isolated); inline: fast tests; ray: Ray tasks.",
     )
+    cpus_per_cell: float = Field(default=1, gt=0, description="Ray: CPUs reserved per cell.")
+    gpus_per_cell: float = Field(default=0, ge=0, description="Ray: GPUs reserved per cell.")
+
+
+class Combinations(StrictModel):
+    """Generated variants: ``pairwise`` covers every option value and every compatible feature pair."""
+
+    mode: Literal["pairwise"] = "pairwise"
+    features: dict[str, list[Any]] = Field(description="Feature name -> option values to combine.")
+    prefix: str = Field(default="pairwise", description="Generated variants are named <prefix>-01, -02, ...")
 
 
 class Profile(StrictModel):
@@ -119,7 +130,19 @@ class Profile(StrictModel):
     models: list[ModelSpec] = Field(min_length=1)
     workload: Workload
     variants: list[Variant] = Field(default_factory=list)
+    combinations: Combinations | None = None
     measure: Measure = Field(default_factory=Measure)
+
+    def all_variants(self, source: str = "<profile>") -> list[Variant]:
+        """The explicit variants, then those the ``combinations`` section generates."""
+        if self.combinations is None:
+            return list(self.variants)
+        from accel.sweep.combinations import plan_pairwise
+
+        generated = plan_pairwise(
+            self.combinations.features, f"{source}: combinations", self.combinations.prefix
+        ).variants
+        return [*self.variants, *(Variant(**v) for v in generated)]
 
     @model_validator(mode="after")
     def _unique_names(self) -> Profile:
@@ -173,6 +196,13 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
 
     for index, variant in enumerate(profile.variants):
         validate_variant_features(variant.features, f"{source}: variants[{index}].features")
+    names = [v.name for v in profile.variants]
+    for generated in profile.all_variants(source)[len(names) :]:
+        if generated.name in names:
+            raise ConfigError(
+                f"{source}: combinations.prefix: generated variant '{generated.name}' clashes with an explicit "
+                "variant; choose another prefix"
+            )
     return profile
 
 

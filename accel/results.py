@@ -47,7 +47,10 @@ class ResultsLog:
                 handle.flush()
                 os.fsync(handle.fileno())
         except OSError as error:
-            raise ConfigError(f"{self.path}: cannot append a result: {error.strerror or error}") from error
+            raise ConfigError(
+                f"{self.path}: cannot append a result: {error.strerror or error}; the cells already recorded "
+                f"are kept; free space, then continue with 'omni-accel sweep --resume {self.path.parent}'"
+            ) from error
 
 
 def read_results(path: str | Path) -> list[dict[str, Any]]:

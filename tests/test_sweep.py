@@ -83,12 +83,15 @@ def test_a_crash_loses_nothing_already_measured(tmp_path, monkeypatch):
     calls = []
 
     def crash_on_second(spec):
-        calls.append(spec.variant)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return executors.run_inline(spec)
+        def compute():
+            calls.append(spec.variant)
+            if len(calls) == 2:
+                raise KeyboardInterrupt
+            return executors.run_inline(spec)
 
-    monkeypatch.setattr(executors, "get_executor", lambda name, timeout: crash_on_second)
+        return executors.Pending(compute)
+
+    monkeypatch.setattr(executors, "get_executor", lambda *args, **kwargs: crash_on_second)
     with pytest.raises(KeyboardInterrupt):
         run_sweep(profile, "test.yaml", tmp_path, show_progress=False)
     logged = read_results(tmp_path)

@@ -20,8 +20,8 @@ from accel.errors import ConfigError
 from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, write_table
 from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
+from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records
 
-RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
 ENVIRONMENT_FILE = "environment.json"
 
 
@@ -38,13 +38,13 @@ class SweepResult:
 def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
     """Every cell in execution order: per model, the baseline, its noise-floor re-run, then each variant."""
     cells = []
+    variants = profile.all_variants()
     for model in profile.models:
         cells.append(CellSpec(model, profile.workload, profile.measure, BASELINE, {}, str(run_dir)))
         if profile.measure.noise_floor:
             cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
-            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
-            for v in profile.variants
+            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir)) for v in variants
         )
     return cells
 
@@ -141,8 +141,14 @@ def run_sweep(
     run_dir: Path,
     executor: str | None = None,
     show_progress: bool = True,
+    resume: bool = False,
+    ray_address: str | None = None,
 ) -> SweepResult:
-    """Run every cell of ``profile`` and write results, images and the report under ``run_dir``."""
+    """Run every cell of ``profile`` and write results, images and the report under ``run_dir``.
+
+    With ``resume``, cells already in ``run_dir``'s results are kept and skipped; a profile that changed
+    since the run started is refused. Without it, a run directory that already holds results is refused.
+    """
     from accel import env
     from accel.report.figures import write_figures
     from accel.report.images import save_images
@@ -150,22 +156,40 @@ def run_sweep(
     from accel.sweep.executors import get_executor
 
     started = time.perf_counter()
+    previous: list[dict[str, Any]] = []
+    if resume:
+        check_same_profile(run_dir, profile)
+        previous = measured_records(run_dir)
+    elif (run_dir / RESULTS_FILE).is_file() and (run_dir / RESULTS_FILE).stat().st_size:
+        raise ConfigError(
+            f"{run_dir}: already holds results; continue it with 'omni-accel sweep --resume {run_dir}' "
+            "or choose another --out"
+        )
     prepare_run_dir(run_dir)
     check_inputs(profile, source)
-    run_cell = get_executor(executor or profile.measure.executor, profile.measure.timeout_s)
+    measure = profile.measure
+    submit = get_executor(
+        executor or measure.executor, measure.timeout_s, measure.cpus_per_cell, measure.gpus_per_cell, ray_address
+    )
     log = ResultsLog(run_dir / RESULTS_FILE)
-    (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
+    if not resume:
+        (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
     environment = env.capture(profile.fingerprint())
     (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
 
     cells = plan(profile, run_dir)
     keys = sample_keys(profile.workload)
+    done = {(r["model"], r["variant"]): r for r in previous}
     records: list[dict[str, Any]] = []
-    baselines: dict[str, dict[str, Any]] = {}
+    baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
+    pending = {cell.key: submit(cell) for cell in cells if (cell.model.name, cell.variant) not in done}
     with _progress(show_progress, len(cells)) as advance:
         for cell in cells:
             advance(cell.key)
-            record = run_cell(cell)
+            if (cell.model.name, cell.variant) in done:
+                records.append(done[(cell.model.name, cell.variant)])
+                continue
+            record = pending[cell.key].result()
             if cell.variant == BASELINE:
                 baselines[cell.model.name] = record
             if cell.variant == NOISE_FLOOR:

@@ -1,0 +1,85 @@
+"""Resuming a run: what was already measured, and refusing a profile that changed since.
+
+The results log is append-only and each record is fsynced, so a sweep killed at any point leaves every
+finished cell on disk; at most the line being written when the process died is cut short, and that
+line is dropped (its cell is measured again).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from accel.errors import ConfigError
+from accel.profile import Profile, parse_profile
+from accel.results import RESULTS_FILE
+
+RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
+
+
+def _differences(old: Any, new: Any, path: str = "") -> list[str]:
+    if isinstance(old, dict) and isinstance(new, dict):
+        out = []
+        for key in sorted(set(old) | set(new), key=str):
+            where = f"{path}.{key}" if path else str(key)
+            if key not in old:
+                out.append(f"{where} added")
+            elif key not in new:
+                out.append(f"{where} removed")
+            else:
+                out += _differences(old[key], new[key], where)
+        return out
+    if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
+        return [d for i, (a, b) in enumerate(zip(old, new, strict=True)) for d in _differences(a, b, f"{path}[{i}]")]
+    return [] if old == new else [f"{path}: {old!r} -> {new!r}"]
+
+
+def resolved_profile(run_dir: Path) -> Profile:
+    """The profile a run was started with."""
+    path = run_dir / RESOLVED_PROFILE_FILE
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_PROFILE_FILE}); nothing to resume")
+    return parse_profile(yaml.safe_load(path.read_text()), str(path))
+
+
+def check_same_profile(run_dir: Path, profile: Profile) -> None:
+    """Refuse to resume with a profile whose content differs from the run's, naming what changed."""
+    before = resolved_profile(run_dir)
+    if before.fingerprint() == profile.fingerprint():
+        return
+    changes = _differences(before.model_dump(mode="json"), profile.model_dump(mode="json"))
+    shown = "; ".join(changes[:4]) + (f"; and {len(changes) - 4} more" if len(changes) > 4 else "")
+    raise ConfigError(
+        f"{run_dir}: the profile changed since this run started ({shown}); its results would not be comparable. "
+        "Resume with the original profile, or start a new run directory"
+    )
+
+
+def measured_records(run_dir: Path) -> list[dict[str, Any]]:
+    """Complete records of a run; a last line cut short by a crash is dropped and trimmed from the file."""
+    path = run_dir / RESULTS_FILE
+    if not path.is_file():
+        return []
+    data = path.read_bytes()
+    records: list[dict[str, Any]] = []
+    good_length = 0
+    for line in data.splitlines(keepends=True):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as error:
+            if good_length + len(line) < len(data):  # not the last line: the log is damaged, not cut short
+                raise ConfigError(
+                    f"{path}: a record in the middle is not JSON ({error.msg}); repair it by hand"
+                ) from error
+            break
+        if not line.endswith(b"\n"):
+            records.pop()  # complete JSON but no newline: the write was cut short
+            break
+        good_length += len(line)
+    if good_length < len(data):
+        with path.open("r+b") as handle:
+            handle.truncate(good_length)
+    return records

@@ -1,0 +1,126 @@
+"""Never lose a result: SIGKILL mid-sweep and resume, crashes recorded, a full disk reported clearly."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+
+import pytest
+import yaml
+from conftest import small_profile
+
+from accel.errors import ConfigError
+from accel.profile import parse_profile
+from accel.results import ResultsLog, read_results
+from accel.sweep.runner import run_sweep
+
+VARIANTS = [{"name": f"v{i}", "features": {"attention_backend": "native"}} for i in range(4)]
+
+
+def _profile(**measure):
+    profile = small_profile(["tiny-flux"], VARIANTS, steps=6)
+    profile["measure"] = {"warmup": 1, "repeats": 3, "executor": "process", **measure}
+    return profile
+
+
+def test_sigkill_mid_sweep_then_resume_measures_every_cell_once(tmp_path):
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(_profile()))
+    run_dir = tmp_path / "run"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group: the kill takes the forkserver and workers too
+    )
+    results = run_dir / "results.jsonl"
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and (not results.is_file() or len(results.read_text().splitlines()) < 2):
+        time.sleep(0.2)
+    os.killpg(sweep.pid, signal.SIGKILL)
+    sweep.wait()
+    before = len(read_results(run_dir))
+    assert 2 <= before < 6, "the kill should land mid-sweep"
+
+    result = run_sweep(
+        parse_profile(_profile()), str(path), run_dir, executor="inline", show_progress=False, resume=True
+    )
+    counts = Counter((r["model"], r["variant"]) for r in read_results(run_dir))
+    assert set(counts.values()) == {1} and len(counts) == 6  # baseline, noise floor, 4 variants
+    assert all(r["status"] == "ok" for r in result.records)
+    assert result.report_path.is_file()
+
+
+def test_a_line_cut_short_by_a_crash_is_dropped_on_resume(tmp_path):
+    profile = parse_profile(_profile(executor="inline", repeats=1))
+    run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
+    results = tmp_path / "results.jsonl"
+    lines = results.read_text().splitlines(keepends=True)
+    results.write_text("".join(lines[:3]) + lines[3][:40])  # the 4th record half-written
+    run_sweep(profile, "p.yaml", tmp_path, show_progress=False, resume=True)
+    counts = Counter(r["variant"] for r in read_results(tmp_path))
+    assert set(counts.values()) == {1} and len(counts) == 6
+
+
+def test_resume_refuses_a_changed_profile_and_a_fresh_run_refuses_old_results(tmp_path):
+    profile = _profile(executor="inline", repeats=1)
+    run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    changed = {**profile, "workload": {**profile["workload"], "steps": 7}}
+    with pytest.raises(ConfigError, match=r"the profile changed since this run started \(workload.steps: 6 -> 7\)"):
+        run_sweep(parse_profile(changed), "p.yaml", tmp_path, show_progress=False, resume=True)
+    with pytest.raises(ConfigError, match="already holds results; continue it with 'omni-accel sweep --resume"):
+        run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+
+
+def test_segfault_and_timeout_are_recorded_and_the_sweep_completes(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_ACCEL_FAULT", "segfault:tiny-flux/v1")
+    profile = parse_profile(_profile(repeats=1, noise_floor=False))
+    result = run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
+    by_variant = {r["variant"]: r for r in result.records}
+    assert by_variant["v1"]["status"] == "failed" and by_variant["v1"]["error"] == "worker died with signal SIGSEGV"
+    assert all(by_variant[v]["status"] == "ok" for v in ("baseline", "v0", "v2", "v3"))
+    assert len(read_results(tmp_path)) == 5
+
+
+def test_full_disk_is_reported_clearly(tmp_path):
+    log = ResultsLog(tmp_path / "results.jsonl")
+    log.path = type(log.path)("/dev/full")  # every write fails with ENOSPC
+    with pytest.raises(ConfigError, match=r"/dev/full: cannot append a result: No space left on device; .* --resume"):
+        log.append({"model": "m"})
+
+
+def test_unwritable_results_file_is_bad_input(tmp_path):
+    (tmp_path / "results.jsonl").mkdir()  # a directory where the log should be
+    with pytest.raises(ConfigError, match=r"results\.jsonl: cannot write results: Is a directory"):
+        ResultsLog(tmp_path / "results.jsonl")
+
+
+def test_ray_executor_matches_the_process_executor(tmp_path):
+    pytest.importorskip("ray", reason="Ray not installed: pip install 'omni-accel[ray]'")
+    profile = _profile(repeats=1, noise_floor=False)
+    profile["variants"] = [
+        {"name": "math", "features": {"attention_backend": "_native_math"}},
+        {"name": "tiling", "features": {"vae_use_tiling": {"tile_size": 32}}},
+    ]
+    process = run_sweep(parse_profile(profile), "p.yaml", tmp_path / "process", show_progress=False)
+    on_ray = run_sweep(parse_profile(profile), "p.yaml", tmp_path / "ray", executor="ray", show_progress=False)
+    import ray
+
+    ray.shutdown()
+    assert [(r["model"], r["variant"], r["status"]) for r in on_ray.records] == [
+        (r["model"], r["variant"], r["status"]) for r in process.records
+    ]
+    for a, b in zip(process.records[1:], on_ray.records[1:], strict=True):
+        assert a["parity"] == b["parity"], a["variant"]
+
+
+def test_ray_executor_without_ray_exits_2_with_the_install_command(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray -> ImportError
+    from accel.errors import UnavailableError
+
+    with pytest.raises(UnavailableError, match=r"executor 'ray' needs Ray: pip install 'omni-accel\[ray\]'"):
+        run_sweep(parse_profile(_profile()), "p.yaml", tmp_path, executor="ray", show_progress=False)
