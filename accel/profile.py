@@ -44,8 +44,12 @@ class ModelSpec(StrictModel):
 
     name: str = Field(description="Label used in results, file names and reports.")
     source: str = Field(description="A zoo name (tiny-flux, ...), a local checkpoint directory or a hub id.")
-    target: Literal["adapter"] = Field(
-        default="adapter", description="adapter: any diffusers DiffusionPipeline driven as a black box."
+    target: Literal["adapter", "native"] = Field(
+        default="adapter",
+        description="adapter: any diffusers DiffusionPipeline as a black box; native: omni-accel's own pipeline.",
+    )
+    native_pipeline: str | None = Field(
+        default=None, description="native only: an out-of-tree pipeline as package.module:ClassName."
     )
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when present.")

@@ -104,8 +104,8 @@ def test_unwritable_output_directory(write_profile, tmp_path, monkeypatch, capsy
 
 
 def test_unknown_executor_option(write_profile, monkeypatch, capsys):
-    code, err = cli(monkeypatch, capsys, "sweep", str(write_profile(small_profile())), "--executor", "ray")
-    assert code == 2 and "unknown executor 'ray'. Allowed: inline, process" in err
+    code, err = cli(monkeypatch, capsys, "sweep", str(write_profile(small_profile())), "--executor", "threads")
+    assert code == 2 and "unknown executor 'threads'. Allowed: process, inline, ray" in err
 
 
 def test_unreachable_hub_id_offline_names_the_id(write_profile, tmp_path, monkeypatch, capsys):

@@ -99,7 +99,7 @@ def test_harness_order_puts_cache_before_offload():
 @pytest.mark.parametrize(
     ("model", "name", "reason"),
     [
-        ("tiny-wan", "tea_cache", "TeaCache coefficients are published for FluxTransformer2DModel only"),
+        ("tiny-wan", "tea_cache", "TeaCache coefficients are published for FluxTransformer2DModel"),
         ("tiny-qwen-image", "mag_cache", "MagCache ratios are published for Flux only"),
     ],
 )

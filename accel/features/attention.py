@@ -93,6 +93,50 @@ class _DispatchHandle(Handle):
         self.registry.set_active_backend(self.previous_active)
 
 
+def _native_layers(transformer: Any) -> list[Any]:
+    """The native attention layers of an omni-accel native transformer (none for diffusers models)."""
+    if transformer is None:
+        return []
+    from accel.native.attention import Attention
+
+    return [m for m in transformer.modules() if isinstance(m, Attention)]
+
+
+NATIVE_BACKENDS = ("native", "_native_math", "_native_flash", "_native_efficient", "_native_cudnn", "flash", "xformers",
+                   "sage")  # fmt: skip
+
+
+class _NativeAttentionHandle(Handle):
+    """Sets the backend of every native attention layer; evidence from their dispatch counters."""
+
+    def __init__(self, layers: list[Any], backend: str) -> None:
+        super().__init__()
+        self.layers = layers
+        self.wanted = backend
+        self.previous = [layer.backend for layer in layers]
+        for layer in layers:
+            layer.backend = backend
+            layer.count_calls = True
+            layer.calls.clear()
+
+    def begin_run(self) -> None:
+        super().begin_run()
+        for layer in self.layers:
+            layer.calls.clear()
+
+    def end_run(self) -> None:
+        dispatched: dict[str, int] = {}
+        for layer in self.layers:
+            for name, count in layer.calls.items():
+                dispatched[name] = dispatched.get(name, 0) + count
+        self.current["dispatched"] = dispatched
+
+    def remove(self) -> None:
+        for layer, backend in zip(self.layers, self.previous, strict=True):
+            layer.backend = backend
+            layer.count_calls = False
+
+
 class AttentionBackend(Feature):
     """Route the transformer's attention through one diffusers backend."""
 
@@ -113,6 +157,12 @@ class AttentionBackend(Feature):
 
     def check(self, pipeline: Any, device: str, options: AttentionBackendConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
+        if _native_layers(transformer):
+            if options.backend not in NATIVE_BACKENDS:
+                return Support.no(
+                    f"the native attention layer has no backend {options.backend} (has: {', '.join(NATIVE_BACKENDS)})"
+                )
+            return self.probe(device, options)
         if transformer is None or not hasattr(transformer, "set_attention_backend"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
         return self.probe(device, options)
@@ -132,6 +182,10 @@ class AttentionBackend(Feature):
 
     def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> Handle:
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+        layers = _native_layers(pipeline.transformer)
+        if layers:
+            return _NativeAttentionHandle(layers, options.backend)
 
         previous_active = _AttentionBackendRegistry._active_backend
         pipeline.transformer.set_attention_backend(options.backend)

@@ -107,22 +107,32 @@ class CacheDitConfig(FeatureConfig):
 
 
 class _CacheDitHandle(Handle):
-    def __init__(self, pipeline: Any, patched_before: set[str]) -> None:
+    def __init__(self, pipeline: Any, patched_before: set[str], transformer_only_steps: int | None = None) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.patched_before = patched_before
+        # Transformer-only mode (native pipelines) keeps step counters across runs: refresh before each.
+        self.transformer_only_steps = transformer_only_steps
+
+    def begin_run(self) -> None:
+        super().begin_run()
+        if self.transformer_only_steps is not None:
+            import cache_dit
+
+            cache_dit.refresh_context(self.pipeline.transformer, num_inference_steps=self.transformer_only_steps)
 
     def end_run(self) -> None:
         import cache_dit
 
-        stats = cache_dit.summary(self.pipeline, logging=False)
+        target = self.pipeline.transformer if self.transformer_only_steps is not None else self.pipeline
+        stats = cache_dit.summary(target, logging=False)
         self.current["cached_steps"] = [list(s.cached_steps or []) for s in stats]
         self.current["cfg_cached_steps"] = [list(s.cfg_cached_steps or []) for s in stats]
 
     def remove(self) -> None:
         import cache_dit
 
-        cache_dit.disable_cache(self.pipeline)
+        cache_dit.disable_cache(self.pipeline.transformer if self.transformer_only_steps is not None else self.pipeline)
         # disable_cache leaves the patch functor's instance-level forward on the transformer (seen with
         # cache-dit 1.5.3 on Flux): output is unchanged, but a diffusers cache hook applied later fails.
         for key, module in _submodules(self.pipeline).items():
@@ -151,7 +161,9 @@ class CacheDit(Feature):
         probed = self.probe(device, options)
         if not probed.supported:
             return probed
-        if not _cache_dit_supported(pipeline):
+        if not getattr(getattr(pipeline, "transformer", None), "_cache_blocks", None) and not _cache_dit_supported(
+            pipeline
+        ):
             return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}")
         return Support.yes()
 
@@ -168,11 +180,25 @@ class CacheDit(Feature):
             TaylorSeerCalibratorConfig(taylorseer_order=options.taylorseer_order) if options.taylorseer else None
         )
         patched_before = {k for k, m in _submodules(pipeline).items() if "forward" in vars(m)}
+        native_blocks = getattr(pipeline.transformer, "_cache_blocks", None)
+        if native_blocks:  # a native transformer: Cache-DiT's block adapter in transformer-only mode
+            from cache_dit import BlockAdapter, ForwardPattern
+
+            adapter = BlockAdapter(
+                transformer=pipeline.transformer,
+                blocks=[getattr(pipeline.transformer, name) for name in native_blocks],
+                forward_pattern=[ForwardPattern.Pattern_1] * len(native_blocks),
+                check_forward_pattern=True,
+            )
+            config = DBCacheConfig(**kwargs, num_inference_steps=context.steps)
+            cache_dit.enable_cache(adapter, cache_config=config, calibrator_config=calibrator)
+            return _CacheDitHandle(pipeline, patched_before, transformer_only_steps=context.steps)
         cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
         return _CacheDitHandle(pipeline, patched_before)
 
     def verify(self, handle: Handle) -> Verdict:
-        per_run = [sum(len(s) for s in run.get("cached_steps", [])) for run in handle.runs]
+        # One entry per cached block group; they share the steps, so a run's count is the largest.
+        per_run = [max((len(s) for s in run.get("cached_steps", [])), default=0) for run in handle.runs]
         evidence = {
             "cached_steps_per_run": [run.get("cached_steps") for run in handle.runs],
             "cfg_cached_steps_per_run": [run.get("cfg_cached_steps") for run in handle.runs],

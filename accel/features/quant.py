@@ -138,6 +138,8 @@ class Quantization(Feature):
         probed = self.probe(device, options)
         if not probed.supported:
             return probed
+        if options.at_load and not hasattr(pipeline, "save_pretrained"):
+            return Support.no("at_load quantization goes through diffusers' from_pretrained: adapter target only")
         for component in options.components:
             if getattr(pipeline, component, None) is None:
                 present = sorted(n for n, m in pipeline.components.items() if hasattr(m, "parameters"))

@@ -20,8 +20,10 @@ from pydantic import Field
 
 from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
 
+FLUX_COEFFICIENTS = [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01]
 COEFFICIENTS: dict[str, list[float]] = {
-    "FluxTransformer2DModel": [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01],
+    "FluxTransformer2DModel": FLUX_COEFFICIENTS,
+    "NativeFluxTransformer": FLUX_COEFFICIENTS,  # our port: same blocks, same modulated input
 }
 
 

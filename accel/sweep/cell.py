@@ -102,14 +102,18 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.features import ordered, validate_variant_features
     from accel.measure.memory import PeakMemory, module_weight_bytes
     from accel.measure.timing import timed
-    from accel.targets.adapter import AdapterTarget
+    from accel.targets.native import make_target
 
     options = validate_variant_features(spec.features, f"variant '{spec.variant}'.features")
     features = ordered(list(options))
-    target = AdapterTarget(spec.model)
+    target = make_target(spec.model)
     load_kwargs: dict[str, Any] = {}
     for feature in features:
-        load_kwargs.update(feature.load_kwargs(options[feature.name]))
+        extra = feature.load_kwargs(options[feature.name])
+        if extra and spec.model.target == "native":
+            reason = f"{feature.name}: load-time options go through diffusers' from_pretrained: adapter target only"
+            return {"status": "unsupported", "unsupported_scope": "model", "error": reason}
+        load_kwargs.update(extra)
     load_times: list[float] = []
     with PeakMemory(target.device) as load_memory, timed(target.device, load_times):
         pipeline = target.load(load_kwargs)
@@ -174,7 +178,8 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
         for _, handle in handles:
             handle.runs.clear()  # evidence counts only the timed runs
 
-        recorder = StageRecorder(pipeline, target.device)
+        explicit = getattr(target, "explicit_stages", False)  # native pipelines time their own stages
+        recorder = None if explicit else StageRecorder(pipeline, target.device)
         samples: list[float] = []
         calls: list[dict[str, Any]] = []
         passes: list[list[np.ndarray]] = []
@@ -183,9 +188,10 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
                 outputs: list[np.ndarray] = []
                 for request in requests:
                     with timed(target.device, samples):
-                        recorder.start()
+                        if recorder is not None:
+                            recorder.start()
                         outputs.extend(generate(request))
-                        calls.append(recorder.stop())
+                        calls.append(recorder.stop() if recorder is not None else target.stage_report())
                 passes.append(outputs)
         verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
     finally:

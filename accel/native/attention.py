@@ -1,0 +1,88 @@
+"""The native attention layer: one dispatch point for every native transformer.
+
+Inputs are (batch, sequence, heads, head_dim), as in vLLM-Omni's attention layer. Backends: the SDPA
+variants (``native`` lets torch choose; ``_native_math``, ``_native_flash``, ``_native_efficient``,
+``_native_cudnn`` pin one kernel), and, where installed, ``flash`` (flash-attn), ``xformers`` and
+``sage`` (sageattention). Availability checks and their reasons are the feature catalogue's
+(``accel.features.attention``), so the adapter and native targets say the same thing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SDPA_KERNELS = {
+    "_native_math": SDPBackend.MATH,
+    "_native_flash": SDPBackend.FLASH_ATTENTION,
+    "_native_efficient": SDPBackend.EFFICIENT_ATTENTION,
+    "_native_cudnn": SDPBackend.CUDNN_ATTENTION,
+}
+
+
+def _sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    out = F.scaled_dot_product_attention(query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2))
+    return out.transpose(1, 2)
+
+
+def _pinned_sdpa(kernel: SDPBackend) -> Callable[..., torch.Tensor]:
+    def attend(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        with sdpa_kernel(kernel):
+            return _sdpa(query, key, value)
+
+    return attend
+
+
+def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    from flash_attn import flash_attn_func
+
+    return flash_attn_func(query, key, value)
+
+
+def _xformers(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    import xformers.ops
+
+    return xformers.ops.memory_efficient_attention(query, key, value)
+
+
+def _sage(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    from sageattention import sageattn
+
+    return sageattn(query, key, value, tensor_layout="NHD")
+
+
+BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
+    "native": _sdpa,
+    **{name: _pinned_sdpa(kernel) for name, kernel in SDPA_KERNELS.items()},
+    "flash": _flash,
+    "xformers": _xformers,
+    "sage": _sage,
+}
+
+
+@torch.compiler.disable
+def _count(layer: Attention) -> None:
+    # Kept out of compiled graphs: a counter mutated inside one would change its guards on every call.
+    layer.calls[layer.backend] = layer.calls.get(layer.backend, 0) + 1
+
+
+class Attention(torch.nn.Module):
+    """Scaled dot-product attention over (batch, sequence, heads, head_dim) through the chosen backend.
+
+    ``backend`` is per layer (no process-global state). While ``count_calls`` is on (the attention
+    feature turns it on), ``calls`` counts dispatches per backend: the evidence that feature reads.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.backend = "native"
+        self.count_calls = False
+        self.calls: dict[str, int] = {}
+
+    def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+        if self.count_calls:
+            _count(self)
+        return BACKENDS[self.backend](query, key, value)

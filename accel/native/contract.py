@@ -1,0 +1,203 @@
+"""The native pipeline contract and the registry of native pipelines.
+
+A native pipeline is an ``nn.Module`` with explicit stages, ``encode_prompt`` -> ``prepare_latents`` ->
+``denoise`` (one transformer call per step and CFG branch, with a progress bar) -> ``decode``, and a
+``forward(request)`` that runs them and records each stage's synchronised time. Components are declared
+on the class (``_dit_modules``, ``_encoder_modules``, ``_vae_modules``, ``_resident_modules``; dotted paths
+allowed) so that features find them without guessing. Native pipelines register under the
+``model_index.json`` ``_class_name`` they implement; out-of-tree ones register by import path.
+"""
+
+from __future__ import annotations
+
+import importlib
+import itertools
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from accel.errors import ConfigError, unknown_choice
+from accel.measure.timing import synchronize
+
+NATIVE_PIPELINES: dict[str, type[NativePipeline]] = {}
+
+
+def register_native(class_name: str):
+    """Class decorator: the native pipeline for checkpoints whose ``_class_name`` is ``class_name``."""
+
+    def decorator(cls: type[NativePipeline]) -> type[NativePipeline]:
+        NATIVE_PIPELINES[class_name] = cls
+        return cls
+
+    return decorator
+
+
+def import_native(path: str) -> type[NativePipeline]:
+    """An out-of-tree native pipeline class from ``package.module:ClassName``."""
+    module_name, _, class_name = path.partition(":")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError, ValueError) as error:
+        raise ConfigError(
+            f"native_pipeline '{path}': cannot import it ({error}); use 'package.module:ClassName'"
+        ) from error
+    if not (isinstance(cls, type) and issubclass(cls, NativePipeline)):
+        raise ConfigError(f"native_pipeline '{path}' is not a subclass of accel.native.NativePipeline")
+    return cls
+
+
+def native_for(checkpoint: str | Path, override: str | None = None) -> type[NativePipeline]:
+    """The native pipeline class for a diffusers-layout checkpoint directory."""
+    import accel.native.flux  # noqa: F401  (registers the in-tree pipelines)
+
+    if override:
+        return import_native(override)
+    index = Path(checkpoint) / "model_index.json"
+    class_name = json.loads(index.read_text()).get("_class_name", "?")
+    if class_name not in NATIVE_PIPELINES:
+        raise ConfigError(
+            f"{index}: {unknown_choice('native pipeline for _class_name', class_name, NATIVE_PIPELINES)}; "
+            "use target: adapter, or register one with native_pipeline: package.module:ClassName"
+        )
+    return NATIVE_PIPELINES[class_name]
+
+
+STAGE_NAMES = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
+
+
+class NativePipeline(torch.nn.Module):
+    """Base class of native pipelines: explicit, timed stages and declared components."""
+
+    _dit_modules: tuple[str, ...] = ()
+    _encoder_modules: tuple[str, ...] = ()
+    _vae_modules: tuple[str, ...] = ()
+    _resident_modules: tuple[str, ...] = ()
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stage_times: dict[str, Any] = {}
+        self._progress_disabled = True
+        self._offload_hooks: list[Any] = []
+
+    # --- components -----------------------------------------------------------------------------------
+    def _resolve(self, dotted: str) -> Any:
+        obj: Any = self
+        for part in dotted.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+    @property
+    def components(self) -> dict[str, Any]:
+        """Declared modules plus tokenizers and scheduler, by name (what features look for)."""
+        names = [*self._encoder_modules, *self._dit_modules, *self._vae_modules]
+        found = {name: self._resolve(name) for name in names}
+        for extra in ("tokenizer", "tokenizer_2", "scheduler"):
+            if hasattr(self, extra):
+                found[extra] = getattr(self, extra)
+        return found
+
+    @property
+    def execution_device(self) -> torch.device:
+        return next(self._resolve(self._dit_modules[0]).parameters()).device
+
+    @property
+    def device(self) -> torch.device:
+        return self.execution_device
+
+    def set_progress_bar_config(self, disable: bool = True, **_: Any) -> None:
+        self._progress_disabled = disable
+
+    @contextmanager
+    def progress_bar(self, total: int) -> Iterator[Any]:
+        """A tqdm bar over denoising steps (disabled by default in sweeps); records each step's time."""
+        from tqdm.auto import tqdm
+
+        steps: list[float] = []
+        bar = tqdm(total=total, disable=self._progress_disabled)
+        last = [time.perf_counter()]
+        original_update = bar.update
+
+        def update(n: int = 1) -> None:
+            synchronize(str(self.execution_device))
+            now = time.perf_counter()
+            steps.append(now - last[0])
+            last[0] = now
+            original_update(n)
+
+        bar.update = update
+        try:
+            yield bar
+        finally:
+            bar.close()
+            self.stage_times["steps"] = steps
+
+    # --- offload --------------------------------------------------------------------------------------
+    def enable_model_cpu_offload(self, device: str | torch.device = "cuda") -> None:
+        """Encoders and DiT live on the CPU and move to ``device`` while they run; resident modules stay."""
+        from accelerate import cpu_offload_with_hook
+
+        previous = None
+        for name in (*self._encoder_modules, *self._dit_modules):
+            module = self._resolve(name)
+            if name in self._resident_modules:
+                continue
+            module, previous = cpu_offload_with_hook(module, device, prev_module_hook=previous)
+            self._offload_hooks.append(previous)
+
+    def remove_all_hooks(self) -> None:
+        """Remove offload hooks (``enable_model_cpu_offload``)."""
+        from accelerate.hooks import remove_hook_from_module
+
+        for name in (*self._encoder_modules, *self._dit_modules):
+            remove_hook_from_module(self._resolve(name), recurse=True)
+        self._offload_hooks = []
+
+    # --- stages ---------------------------------------------------------------------------------------
+    def encode_prompt(self, request: Any) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def prepare_latents(self, request: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def denoise(self, request: Any, embeddings: dict[str, torch.Tensor], state: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def forward(self, request: Any) -> torch.Tensor:
+        """Run the stages; ``stage_times`` holds each stage's synchronised seconds and the step times."""
+        device = str(self.execution_device)
+        marks = []
+
+        def mark() -> None:
+            synchronize(device)
+            marks.append(time.perf_counter())
+
+        mark()
+        embeddings = self.encode_prompt(request)
+        mark()
+        state = self.prepare_latents(request)
+        mark()
+        latents = self.denoise(request, embeddings, state)
+        mark()
+        images = self.decode(latents, state)
+        mark()
+        output = images.cpu().numpy()
+        mark()
+        durations = [b - a for a, b in itertools.pairwise(marks)]
+        self.stage_times.update(
+            text_encoding=durations[0],
+            prepare=durations[1],
+            denoising=durations[2],
+            decode_prep=0.0,  # decode() unpacks inside vae_decode: reported there
+            vae_decode=durations[3],
+            post_processing=durations[4],
+        )
+        return torch.from_numpy(output)

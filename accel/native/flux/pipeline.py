@@ -1,0 +1,144 @@
+"""The native FLUX.1 pipeline: explicit stages over our transformer and the checkpoint's other components.
+
+The transformer is ours (``NativeFluxTransformer``, filled by a strict ``load_weights``); text encoders,
+tokenizers, VAE and scheduler load with their transformers/diffusers classes, as serving engines' native
+ports do. The loop is flow-match Euler with FLUX's resolution-dependent shift (the checkpoint's
+``FlowMatchEulerDiscreteScheduler``), one transformer call per step, so for the same inputs it gives
+the same result as diffusers' ``FluxPipeline``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from accel.native.contract import NativePipeline, register_native
+from accel.native.flux.transformer import NativeFluxTransformer
+
+
+def calculate_shift(seq_len: int, base_seq_len: int, max_seq_len: int, base_shift: float, max_shift: float) -> float:
+    """FLUX's shift ``mu``, linear in the number of image tokens."""
+    slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
+    return seq_len * slope + base_shift - slope * base_seq_len
+
+
+@register_native("FluxPipeline")
+class NativeFluxPipeline(NativePipeline):
+    """FLUX.1 text-to-image with explicit stages."""
+
+    _dit_modules = ("transformer",)
+    _encoder_modules = ("text_encoder", "text_encoder_2")
+    _vae_modules = ("vae",)
+    _resident_modules = ("vae",)
+
+    def __init__(self, checkpoint: str | Path, dtype: torch.dtype = torch.float32) -> None:
+        super().__init__()
+        from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
+        from safetensors.torch import load_file
+        from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
+
+        root = Path(checkpoint)
+        self.tokenizer = CLIPTokenizer.from_pretrained(root / "tokenizer")
+        self.tokenizer_2 = T5TokenizerFast.from_pretrained(root / "tokenizer_2")
+        self.text_encoder = CLIPTextModel.from_pretrained(root / "text_encoder", dtype=dtype).eval()
+        self.text_encoder_2 = T5EncoderModel.from_pretrained(root / "text_encoder_2", dtype=dtype).eval()
+        self.vae = AutoencoderKL.from_pretrained(root / "vae", dtype=dtype).eval()
+        self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(root / "scheduler")
+        config = json.loads((root / "transformer" / "config.json").read_text())
+        self.transformer = NativeFluxTransformer(**{k: v for k, v in config.items() if not k.startswith("_")})
+        weights: dict[str, torch.Tensor] = {}
+        for shard in sorted((root / "transformer").glob("*.safetensors")):
+            weights.update(load_file(shard))
+        self.transformer.load_weights(weights.items())
+        self.transformer.to(dtype).eval()
+        self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
+        self.dtype = dtype
+
+    def encode_prompt(self, request: Any) -> dict[str, torch.Tensor]:
+        """CLIP pooled embedding and T5 sequence embedding, repeated per image."""
+        device = self.execution_device
+        clip_ids = self.tokenizer(
+            [request.prompt], padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True,
+            return_tensors="pt",
+        ).input_ids  # fmt: skip
+        pooled = self.text_encoder(clip_ids.to(device), output_hidden_states=False).pooler_output.to(self.dtype)
+        t5_ids = self.tokenizer_2(
+            [request.prompt], padding="max_length", max_length=request.max_sequence_length, truncation=True,
+            return_tensors="pt",
+        ).input_ids  # fmt: skip
+        embeds = self.text_encoder_2(t5_ids.to(device), output_hidden_states=False)[0].to(self.dtype)
+        n = request.num_images_per_prompt
+        return {
+            "pooled_projections": pooled.repeat(1, n).view(n, -1),
+            "encoder_hidden_states": embeds.repeat(1, n, 1).view(n, embeds.shape[1], -1),
+            "txt_ids": torch.zeros(embeds.shape[1], 3, device=device, dtype=self.dtype),
+        }
+
+    def prepare_latents(self, request: Any) -> dict[str, Any]:
+        """Packed noise latents from the request's CPU generator, their position ids, and the timesteps."""
+        device = self.execution_device
+        channels = self.transformer.config["in_channels"] // 4
+        height = 2 * (request.height // (self.vae_scale_factor * 2))
+        width = 2 * (request.width // (self.vae_scale_factor * 2))
+        generator = torch.Generator("cpu").manual_seed(request.seed)
+        shape = (request.num_images_per_prompt, channels, height, width)
+        latents = torch.randn(shape, generator=generator, dtype=self.dtype).to(device)
+        latents = latents.view(shape[0], channels, height // 2, 2, width // 2, 2).permute(0, 2, 4, 1, 3, 5)
+        latents = latents.reshape(shape[0], (height // 2) * (width // 2), channels * 4)
+        ids = torch.zeros(height // 2, width // 2, 3)
+        ids[..., 1] += torch.arange(height // 2)[:, None]
+        ids[..., 2] += torch.arange(width // 2)[None, :]
+        config = self.scheduler.config
+        mu = calculate_shift(
+            latents.shape[1],
+            config.get("base_image_seq_len", 256),
+            config.get("max_image_seq_len", 4096),
+            config.get("base_shift", 0.5),
+            config.get("max_shift", 1.15),
+        )
+        sigmas = None if config.get("use_flow_sigmas") else np.linspace(1.0, 1 / request.steps, request.steps)
+        self.scheduler.set_timesteps(sigmas=sigmas, mu=mu, device=device)
+        return {
+            "latents": latents,
+            "img_ids": ids.reshape(-1, 3).to(device=device, dtype=self.dtype),
+            "height": height,
+            "width": width,
+        }
+
+    def denoise(self, request: Any, embeddings: dict[str, torch.Tensor], state: dict[str, Any]) -> torch.Tensor:
+        """One transformer call and one Euler step per timestep."""
+        latents = state["latents"]
+        guidance = None
+        if self.transformer.config["guidance_embeds"]:
+            guidance = torch.full(
+                [latents.shape[0]], request.guidance_scale, device=latents.device, dtype=torch.float32
+            )
+        with self.progress_bar(total=len(self.scheduler.timesteps)) as bar:
+            for t in self.scheduler.timesteps:
+                timestep = t.expand(latents.shape[0]).to(latents.dtype)
+                noise = self.transformer(
+                    hidden_states=latents,
+                    timestep=timestep / 1000,
+                    guidance=guidance,
+                    pooled_projections=embeddings["pooled_projections"],
+                    encoder_hidden_states=embeddings["encoder_hidden_states"],
+                    txt_ids=embeddings["txt_ids"],
+                    img_ids=state["img_ids"],
+                )
+                latents = self.scheduler.step(noise, t, latents, return_dict=False)[0]
+                bar.update()
+        return latents
+
+    def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
+        """Unpack, de-normalise and decode with the VAE; images in [0, 1], (batch, H, W, 3)."""
+        batch, _, packed = latents.shape
+        channels, height, width = packed // 4, state["height"], state["width"]
+        latents = latents.view(batch, height // 2, width // 2, channels, 2, 2).permute(0, 3, 1, 4, 2, 5)
+        latents = latents.reshape(batch, channels, height, width)
+        latents = latents / self.vae.config.scaling_factor + self.vae.config.shift_factor
+        image = self.vae.decode(latents, return_dict=False)[0]
+        return (image / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float()

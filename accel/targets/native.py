@@ -1,0 +1,96 @@
+"""The native target: the project's own pipeline for the checkpoint (``accel.native``), same interface as
+the adapter target, with stage times from the pipeline's explicit stages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accel import zoo
+from accel.errors import UnavailableError
+from accel.profile import ModelSpec
+from accel.targets.adapter import DTYPES, Request, resolve_device, resolve_source
+
+
+@dataclass(frozen=True)
+class NativeRequest:
+    """What a native pipeline's stages read."""
+
+    prompt: str
+    seed: int
+    steps: int
+    height: int
+    width: int
+    guidance_scale: float
+    num_images_per_prompt: int = 1
+    max_sequence_length: int = 512
+    negative_prompt: str | None = None
+
+
+class NativeTarget:
+    """Loads the native pipeline registered for the checkpoint's ``_class_name`` and runs requests."""
+
+    explicit_stages = True
+
+    def __init__(self, spec: ModelSpec) -> None:
+        self.spec = spec
+        self.device = resolve_device(spec.device)
+        self.pipeline: Any = None
+        defaults = dict(zoo.ZOO[spec.source].call_kwargs) if zoo.is_zoo_name(spec.source) else {}
+        self.call_defaults = {**defaults, **spec.call_kwargs}
+
+    def load(self, extra_kwargs: dict[str, Any] | None = None) -> Any:
+        import torch
+
+        from accel.native import native_for
+
+        if extra_kwargs:
+            raise UnavailableError(f"native target: load-time options {sorted(extra_kwargs)} are adapter-only")
+        source = resolve_source(self.spec, f"model '{self.spec.name}'")
+        cls = native_for(source, self.spec.native_pipeline)
+        pipeline = cls(source, dtype=getattr(torch, DTYPES[self.spec.dtype]))
+        pipeline.set_progress_bar_config(disable=True)
+        self.pipeline = pipeline.to(self.device)
+        return self.pipeline
+
+    def native_request(self, request: Request) -> NativeRequest:
+        return NativeRequest(
+            prompt=request.prompt,
+            seed=request.seed,
+            steps=request.steps,
+            height=request.height,
+            width=request.width,
+            guidance_scale=request.guidance_scale,
+            num_images_per_prompt=request.num_images_per_prompt,
+            max_sequence_length=int(self.call_defaults.get("max_sequence_length", 512)),
+            negative_prompt=request.negative_prompt,
+        )
+
+    def generate(self, request: Request) -> list[np.ndarray]:
+        """One float32 (1, H, W, 3) array in [0, 1] per image."""
+        images = self.pipeline(self.native_request(request)).numpy().astype(np.float32)
+        return [np.clip(image[None], 0.0, 1.0) for image in images]
+
+    def stage_report(self) -> dict[str, Any]:
+        """The last call's stages in the shape the stage recorder gives for the adapter."""
+        times = dict(self.pipeline.stage_times)
+        steps = times.pop("steps", [])
+        stages = {k: float(v) for k, v in times.items()}
+        return {
+            "stages": stages,
+            "steps": steps,
+            "denoiser_calls": len(steps),
+            "end_to_end_s": sum(stages.values()),
+            "component_s": stages["text_encoding"] + stages["denoising"] + stages["vae_decode"],
+        }
+
+
+def make_target(spec: ModelSpec) -> Any:
+    """The target object for a model spec."""
+    if spec.target == "native":
+        return NativeTarget(spec)
+    from accel.targets.adapter import AdapterTarget
+
+    return AdapterTarget(spec)

@@ -1,0 +1,120 @@
+"""The native FLUX pipeline: parity with diffusers from one checkpoint, strict loading, registry,
+features through the contract, explicit stage timings."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from conftest import small_profile
+from safetensors.torch import load_file, save_file
+
+from accel import zoo
+from accel.errors import ConfigError
+from accel.measure.parity import aggregate, compare
+from accel.native import NativePipeline, native_for
+from accel.native.flux import NativeFluxPipeline
+from accel.profile import ModelSpec, load_profile, parse_profile
+from accel.sweep.runner import run_sweep
+from accel.targets.adapter import AdapterTarget, Request
+from accel.targets.native import NativeTarget
+
+
+def test_native_matches_the_diffusers_pipeline_from_the_same_checkpoint():
+    adapter = AdapterTarget(ModelSpec(name="a", source="tiny-flux"))
+    native = NativeTarget(ModelSpec(name="n", source="tiny-flux", target="native"))
+    adapter.load()
+    native.load()
+    parities = []
+    for prompt, seed in (("a red fox in the snow", 0), ("a lighthouse at dusk", 1)):
+        request = Request(prompt, seed, steps=4, height=64, width=64, guidance_scale=3.5, num_images_per_prompt=2)
+        for ours, theirs in zip(native.generate(request), adapter.generate(request), strict=True):
+            parities.append(compare(ours, theirs))
+    parity = aggregate(parities)
+    assert parity.ssim >= 0.999 and parity.psnr >= 40, parity
+    assert parity.max_abs_diff < 1e-5, parity  # on CPU fp32 the two are bit-identical here
+
+
+def _copy_checkpoint(tmp_path):
+    target = tmp_path / "ckpt"
+    shutil.copytree(zoo.build("tiny-flux"), target)
+    return target, target / "transformer" / "diffusion_pytorch_model.safetensors"
+
+
+def test_a_renamed_tensor_fails_with_the_keys_named(tmp_path):
+    root, path = _copy_checkpoint(tmp_path)
+    tensors = load_file(path)
+    tensors["x_embedder.weight_renamed"] = tensors.pop("x_embedder.weight")
+    save_file(tensors, path)
+    with pytest.raises(
+        ValueError, match=r"missing \['x_embedder.weight'\]; unexpected \['x_embedder.weight_renamed'\]"
+    ):
+        NativeFluxPipeline(root)
+
+
+def test_a_missing_tensor_fails_with_the_key_named(tmp_path):
+    root, path = _copy_checkpoint(tmp_path)
+    tensors = load_file(path)
+    del tensors["transformer_blocks.0.ff.net.2.bias"]
+    save_file(tensors, path)
+    with pytest.raises(ValueError, match=r"missing \['transformer_blocks.0.ff.fc2.bias'\]"):
+        NativeFluxPipeline(root)
+
+
+def test_registry_picks_by_class_name_and_explains_the_rest(tmp_path):
+    assert native_for(zoo.build("tiny-flux")) is NativeFluxPipeline
+    with pytest.raises(ConfigError, match="unknown native pipeline for _class_name 'WanPipeline'"):
+        native_for(zoo.build("tiny-wan"))
+    with pytest.raises(ConfigError, match="cannot import it"):
+        native_for(zoo.build("tiny-flux"), "nowhere.module:Pipeline")
+    with pytest.raises(ConfigError, match=r"is not a subclass of accel\.native\.NativePipeline"):
+        native_for(zoo.build("tiny-flux"), "json:JSONDecoder")
+    assert issubclass(NativeFluxPipeline, NativePipeline)
+
+
+def test_contract_declares_components_and_blocks():
+    pipeline = NativeFluxPipeline(zoo.build("tiny-flux"))
+    assert set(pipeline.components) >= {"transformer", "text_encoder", "text_encoder_2", "vae", "scheduler"}
+    transformer = pipeline.transformer
+    assert transformer._repeated_blocks == ("DoubleStreamBlock", "SingleStreamBlock")
+    for attr in transformer._layerwise_offload_blocks_attrs:
+        assert len(getattr(transformer, attr)) == 2
+    assert "FluxTransformer2DModel" not in {type(m).__name__ for m in pipeline.modules()}
+
+
+VARIANTS = [
+    {"name": "attn-math", "features": {"attention_backend": "_native_math"}},
+    {"name": "compile", "features": {"compile": {"granularity": "regional", "backend": "aot_eager"}}},
+    {"name": "cache-dit", "features": {"cache_dit": {"residual_diff_threshold": 0.5, "max_warmup_steps": 2}}},
+    {"name": "tea-cache", "features": {"tea_cache": 0.4}},
+    {"name": "int8wo", "features": {"quantization": "int8wo"}},
+    {"name": "model-offload", "features": {"enable_cpu_offload": True}},
+    {"name": "layerwise", "features": {"enable_layerwise_offload": {}}},
+    {"name": "slicing", "features": {"vae_use_slicing": True}},
+    {"name": "fbc", "features": {"first_block_cache": 0.5}},
+]
+
+
+def test_features_engage_on_the_native_target_with_explicit_stages(tmp_path):
+    profile = small_profile(["tiny-flux"], VARIANTS, steps=8, num_images_per_prompt=2)
+    profile["models"] = [{"name": "native", "source": "tiny-flux", "target": "native"}]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    records = {r["variant"]: r for r in result.records}
+    for variant in VARIANTS[:-1]:
+        record = records[variant["name"]]
+        assert record["status"] == "ok", (variant["name"], record.get("error"))
+        assert all(e["engaged"] for e in record["evidence"].values())
+    for lossless in ("attn-math", "compile", "model-offload", "layerwise", "slicing"):
+        assert records[lossless]["parity"]["ssim"] >= 0.999 and records[lossless]["parity"]["psnr"] >= 40
+    assert records["fbc"]["status"] == "unsupported" and "enable_cache" in records["fbc"]["error"]
+    baseline = records["baseline"]
+    for stage_sum, outer in zip(baseline["stage_sums"], baseline["warm_samples"], strict=True):
+        assert abs(stage_sum - outer) / outer < 0.05
+    assert baseline["stages"]["steps_per_call"] == 8 and baseline["flops_per_denoiser_call"] > 0
+
+
+def test_native_vs_adapter_profile_is_valid():
+    profile = load_profile("profiles/native-vs-adapter.yaml")
+    assert [m.target for m in profile.models] == ["adapter", "native"]
+    assert json.loads((zoo.build("tiny-flux") / "model_index.json").read_text())["_class_name"] == "FluxPipeline"
