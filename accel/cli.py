@@ -23,8 +23,10 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+engines_app = typer.Typer(help="External engines (vLLM-Omni) in their own Python environments.", no_args_is_help=True)
 zoo_app = typer.Typer(help="The offline zoo of tiny, randomly initialised diffusers pipelines.", no_args_is_help=True)
 app.add_typer(zoo_app, name="zoo")
+app.add_typer(engines_app, name="engines")
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -152,6 +154,34 @@ def table(
         typer.echo(f"{path}: {verb}: {', '.join(changed) or 'none'}")
     if check and stale:
         raise typer.Exit(1)
+
+
+@engines_app.command("create")
+def engines_create(
+    name: str = typer.Argument(..., help="Engine: vllm-omni."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when present."),
+) -> None:
+    """Build and validate the engine's environment under the user cache dir (a few minutes, ~4 GB)."""
+    from accel.engines import vllm_omni
+    from accel.errors import ConfigError
+
+    if name != vllm_omni.ENGINE:
+        raise ConfigError(f"unknown engine '{name}'. Allowed: {vllm_omni.ENGINE}")
+    path = vllm_omni.create_environment(force=force, log=lambda line: typer.echo(f"$ {line}"))
+    typer.echo(f"{name}: {path}")
+
+
+@engines_app.command("list")
+def engines_list() -> None:
+    """Show the engines omni-accel knows and whether each environment is installed."""
+    from accel.engines import vllm_omni
+
+    info = vllm_omni.environment_info()
+    if info is None:
+        typer.echo(f"{vllm_omni.ENGINE} {vllm_omni.VERSION}: not installed ({vllm_omni.CREATE_COMMAND})")
+    else:
+        details = ", ".join(f"{k} {v}" for k, v in info.items() if k not in ("engine", "version"))
+        typer.echo(f"{vllm_omni.ENGINE} {vllm_omni.VERSION}: {vllm_omni.environment_dir()} ({details})")
 
 
 @zoo_app.command("build")

@@ -44,9 +44,12 @@ class ModelSpec(StrictModel):
 
     name: str = Field(description="Label used in results, file names and reports.")
     source: str = Field(description="A zoo name (tiny-flux, ...), a local checkpoint directory or a hub id.")
-    target: Literal["adapter", "native"] = Field(
+    target: Literal["adapter", "native", "vllm-omni", "vllm-omni-adapter"] = Field(
         default="adapter",
-        description="adapter: any diffusers DiffusionPipeline as a black box; native: omni-accel's own pipeline.",
+        description=(
+            "adapter: any diffusers DiffusionPipeline as a black box; native: omni-accel's own pipeline; "
+            "vllm-omni / vllm-omni-adapter: vLLM-Omni's native pipeline or its diffusers backend."
+        ),
     )
     native_pipeline: str | None = Field(
         default=None, description="native only: an out-of-tree pipeline as package.module:ClassName."
@@ -110,6 +113,9 @@ class Measure(StrictModel):
     noise_floor: bool = Field(
         default=True, description="Re-run each baseline in a fresh cell and record its parity with itself."
     )
+    reference_model: str | None = Field(
+        default=None, description="A model whose baseline every other model's baseline is compared with."
+    )
     executor: Literal["process", "inline", "ray"] = Field(
         default="process",
         description="process: each cell in a fresh worker (isolated); inline: fast tests; ray: Ray tasks.",
@@ -147,6 +153,14 @@ class Profile(StrictModel):
             self.combinations.features, f"{source}: combinations", self.combinations.prefix
         ).variants
         return [*self.variants, *(Variant(**v) for v in generated)]
+
+    @model_validator(mode="after")
+    def _reference_exists(self) -> Profile:
+        reference = self.measure.reference_model
+        names = [m.name for m in self.models]
+        if reference is not None and reference not in names:
+            raise ValueError(f"measure.reference_model: '{reference}' is not a model name ({', '.join(names)})")
+        return self
 
     @model_validator(mode="after")
     def _unique_names(self) -> Profile:

@@ -170,6 +170,7 @@ def render(
         f"- Sweep wall time: {wall_s:.1f} s for {len(records)} cells ({wall_s / max(1, len(records)):.1f} s per cell)",
         "",
     ]
+    lines += reference_table(records)
     lines += _support_section(records)
     lines += [f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get("_all", [])]
     for model in dict.fromkeys(r["model"] for r in records):
@@ -202,6 +203,38 @@ def render(
         "",
     ]
     return "\n".join(lines)
+
+
+def reference_table(records: list[dict[str, Any]]) -> list[str]:
+    """The seed reviewers' table: every target's baseline against the reference model's baseline."""
+    baselines = [r for r in records if r["variant"] == "baseline"]
+    reference = next((r.get("reference_model") for r in baselines if r.get("reference_model")), None)
+    if reference is None:
+        return []
+    rows = [
+        f"## Targets against `{reference}`",
+        "",
+        "Each target's unaccelerated baseline against the reference's, same checkpoint, prompts and seeds.",
+        "",
+        "| model | target | SSIM ↑ | PSNR (dB) ↑ | max abs diff ↓ | warm median (ms) | cold start (s) | status |",
+        "|---|---|:-:|:-:|:-:|:-:|:-:|---|",
+    ]
+    for r in baselines:
+        parity = r.get("parity_vs_reference") or ({"ssim": 1.0, "psnr": math.inf, "max_abs_diff": 0.0}
+                                                 if r["model"] == reference else {})  # fmt: skip
+        warm = (r.get("warm") or {}).get("median")
+        status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}").replace("|", "/")
+        rows.append(
+            f"| {r['model']} | {r.get('target')} | {fmt(parity.get('ssim'), 4)} | {fmt(parity.get('psnr'), 2)} "
+            f"| {fmt(parity.get('max_abs_diff'), 4)} | {_ms(warm)} | {fmt(r.get('cold_s'), 2)} | {status} |"
+        )
+    rows += [
+        "",
+        "Cold start: load (for engines, process start including their fixed warm-up, measured from outside) plus",
+        "the first call. Engines return 8-bit images: their parity includes up to 1/255 of rounding.",
+        "",
+    ]
+    return rows
 
 
 def _support_section(records: list[dict[str, Any]]) -> list[str]:

@@ -39,7 +39,9 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
     """Every cell in execution order: per model, the baseline, its noise-floor re-run, then each variant."""
     cells = []
     variants = profile.all_variants()
-    for model in profile.models:
+    reference = profile.measure.reference_model
+    models = sorted(profile.models, key=lambda m: m.name != reference) if reference else profile.models
+    for model in models:
         cells.append(CellSpec(model, profile.workload, profile.measure, BASELINE, {}, str(run_dir)))
         if profile.measure.noise_floor:
             cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
@@ -94,6 +96,41 @@ def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_d
     ):
         per_sample = [compare(candidate[key], reference[key]) for key in keys]
     record["parity"] = aggregate(per_sample).to_dict()
+
+
+def check_engine_effect(record: dict[str, Any]) -> None:
+    """An engine accepted a lossy feature: without a visible effect on the output it did not engage."""
+    from accel.features import FEATURES
+
+    if not record.get("engine") or record["status"] != "ok" or not record.get("parity"):
+        return
+    lossy = [
+        name for name, raw in (record.get("features") or {}).items()
+        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+    ]  # fmt: skip
+    if lossy and record["parity"]["bit_identical"]:
+        record["status"] = "failed"
+        record["error"] = f"{', '.join(lossy)}: accepted by the engine but the output is identical to its baseline"
+        for name in lossy:
+            record["evidence"][name] = {"engaged": False, "summary": "no effect on the output"}
+    else:
+        for name in lossy:
+            record["evidence"][name]["summary"] = "accepted by vLLM-Omni; output changed"
+
+
+def attach_reference_parity(record: dict[str, Any], reference: str, run_dir: Path, keys: list[str]) -> None:
+    """Parity of a model's baseline against the reference model's baseline (same prompts and seeds)."""
+    from accel.measure.parity import aggregate, compare
+
+    if record["model"] == reference or not record.get("outputs_file"):
+        return
+    reference_file = outputs_path(run_dir, reference, BASELINE)
+    if not reference_file.is_file():
+        record.setdefault("notes", []).append(f"reference model '{reference}' has no baseline outputs")
+        return
+    with np.load(reference_file) as ref, np.load(run_dir / record["outputs_file"]) as mine:
+        record["parity_vs_reference"] = aggregate([compare(mine[k], ref[k]) for k in keys]).to_dict()
+    record["reference_model"] = reference
 
 
 def _ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -196,6 +233,9 @@ def run_sweep(
                 record["role"] = "noise_floor"
             attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
+            check_engine_effect(record)
+            if cell.variant == BASELINE and profile.measure.reference_model:
+                attach_reference_parity(record, profile.measure.reference_model, run_dir, keys)
             if record.get("outputs_file"):
                 record["images"] = save_images(run_dir, record, keys, profile.workload)
             record["profile_fingerprint"] = profile.fingerprint()

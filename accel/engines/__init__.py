@@ -1,0 +1,1 @@
+"""External serving engines as targets (vLLM-Omni), each in its own Python environment and process."""
