@@ -103,7 +103,12 @@ def create_environment(force: bool = False, log: Any = print) -> Path:
         _run([str(python_path()), "-m", "pip", "uninstall", "-y", "-q", *REMOVE], log)
         site = next((target / "lib").glob("python*/site-packages"))
         _patch_torchvision(site)
-    _run([*pip, str(PLUGIN)], log)
+    with tempfile.TemporaryDirectory() as scratch:  # setuptools builds in the source tree: build a copy
+        import shutil
+
+        plugin = Path(scratch) / "omni_cpu_platform"
+        shutil.copytree(PLUGIN, plugin, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
+        _run([*pip, str(plugin)], log)
     check = "import vllm_omni, diffusers, transformers; print(diffusers.__version__, transformers.__version__)"
     result = subprocess.run(
         [str(python_path()), "-c", check], capture_output=True, text=True, env=_engine_env(), check=False
@@ -148,10 +153,13 @@ def run_engine_cell(
         "repeats": repeats, "outputs": str(outputs),
     }  # fmt: skip
     (workdir / "spec.json").write_text(json.dumps(spec))
+    # Run a copy: beside the original, this package's vllm_omni.py would shadow the real vllm_omni.
+    runner = workdir / RUNNER.name
+    runner.write_text(RUNNER.read_text())
     started = time.perf_counter()
     try:
         result = subprocess.run(
-            [str(python_path()), str(RUNNER), str(workdir / "spec.json")],
+            [str(python_path()), str(runner), str(workdir / "spec.json")],
             capture_output=True, text=True, env=_engine_env(), cwd=workdir, timeout=timeout_s, check=False,
         )  # fmt: skip
     except subprocess.TimeoutExpired as error:
@@ -159,8 +167,9 @@ def run_engine_cell(
     wall = time.perf_counter() - started
     line = next((ln for ln in result.stdout.splitlines() if "OMNI_ACCEL_RESULT " in ln), None)
     if line is None or not outputs.is_file():
-        tail = [ln for ln in (result.stderr + result.stdout).splitlines() if "Error" in ln or "error" in ln][-1:]
-        raise RuntimeError(f"vLLM-Omni failed (exit {result.returncode}): {' '.join(tail)[:300] or 'no result'}")
+        lines = (result.stderr + result.stdout).splitlines()
+        tail = [ln for ln in lines if "Error" in ln or "error" in ln][-1:] or lines[-1:]
+        raise RuntimeError(f"vLLM-Omni failed (exit {result.returncode}): {' '.join(tail)[:300] or 'no output'}")
     report = json.loads(line.split("OMNI_ACCEL_RESULT ", 1)[1])
     report["process_wall_s"] = wall
     return report, outputs

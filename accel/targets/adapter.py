@@ -61,7 +61,7 @@ def resolve_source(spec: ModelSpec, where: str = "models") -> str:
     if path.exists():
         if not (path / "model_index.json").is_file():
             raise ConfigError(f"{where}.source: '{spec.source}' has no model_index.json; not a diffusers checkpoint")
-        return str(path)
+        return str(path.resolve())
     if _looks_like_path(spec.source):
         kind = "path" if "/" in spec.source or spec.source.startswith((".", "~")) else "model"
         raise ConfigError(

@@ -95,7 +95,7 @@ def zoo_root() -> Path:
     """Directory holding built zoo pipelines: ``$OMNI_ACCEL_ZOO_DIR`` or the user cache dir."""
     override = os.environ.get("OMNI_ACCEL_ZOO_DIR")
     if override:
-        return Path(override).expanduser()
+        return Path(override).expanduser().resolve()
     import platformdirs
 
     return Path(platformdirs.user_cache_dir("omni-accel")) / "zoo"
