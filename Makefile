@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: sweep test setup clean report
+.PHONY: sweep test setup clean report report-engines
 
 setup: $(STAMP)
 
@@ -33,3 +33,10 @@ report: $(STAMP)
 	rm -rf reports/quickstart
 	$(VENV)/bin/omni-accel sweep --out reports/quickstart
 	$(VENV)/bin/omni-accel gate reports/quickstart
+
+# Regenerate reports/engines-flux (library vs adapter vs native vs vLLM-Omni; builds vLLM-Omni's
+# environment first when missing: a few minutes, ~4.4 GB).
+report-engines: $(STAMP)
+	$(VENV)/bin/omni-accel engines create vllm-omni
+	rm -rf reports/engines-flux
+	$(VENV)/bin/omni-accel sweep profiles/engines-flux.yaml --out reports/engines-flux

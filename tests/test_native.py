@@ -93,6 +93,8 @@ VARIANTS = [
     {"name": "layerwise", "features": {"enable_layerwise_offload": {}}},
     {"name": "slicing", "features": {"vae_use_slicing": True}},
     {"name": "fbc", "features": {"first_block_cache": 0.5}},
+    {"name": "mag", "features": {"mag_cache": {"threshold": 0.5}}},
+    {"name": "pab", "features": {"pyramid_attention_broadcast": {}}},
 ]
 
 
@@ -101,13 +103,14 @@ def test_features_engage_on_the_native_target_with_explicit_stages(tmp_path):
     profile["models"] = [{"name": "native", "source": "tiny-flux", "target": "native"}]
     result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
     records = {r["variant"]: r for r in result.records}
-    for variant in VARIANTS[:-1]:
+    for variant in VARIANTS[:-1]:  # all but PAB
         record = records[variant["name"]]
         assert record["status"] == "ok", (variant["name"], record.get("error"))
         assert all(e["engaged"] for e in record["evidence"].values())
     for lossless in ("attn-math", "compile", "model-offload", "layerwise", "slicing"):
         assert records[lossless]["parity"]["ssim"] >= 0.999 and records[lossless]["parity"]["psnr"] >= 40
-    assert records["fbc"]["status"] == "unsupported" and "enable_cache" in records["fbc"]["error"]
+    assert records["pab"]["status"] == "unsupported"
+    assert "hooks attach to diffusers Attention modules" in records["pab"]["error"]
     baseline = records["baseline"]
     for stage_sum, outer in zip(baseline["stage_sums"], baseline["warm_samples"], strict=True):
         assert abs(stage_sum - outer) / outer < 0.05

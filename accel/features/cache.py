@@ -29,13 +29,27 @@ class WorkCounter(Handle):
         super().__init__()
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
+        from accel.features.attention import _native_layers
+
         self.undo = undo
         self.registry = _AttentionBackendRegistry
-        self.attention_modules = count_attention_modules(transformer)
+        self.native_layers = _native_layers(transformer)
+        for layer in self.native_layers:  # the native attention layer counts its own computations
+            layer.count_calls = True
+        self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
         self.originals = dict(self.registry._backends)
         for name, function in self.originals.items():
             self.registry._backends[name] = self._counted(function)
         self.hook = transformer.register_forward_pre_hook(self._count_call)
+
+    def begin_run(self) -> None:
+        super().begin_run()
+        for layer in self.native_layers:
+            layer.calls.clear()
+
+    def end_run(self) -> None:
+        if self.native_layers:
+            self.current["attention_computed"] = sum(sum(layer.calls.values()) for layer in self.native_layers)
 
     def _count_call(self, *args: Any) -> None:
         self.current["transformer_calls"] = self.current.get("transformer_calls", 0) + 1
@@ -58,6 +72,8 @@ class WorkCounter(Handle):
 
     def remove(self) -> None:
         self.hook.remove()
+        for layer in self.native_layers:
+            layer.count_calls = False
         for name, original in self.originals.items():
             self.registry._backends[name] = original
         if self.undo is not None:
@@ -236,6 +252,7 @@ class _DiffusersHookFeature(Feature):
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
+    needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
 
     def hook_config(self, pipeline: Any, options: Any, context: RunContext) -> Any:
         raise NotImplementedError
@@ -244,7 +261,14 @@ class _DiffusersHookFeature(Feature):
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "enable_cache"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
-        if not count_attention_modules(transformer):
+        from accel.features.attention import _native_layers
+
+        if self.needs_diffusers_attention and _native_layers(transformer):
+            return Support.no(
+                f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
+                "attention layer"
+            )
+        if not _native_layers(transformer) and not count_attention_modules(transformer):
             return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
         return Support.yes()
 
@@ -294,7 +318,7 @@ class MagCache(_DiffusersHookFeature):
         if (
             support.supported
             and options.mag_ratios is None
-            and type(pipeline.transformer).__name__ != ("FluxTransformer2DModel")
+            and type(pipeline.transformer).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer")
         ):
             return Support.no(
                 f"MagCache ratios are published for Flux only (found {type(pipeline.transformer).__name__}); "
@@ -347,6 +371,7 @@ class PyramidAttentionBroadcastOptions(FeatureConfig):
 
 class PyramidAttentionBroadcast(_DiffusersHookFeature):
     name = "pyramid_attention_broadcast"
+    needs_diffusers_attention = True
     config_cls = PyramidAttentionBroadcastOptions
     description = "diffusers Pyramid Attention Broadcast"
 
@@ -379,6 +404,7 @@ class FasterCacheOptions(FeatureConfig):
 
 class FasterCache(_DiffusersHookFeature):
     name = "faster_cache"
+    needs_diffusers_attention = True
     config_cls = FasterCacheOptions
     description = "diffusers FasterCache"
 

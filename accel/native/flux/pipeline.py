@@ -120,15 +120,16 @@ class NativeFluxPipeline(NativePipeline):
         with self.progress_bar(total=len(self.scheduler.timesteps)) as bar:
             for t in self.scheduler.timesteps:
                 timestep = t.expand(latents.shape[0]).to(latents.dtype)
-                noise = self.transformer(
-                    hidden_states=latents,
-                    timestep=timestep / 1000,
-                    guidance=guidance,
-                    pooled_projections=embeddings["pooled_projections"],
-                    encoder_hidden_states=embeddings["encoder_hidden_states"],
-                    txt_ids=embeddings["txt_ids"],
-                    img_ids=state["img_ids"],
-                )
+                with self.transformer.cache_context("cond"):
+                    noise = self.transformer(
+                        hidden_states=latents,
+                        timestep=timestep / 1000,
+                        guidance=guidance,
+                        pooled_projections=embeddings["pooled_projections"],
+                        encoder_hidden_states=embeddings["encoder_hidden_states"],
+                        txt_ids=embeddings["txt_ids"],
+                        img_ids=state["img_ids"],
+                    )
                 latents = self.scheduler.step(noise, t, latents, return_dict=False)[0]
                 bar.update()
         return latents

@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from typing import Any
 
 import torch
+from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+from diffusers.models.cache_utils import CacheMixin
 from torch import nn
 
 from accel.native.attention import Attention
@@ -219,8 +221,19 @@ class OutputNorm(nn.Module):
         return self.norm(x) * (1 + scale)[:, None] + shift[:, None]
 
 
-class NativeFluxTransformer(nn.Module):
-    """FLUX.1 transformer built from a diffusers ``transformer/config.json``."""
+for _block in (DoubleStreamBlock, SingleStreamBlock):
+    # diffusers' cache hooks (FirstBlockCache, MagCache, ...) find block outputs through this registry.
+    TransformerBlockRegistry.register(
+        _block, TransformerBlockMetadata(return_hidden_states_index=1, return_encoder_hidden_states_index=0)
+    )
+
+
+class NativeFluxTransformer(nn.Module, CacheMixin):
+    """FLUX.1 transformer built from a diffusers ``transformer/config.json``.
+
+    ``CacheMixin`` (diffusers' generic cache-hook interface, not its FLUX model) gives it ``enable_cache``
+    and ``cache_context``, so diffusers' cache hooks apply to the native blocks as to the library's.
+    """
 
     _repeated_blocks = ("DoubleStreamBlock", "SingleStreamBlock")
     _layerwise_offload_blocks_attrs = ("transformer_blocks", "single_transformer_blocks")
