@@ -43,6 +43,20 @@ def write_profile(tmp_path):
     return write
 
 
+def invoke(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    """Call the console entry point in-process: (exit code, stdout, stderr)."""
+    from accel.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["omni-accel", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as done:
+        code = done.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
     """Run the real console entry point in a subprocess (as a user would) and capture its output."""
     return subprocess.run(

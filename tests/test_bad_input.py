@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
-from conftest import run_cli, small_profile
-
-from accel.cli import main
+from conftest import invoke, run_cli, small_profile
 
 
 def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
-    monkeypatch.setattr(sys, "argv", ["omni-accel", *args])
-    try:
-        main()
-    except SystemExit as done:
-        return done.code, capsys.readouterr().err
-    return 0, capsys.readouterr().err
+    code, _, err = invoke(monkeypatch, capsys, *args)
+    return code, err
 
 
 def _with(**changes):

@@ -2,22 +2,14 @@
 
 from __future__ import annotations
 
-import sys
+from conftest import invoke
 
 from accel import zoo
-from accel.cli import main
 from accel.profile import default_profile_path, load_profile
 
 
 def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    monkeypatch.setattr(sys, "argv", ["omni-accel", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as done:
-        code = done.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return invoke(monkeypatch, capsys, *args)
 
 
 def test_zoo_path_build_and_list(monkeypatch, capsys, tmp_path):

@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 import yaml
+from conftest import invoke
 from synthetic import CLAIMS, results
 
 from accel.cli import main
@@ -80,12 +81,8 @@ def test_performance_baseline_tolerance_and_refresh_notice():
 
 
 def _cli(monkeypatch, capsys, *args):
-    monkeypatch.setattr(sys, "argv", ["omni-accel", *args])
-    try:
-        main()
-    except SystemExit as done:
-        return done.code, capsys.readouterr().out
-    return 0, capsys.readouterr().out
+    code, out, _ = invoke(monkeypatch, capsys, *args)
+    return code, out
 
 
 @pytest.fixture

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import numpy as np
 import pytest
-from conftest import small_profile
+from conftest import invoke, small_profile
 
-from accel.cli import main
 from accel.profile import parse_profile
 from accel.results import read_results
 from accel.sweep.runner import attach_parity, run_sweep
@@ -33,12 +31,8 @@ def measured(tmp_path_factory):
 
 
 def _gate(monkeypatch, capsys, run_dir):
-    monkeypatch.setattr(sys, "argv", ["omni-accel", "gate", str(run_dir)])
-    try:
-        main()
-    except SystemExit as done:
-        return done.code, capsys.readouterr().out
-    return 0, capsys.readouterr().out
+    code, out, _ = invoke(monkeypatch, capsys, "gate", str(run_dir))
+    return code, out
 
 
 def test_gate_passes_on_the_measured_cells(measured, monkeypatch, capsys):

@@ -253,6 +253,7 @@ class _DiffusersHookFeature(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
+    needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
 
     def hook_config(self, pipeline: Any, options: Any, context: RunContext) -> Any:
         raise NotImplementedError
@@ -268,6 +269,8 @@ class _DiffusersHookFeature(Feature):
                 f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
                 "attention layer"
             )
+        if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
+            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule")
         if not _native_layers(transformer) and not count_attention_modules(transformer):
             return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
         return Support.yes()
@@ -372,6 +375,7 @@ class PyramidAttentionBroadcastOptions(FeatureConfig):
 class PyramidAttentionBroadcast(_DiffusersHookFeature):
     name = "pyramid_attention_broadcast"
     needs_diffusers_attention = True
+    needs_current_timestep = True
     config_cls = PyramidAttentionBroadcastOptions
     description = "diffusers Pyramid Attention Broadcast"
 
@@ -381,12 +385,6 @@ class PyramidAttentionBroadcast(_DiffusersHookFeature):
         return PyramidAttentionBroadcastConfig(
             **options.model_dump(), current_timestep_callback=lambda: pipeline.current_timestep
         )
-
-    def check(self, pipeline: Any, device: str, options: Any) -> Support:
-        support = super().check(pipeline, device, options)
-        if support.supported and not hasattr(type(pipeline), "current_timestep"):
-            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the PAB schedule")
-        return support
 
 
 # Transformers that take spatial (video) latents, which FasterCache's frequency filtering needs.
@@ -405,6 +403,7 @@ class FasterCacheOptions(FeatureConfig):
 class FasterCache(_DiffusersHookFeature):
     name = "faster_cache"
     needs_diffusers_attention = True
+    needs_current_timestep = True
     config_cls = FasterCacheOptions
     description = "diffusers FasterCache"
 
@@ -422,8 +421,6 @@ class FasterCache(_DiffusersHookFeature):
         support = super().check(pipeline, device, options)
         if not support.supported:
             return support
-        if not hasattr(type(pipeline), "current_timestep"):
-            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the FasterCache schedule")
         name = type(pipeline.transformer).__name__
         if not name.startswith(FASTER_CACHE_LAYOUTS):
             # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".

@@ -120,6 +120,18 @@ def _torch_modules(pipeline: Any) -> list[Any]:
     return [m for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
 
 
+def _accelerate_offload(pipeline: Any, method: str, hook_cls: Any) -> Handle:
+    """Enable an accelerate-based offload method of the pipeline; the handle counts ``hook_cls`` onloads."""
+    device = str(pipeline.device)
+    getattr(pipeline, method)(device=device)
+
+    def undo() -> None:
+        pipeline.remove_all_hooks()
+        pipeline.to(device)
+
+    return _ClassHookCounter(hook_cls, pipeline, undo)
+
+
 class ModelOffloadConfig(FeatureConfig):
     """``enable_cpu_offload`` has no options."""
 
@@ -142,14 +154,7 @@ class ModelOffload(Feature):
     def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
         from accelerate.hooks import CpuOffload
 
-        device = str(pipeline.device)
-        pipeline.enable_model_cpu_offload(device=device)
-
-        def undo() -> None:
-            pipeline.remove_all_hooks()
-            pipeline.to(device)
-
-        return _ClassHookCounter(CpuOffload, pipeline, undo)
+        return _accelerate_offload(pipeline, "enable_model_cpu_offload", CpuOffload)
 
     def verify(self, handle: Handle) -> Verdict:
         return _verify_onloads(handle, "model offload")
@@ -180,14 +185,7 @@ class SequentialOffload(Feature):
     def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
         from accelerate.hooks import AlignDevicesHook
 
-        device = str(pipeline.device)
-        pipeline.enable_sequential_cpu_offload(device=device)
-
-        def undo() -> None:
-            pipeline.remove_all_hooks()
-            pipeline.to(device)
-
-        return _ClassHookCounter(AlignDevicesHook, pipeline, undo)
+        return _accelerate_offload(pipeline, "enable_sequential_cpu_offload", AlignDevicesHook)
 
     def verify(self, handle: Handle) -> Verdict:
         return _verify_onloads(handle, "sequential offload")
