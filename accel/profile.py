@@ -113,6 +113,13 @@ class Measure(StrictModel):
     noise_floor: bool = Field(
         default=True, description="Re-run each baseline in a fresh cell and record its parity with itself."
     )
+    sweep_warmup: bool = Field(
+        default=True,
+        description=(
+            "process/ray: run the first cell once, unrecorded, before the sweep. Without it the first cell "
+            "measured ~1.5x slower than its own re-run on 2-core machines (cold worker pool and caches)."
+        ),
+    )
     reference_model: str | None = Field(
         default=None, description="A model whose baseline every other model's baseline is compared with."
     )

@@ -219,7 +219,10 @@ def run_sweep(
     done = {(r["model"], r["variant"]): r for r in previous}
     records: list[dict[str, Any]] = []
     baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
-    pending = {cell.key: submit(cell) for cell in cells if (cell.model.name, cell.variant) not in done}
+    todo = [cell for cell in cells if (cell.model.name, cell.variant) not in done]
+    if todo and measure.sweep_warmup and (executor or measure.executor) != "inline":
+        submit(todo[0]).result()  # unrecorded: its outputs file is overwritten when the cell runs for real
+    pending = {cell.key: submit(cell) for cell in todo}
     with _progress(show_progress, len(cells)) as advance:
         for cell in cells:
             advance(cell.key)
