@@ -102,10 +102,6 @@ def _native_layers(transformer: Any) -> list[Any]:
     return [m for m in transformer.modules() if isinstance(m, Attention)]
 
 
-NATIVE_BACKENDS = ("native", "_native_math", "_native_flash", "_native_efficient", "_native_cudnn", "flash", "xformers",
-                   "sage")  # fmt: skip
-
-
 class _NativeAttentionHandle(Handle):
     """Sets the backend of every native attention layer; evidence from their dispatch counters."""
 
@@ -158,9 +154,11 @@ class AttentionBackend(Feature):
     def check(self, pipeline: Any, device: str, options: AttentionBackendConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
         if _native_layers(transformer):
-            if options.backend not in NATIVE_BACKENDS:
+            from accel.native.attention import BACKENDS
+
+            if options.backend not in BACKENDS:
                 return Support.no(
-                    f"the native attention layer has no backend {options.backend} (has: {', '.join(NATIVE_BACKENDS)})"
+                    f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})"
                 )
             return self.probe(device, options)
         if transformer is None or not hasattr(transformer, "set_attention_backend"):

@@ -69,15 +69,12 @@ def _is_quantized(tensor: Any) -> bool:
     return type(tensor) not in (torch.Tensor, torch.nn.Parameter)
 
 
-def _linear_census(module: Any) -> tuple[int, int, int]:
-    """(quantized linear layers, all linear layers, weight bytes) of a module."""
+def _linear_census(module: Any) -> tuple[int, int]:
+    """(quantized linear layers, all linear layers) of a module."""
     import torch
 
-    from accel.measure.memory import module_weight_bytes
-
     linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-    quantized = sum(1 for m in linears if _is_quantized(m.weight))
-    return quantized, len(linears), module_weight_bytes(module)
+    return sum(1 for m in linears if _is_quantized(m.weight)), len(linears)
 
 
 def _weight_bytes(module: Any) -> int:
@@ -170,7 +167,7 @@ class Quantization(Feature):
                     if isinstance(m, torch.nn.Linear)
                 }
                 quantize_(module, torchao_config(options.method))
-            quantized, linears, _ = _linear_census(module)
+            quantized, linears = _linear_census(module)
             census[component] = {
                 "quantized_linears": quantized,
                 "linears": linears,

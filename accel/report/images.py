@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 
-from accel.profile import Workload
 from accel.sweep.cell import outputs_path
 
 
@@ -17,7 +16,7 @@ def to_uint8(frames: np.ndarray) -> np.ndarray:
     return (np.clip(strip, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
 
 
-def save_images(run_dir: Path, record: dict[str, Any], keys: list[str], workload: Workload) -> list[str]:
+def save_images(run_dir: Path, record: dict[str, Any], keys: list[str]) -> list[str]:
     """Save one PNG per output sample and return the paths relative to ``run_dir``."""
     from PIL import Image
 

@@ -240,7 +240,7 @@ def run_sweep(
             if cell.variant == BASELINE and profile.measure.reference_model:
                 attach_reference_parity(record, profile.measure.reference_model, run_dir, keys)
             if record.get("outputs_file"):
-                record["images"] = save_images(run_dir, record, keys, profile.workload)
+                record["images"] = save_images(run_dir, record, keys)
             record["profile_fingerprint"] = profile.fingerprint()
             record["timestamp"] = time.time()
             log.append(record)
