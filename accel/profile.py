@@ -111,7 +111,37 @@ class Measure(StrictModel):
         default=0.1, gt=0, description="A cell whose warm-latency coefficient of variation exceeds this is noisy."
     )
     noise_floor: bool = Field(
-        default=True, description="Re-run each baseline in a fresh cell and record its parity with itself."
+        default=True,
+        description=(
+            "Re-run each baseline in a fresh cell: its parity with the baseline and its interleaved speedup "
+            "against a second copy of itself are the noise floor. Without it every speedup is unverified."
+        ),
+    )
+    timing: Literal["interleaved", "sequential"] = Field(
+        default="interleaved",
+        description=(
+            "interleaved: each variant's speedup comes from calls alternated (ABBA) with a freshly loaded "
+            "unaccelerated reference in the same process, so drift and background load hit both alike (costs a "
+            "second pipeline in memory after the variant's own memory was measured); sequential: the ratio of "
+            "two cells timed one after the other, always shown unverified."
+        ),
+    )
+    pairs: int = Field(
+        default=10,
+        ge=1,
+        description="interleaved timing: reference/variant call pairs; 6 are needed for a 95% interval.",
+    )
+    confidence: float = Field(
+        default=0.95, gt=0.5, lt=1, description="Coverage of every speedup's interval (order-statistic, median)."
+    )
+    min_effect: float = Field(
+        default=0.05,
+        gt=0,
+        lt=1,
+        description=(
+            "The noise band is at least 1/(1+min_effect)..1+min_effect wide, even when the noise floor "
+            "measured less: a smaller effect is never published as a speedup."
+        ),
     )
     sweep_warmup: bool = Field(
         default=True,

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from pydantic import Field, field_validator
@@ -86,6 +88,16 @@ class _DispatchHandle(Handle):
             return function(*args, **kwargs)
 
         return counted
+
+    @contextmanager
+    def global_state_paused(self) -> Iterator[None]:
+        """The process-global active backend as before ``apply`` (this transformer's processors keep theirs)."""
+        active = self.registry._active_backend
+        self.registry.set_active_backend(self.previous_active)
+        try:
+            yield
+        finally:
+            self.registry.set_active_backend(active)
 
     def remove(self) -> None:
         self.registry._backends.update(self.originals)

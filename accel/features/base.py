@@ -10,6 +10,8 @@ its cell; it never passes silently.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, ClassVar
@@ -86,6 +88,16 @@ class Handle(ABC):
 
     def end_run(self) -> None:  # noqa: B027 - optional lifecycle step, a no-op by default
         """Called after each timed call; collects evidence that is read after the run (default: none)."""
+
+    @contextmanager
+    def global_state_paused(self) -> Iterator[None]:
+        """A context in which the process-global state this feature set (if any) is as before ``apply``.
+
+        Interleaved timing runs an unaccelerated reference pipeline in the same process as the variant; a
+        feature that changes process-global state (diffusers' active attention backend) restores it here so
+        the reference stays unaccelerated. Default: nothing global, nothing to do.
+        """
+        yield
 
     @property
     def current(self) -> dict[str, Any]:

@@ -103,6 +103,13 @@ def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path 
             xs = [r["speedup"] for r in mine]
             ys = [min(r["parity"][metric], psnr_cap) for r in mine]
             dots = axis.scatter(xs, ys, label=model, alpha=0.75)
+            claims = [r.get("speedup_ci") or {} for r in mine]
+            spans = [
+                (x - c.get("low", x), c.get("high", x) - x) for x, c in zip(xs, claims, strict=True)
+            ]  # the speedup's interval as a horizontal bar: a bar across 1.0 is noise
+            axis.errorbar(
+                xs, ys, xerr=list(zip(*spans, strict=True)), fmt="none", ecolor=dots.get_facecolor()[0], alpha=0.5
+            )
             front = sorted(pareto_front(list(zip(xs, ys, strict=True))), key=lambda i: xs[i])
             axis.plot([xs[i] for i in front], [ys[i] for i in front], "--", color=dots.get_facecolor()[0])
             for r, x, y in zip(mine, xs, ys, strict=True):
@@ -114,7 +121,9 @@ def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path 
         axis.axvline(1.0, color="grey", linewidth=0.8)
         axis.grid(alpha=0.3)
     axes[0].legend()
-    figure.suptitle("Higher and further right is better; dashed: each model's Pareto front")
+    figure.suptitle(
+        "Higher and further right is better; bars: each speedup's interval; dashed: each model's Pareto front"
+    )
     path = Path(run_dir) / FIGURES / "speed-vs-quality.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()

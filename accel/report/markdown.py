@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.measure.parity import PARITY_DEFINITION
+from accel.measure.speedup import NOISE, UNVERIFIED
 from accel.profile import Profile
 
 REPORT_FILE = "report.md"
@@ -25,6 +26,20 @@ def fmt(value: Any, digits: int = 3) -> str:
     return str(value)
 
 
+def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
+    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for noise,
+    ``1.82x?`` for an unverified one, an en dash when there is none."""
+    if not claim or claim.get("ratio") is None:
+        return "–"
+    ratio = claim["ratio"]
+    verdict = claim.get("verdict")
+    if verdict == NOISE:
+        return "≈1.0x"
+    if verdict == UNVERIFIED:
+        return f"{ratio:.{digits}f}x?"
+    return f"{ratio:.{digits}f}x [{claim['low']:.{digits}f}–{claim['high']:.{digits}f}]"
+
+
 def _mib(value: int | None) -> str:
     return "–" if value is None else f"{value / 2**20:.0f}"
 
@@ -36,9 +51,19 @@ def _ms(value: float | None, digits: int = 1) -> str:
 STAGE_KEYS = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
 
 
+def _beside(r: dict[str, Any]) -> str:
+    """Cores other processes kept busy while the cell was timed (interleaved window when there was one)."""
+    timing = r.get("timing") or {}
+    window = timing.get("interleaved") or timing.get("alone")
+    return "–" if not window else f"{window['other_cores']:.2f}"
+
+
 def _status(r: dict[str, Any]) -> str:
     status = r["status"] if not r.get("error") else f"{r['status']}: {r['error']}"
     flags = []
+    claim = r.get("speedup_ci") or {}
+    if claim.get("verdict") in (NOISE, UNVERIFIED):
+        flags.append(f"speedup {claim['verdict']}: {claim['reason']}")
     if r.get("noisy"):
         flags.append("noisy (CV above measure.max_cv)")
     if r.get("invalid_measurement"):
@@ -49,19 +74,19 @@ def _status(r: dict[str, Any]) -> str:
 def model_table(records: list[dict[str, Any]]) -> str:
     """The main markdown table of one model's cells."""
     header = (
-        "| variant | features | warm median (ms) | CV | speedup | cold (s) | peak RSS (MiB) "
+        "| variant | features | warm median (ms) | CV | speedup | cores busy beside | cold (s) | peak RSS (MiB) "
         "| SSIM ↑ | PSNR (dB) ↑ | max abs diff ↓ | evidence | status |\n"
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n"
+        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n"
     )
     rows = []
     for r in records:
         warm = r.get("warm") or {}
         parity = r.get("parity") or {}
         evidence = "; ".join(v.get("summary", "") for v in (r.get("evidence") or {}).values()) or "–"
-        speedup = r.get("speedup", 1.0 if r["variant"] == "baseline" and warm else None)
+        speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
             f"| {r['variant']} | {', '.join(sorted(r.get('features') or {})) or '–'} | {_ms(warm.get('median'))} "
-            f"| {fmt(warm.get('cv'), 2)} | {fmt(speedup, 2)}{'x' if speedup else ''} | {fmt(r.get('cold_s'), 2)} "
+            f"| {fmt(warm.get('cv'), 2)} | {speedup} | {_beside(r)} | {fmt(r.get('cold_s'), 2)} "
             f"| {_mib(r.get('peak_host_rss_bytes'))} | {fmt(parity.get('ssim'), 4)} | {fmt(parity.get('psnr'), 2)} "
             f"| {fmt(parity.get('max_abs_diff'), 4)} | {evidence} | {_status(r)} |"
         )
@@ -122,16 +147,33 @@ def compute_table(records: list[dict[str, Any]]) -> str:
 
 
 def noise_floor_line(records: list[dict[str, Any]]) -> str:
-    """The baseline measured against itself in a fresh cell."""
+    """The baseline measured against itself: in a fresh cell (parity) and interleaved with a copy (speed)."""
     rerun = next((r for r in records if r.get("role") == "noise_floor"), None)
     if rerun is None or not rerun.get("parity"):
-        return "Noise floor: not measured (measure.noise_floor: false, or the re-run failed)."
+        return (
+            "Noise floor: not measured (measure.noise_floor: false, or the re-run failed): every speedup of this "
+            "model is unverified."
+        )
     p = rerun["parity"]
+    claim = rerun.get("speedup_ci") or {}
+    parity = (
+        f"Noise floor (the baseline re-run in a fresh cell): against the baseline SSIM {fmt(p['ssim'], 4)}, "
+        f"PSNR {fmt(p['psnr'], 2)} dB, max abs diff {fmt(p['max_abs_diff'], 4)}."
+    )
+    if claim.get("method") != "interleaved":
+        return parity + " Its speed was not timed interleaved: every speedup of this model is unverified."
+    band = claim.get("band") or [None, None]
+    verdict = (
+        "identical configurations measured apart: speed claims on this model are biased, see the reasons"
+        if claim["verdict"] in ("faster", "slower")
+        else "as expected for identical configurations"
+    )
     return (
-        f"Noise floor (the baseline re-run in a fresh cell, compared with the baseline): SSIM {fmt(p['ssim'], 4)}, "
-        f"PSNR {fmt(p['psnr'], 2)} dB, max abs diff {fmt(p['max_abs_diff'], 4)}, warm latency ratio "
-        f"{fmt(rerun.get('speedup'), 2)}x (CV {fmt((rerun.get('warm') or {}).get('cv'), 2)}). Speedups within this "
-        "ratio of 1.0x are noise."
+        f"{parity} Interleaved with a second copy of itself ({claim['n']} ABBA pairs): "
+        f"{claim['ratio']:.3f}x, {claim['confidence']:.0%} interval [{claim['low']:.3f}, {claim['high']:.3f}] "
+        f"({verdict}). A variant's speedup is claimed only when its whole interval lies outside the noise band "
+        f"[{fmt(min(band[0], claim['low']), 3)}, {fmt(max(band[1], claim['high']), 3)}]; otherwise it is shown "
+        "as ≈1.0x."
     )
 
 
@@ -165,7 +207,9 @@ def render(
         f"- Workload: {len(w.prompts)} prompt(s) x {len(w.seeds)} seed(s), {w.steps} steps, {w.height}x{w.width}, "
         f"guidance {w.guidance_scale}, {w.num_images_per_prompt} image(s) per prompt, {w.num_frames} frames (video)",
         f"- Timing: {profile.measure.warmup} warmup call(s) after the cold one, {profile.measure.repeats} timed "
-        f"pass(es); warm = median per call; cold = load + first call; speedup = baseline warm / variant warm",
+        "pass(es) with the pipeline alone (warm = median per call, no stage hooks inside), then one pass with the "
+        "stage hooks; cold = load + first call",
+        f"- Speedup: {_speedup_method(profile)}",
         f"- Parity against the baseline: {PARITY_DEFINITION}",
         f"- Sweep wall time: {wall_s:.1f} s for {len(records)} cells ({wall_s / max(1, len(records)):.1f} s per cell)",
         "",
@@ -193,7 +237,8 @@ def render(
             *[f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get(model, [])],
         ]
     lines += [
-        "Units: ms and s of wall time, synchronised with the device at every boundary; RSS: peak resident",
+        "Units: ms and s of wall time, synchronised with the device at both ends of a call; cores busy beside:",
+        "CPU time other processes used during the timed window / its wall time; RSS: peak resident",
         "memory of the process tree (sampled every 5 ms) while loading and during the timed runs; PSS:",
         "proportional set size at the end of the run; GFLOP / step: FlopCounterMode on the baseline's",
         "denoiser calls of one step; floor: GFLOP / peak (peak: "
@@ -203,6 +248,22 @@ def render(
         "",
     ]
     return "\n".join(lines)
+
+
+def _speedup_method(profile: Profile) -> str:
+    m = profile.measure
+    if m.timing != "interleaved":
+        return (
+            "baseline cell's warm median / variant's, cells timed one after the other (measure.timing: "
+            "sequential): drift between cells is not controlled, so every speedup is unverified (shown `1.23x?`)"
+        )
+    return (
+        f"median of {m.pairs} ratios reference / variant, each from two adjacent calls of the variant and a freshly "
+        "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
+        f"alike), with its {m.confidence:.0%} order-statistic interval: `1.82x [1.61–2.03]` when the interval lies "
+        f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it does "
+        "not, `1.82x?` when unverified (no noise floor, too few pairs, engine or sequential timing)"
+    )
 
 
 def reference_table(records: list[dict[str, Any]]) -> list[str]:

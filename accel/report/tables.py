@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from accel.gate import PASS, GateData, gate_records
-from accel.report.markdown import fmt
+from accel.report.markdown import fmt, format_speedup
 
 
 class Footnotes:
@@ -59,7 +59,7 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[float, str, str | None]
     parity = record.get("parity") or {}
     variant = record["variant"]
     if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
-        return 3, f"✅ {fmt(record.get('speedup'), 1)}x · {fmt(parity.get('ssim'), 2)}", None
+        return 3, f"✅ {format_speedup(record.get('speedup_ci'), 1)} · {fmt(parity.get('ssim'), 2)}", None
     if record["status"] == "ok":
         failed = [c.line() for c in verdict.checks if not c.ok] or verdict.reasons or ["out of parity"]
         if not verdict.in_parity:
@@ -94,8 +94,10 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
         rows.append(f"| **{model}** | " + " | ".join(cells) + " |")
     legend = (
         "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚠ engaged but out "
-        "of parity · ❌ not supported, failed or not engaged (footnote) · ➖ not measured. Speedup = baseline "
-        "warm median / variant warm median; SSIM as defined in the report."
+        "of parity · ❌ not supported, failed or not engaged (footnote) · ➖ not measured. Speedup: median "
+        "reference / variant ratio of calls interleaved with an unaccelerated reference, with its interval "
+        "(`≈1.0x`: inside the noise band measured for identical configurations; `?`: unverified); SSIM as "
+        "defined in the report."
     )
     return "\n".join([header, rule, *rows]) + f"\n\n{legend}\n\n{notes.render()}\n"
 
@@ -169,15 +171,16 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
         status = "baseline" if r["variant"] == "baseline" else (verdict.outcome if verdict else r["status"])
         if verdict is not None and verdict.outcome == PASS and verdict.in_parity is False:
             status = "out of parity (as claimed)"
-        speedup = 1.0 if r["variant"] == "baseline" and warm else r.get("speedup")
+        speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
-            f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {fmt(speedup, 2)}{'x' if speedup else ''} "
+            f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {speedup} "
             f"| {fmt(memory / 2**20 if memory else None, 0)} | {fmt(r.get('memory_reduction'), 2)}"
             f"{'x' if r.get('memory_reduction') else ''} | {fmt(parity.get('ssim'), 4)} "
             f"| {fmt(parity.get('psnr'), 2)} | {status} |"
         )
     legend = (
-        "Units: warm median latency per call in ms; peak memory: device allocated on a GPU, else host RSS, in "
+        "Units: warm median latency per call in ms; speedup: interleaved with an unaccelerated reference, with "
+        "its interval (`≈1.0x`: noise; `?`: unverified); peak memory: device allocated on a GPU, else host RSS, in "
         "MiB; memory reduction = baseline peak / variant peak; status: the gate's verdict."
     )
     return header + "\n" + "\n".join(rows) + f"\n\n{legend}\n"

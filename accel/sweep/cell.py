@@ -21,6 +21,10 @@ from accel.profile import Measure, ModelSpec, Workload
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
 NOISE_FLOOR = "noise-floor"
+# In a variant's outputs file: the interleaved reference pipeline's first output, compared with the
+# baseline's to prove the reference ran unaccelerated (no process-global state leaked into it).
+REFERENCE_OUTPUT_KEY = "__reference__"
+INTERLEAVED = "interleaved"
 
 
 @dataclass(frozen=True)
@@ -209,93 +213,235 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 
 
 def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """Apply the features, run cold, warmup and timed calls, verify, remove; save the outputs."""
+    """Apply the features, warm up, measure (alone, then a stage pass, then interleaved with a reference),
+    verify, remove; collect the record and save the outputs."""
     from accel.features.base import Handle, RunContext
-    from accel.measure.flops import InputCapture, device_peak
-    from accel.measure.memory import PeakMemory, process_pss
-    from accel.measure.stages import StageRecorder
-    from accel.measure.timing import summarize, timed
+    from accel.measure.flops import InputCapture
 
     pipeline = target.pipeline
     handles: list[tuple[Any, Handle]] = []
     requests = build_requests(spec.workload)
-    recorder: StageRecorder | None = None
     capture = (
         InputCapture(pipeline.transformer) if spec.variant == BASELINE and hasattr(pipeline, "transformer") else None
     )
-
-    def generate(request: Any) -> list[np.ndarray]:
-        for _, handle in handles:
-            handle.begin_run()
-        outputs = target.generate(request)
-        for _, handle in handles:
-            handle.end_run()
-        return outputs
-
+    paired: dict[str, Any] | None = None
     try:
         context = RunContext(device=target.device, steps=spec.workload.steps)
         for feature in features:  # appended one by one: a failing apply still removes the earlier ones
             handles.append((feature, feature.apply(pipeline, options[feature.name], context)))
-        first_call: list[float] = []
-        with timed(target.device, first_call):
-            generate(requests[0])
-        for _ in range(spec.measure.warmup):
-            generate(requests[0])
-        for _, handle in handles:
-            handle.runs.clear()  # evidence counts only the timed runs
-
-        explicit = getattr(target, "explicit_stages", False)  # native pipelines time their own stages
-        recorder = None if explicit else StageRecorder(pipeline, target.device)
-        samples: list[float] = []
-        calls: list[dict[str, Any]] = []
-        passes: list[list[np.ndarray]] = []
-        with PeakMemory(target.device) as memory:
-            for _ in range(spec.measure.repeats):
-                outputs: list[np.ndarray] = []
-                for request in requests:
-                    with timed(target.device, samples):
-                        if recorder is not None:
-                            recorder.start()
-                        outputs.extend(generate(request))
-                        calls.append(recorder.stop() if recorder is not None else target.stage_report())
-                passes.append(outputs)
+        first_call_s = _warm_up(spec, target, handles, requests)
+        alone = _measure_alone(spec, target, handles, requests)
+        stages = _stage_pass(target, handles, requests)
         verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
+        if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
+            paired = _measure_interleaved(spec, target, [h for _, h in handles], requests)
     finally:
-        if recorder is not None:
-            recorder.remove()
         for _, handle in reversed(handles):
             handle.remove()
+    return _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
 
+
+def _generate(target: Any, handles: list[tuple[Any, Any]], request: Any) -> list[np.ndarray]:
+    """One call with every feature's evidence window around it."""
+    for _, handle in handles:
+        handle.begin_run()
+    outputs = target.generate(request)
+    for _, handle in handles:
+        handle.end_run()
+    return outputs
+
+
+def _warm_up(spec: CellSpec, target: Any, handles: list[tuple[Any, Any]], requests: list[Any]) -> float:
+    """The cold call (compilation, cache warm-up) and ``measure.warmup`` untimed calls; evidence is reset after."""
+    from accel.measure.timing import timed
+
+    first_call: list[float] = []
+    with timed(target.device, first_call):
+        _generate(target, handles, requests[0])
+    for _ in range(spec.measure.warmup):
+        _generate(target, handles, requests[0])
+    for _, handle in handles:
+        handle.runs.clear()  # evidence counts only the measured runs
+    return first_call[0]
+
+
+def _measure_alone(spec: CellSpec, target: Any, handles: list[tuple[Any, Any]], requests: list[Any]) -> dict[str, Any]:
+    """``measure.repeats`` passes over every request, the pipeline alone in its process: the headline latency
+    (no stage hooks synchronising inside the call), peak memory and the outputs."""
+    from accel.measure.contention import ContentionMeter
+    from accel.measure.memory import PeakMemory, process_pss
+    from accel.measure.timing import timed
+
+    samples: list[float] = []
+    passes: list[list[np.ndarray]] = []
+    native_calls: list[dict[str, Any]] = []
+    explicit = getattr(target, "explicit_stages", False)  # native pipelines time their own stages
+    with PeakMemory(target.device) as memory, ContentionMeter() as contention:
+        for _ in range(spec.measure.repeats):
+            outputs: list[np.ndarray] = []
+            for request in requests:
+                with timed(target.device, samples):
+                    outputs.extend(_generate(target, handles, request))
+                if explicit:
+                    native_calls.append(target.stage_report())
+            passes.append(outputs)
+    return {
+        "samples": samples,
+        "passes": passes,
+        "native_calls": native_calls,
+        "memory": memory.peaks,
+        "pss": process_pss(),
+        "contention": contention.result,
+    }
+
+
+def _stage_pass(target: Any, handles: list[tuple[Any, Any]], requests: list[Any]) -> dict[str, Any] | None:
+    """One pass over the requests with the stage recorder (adapter): its hooks synchronise the device at every
+    component boundary, so these calls are timed apart from the headline ones. Native pipelines time their
+    stages themselves (None here)."""
+    from accel.measure.stages import StageRecorder
+    from accel.measure.timing import timed
+
+    if getattr(target, "explicit_stages", False):
+        return None
+    recorder = StageRecorder(target.pipeline, target.device)
+    calls: list[dict[str, Any]] = []
+    outer: list[float] = []
+    try:
+        for request in requests:
+            with timed(target.device, outer):
+                recorder.start()
+                _generate(target, handles, request)
+                calls.append(recorder.stop())
+    finally:
+        recorder.remove()
+    return {"calls": calls, "outer_s": outer}
+
+
+def _measure_interleaved(spec: CellSpec, target: Any, handles: list[Any], requests: list[Any]) -> dict[str, Any]:
+    """The variant's speedup measured side by side with a freshly loaded, unaccelerated reference pipeline in
+    this process: ``measure.pairs`` pairs of calls in ABBA order (reference first on even pairs), so drift and
+    background load hit both alike. Features that set process-global state pause it around reference calls."""
+    import gc
+    from contextlib import ExitStack
+
+    from accel.measure.contention import ContentionMeter
+    from accel.measure.timing import timed
+    from accel.targets.native import make_target
+
+    reference = make_target(spec.model)
+    load: list[float] = []
+
+    def run_reference(request: Any, sink: list[float] | None) -> list[np.ndarray]:
+        with ExitStack() as paused:
+            for handle in handles:
+                paused.enter_context(handle.global_state_paused())
+            if sink is None:
+                return reference.generate(request)
+            with timed(target.device, sink):
+                return reference.generate(request)
+
+    with ExitStack() as paused:  # the reference's load and warm-up see no accelerated global state either
+        for handle in handles:
+            paused.enter_context(handle.global_state_paused())
+        with timed(target.device, load):
+            reference.load({})
+    reference_output = run_reference(requests[0], None)[0]
+    for _ in range(spec.measure.warmup):
+        run_reference(requests[0], None)
+    reference_s: list[float] = []
+    variant_s: list[float] = []
+    with ContentionMeter() as contention:
+        for index in range(spec.measure.pairs):
+            request = requests[index % len(requests)]
+            if index % 2 == 0:
+                run_reference(request, reference_s)
+            with timed(target.device, variant_s):
+                target.generate(request)
+            if index % 2 == 1:
+                run_reference(request, reference_s)
+    reference.pipeline = None  # free the reference's weights before the cell returns
+    gc.collect()
+    return {
+        "reference_s": reference_s,
+        "variant_s": variant_s,
+        "reference_load_s": load[0],
+        "reference_output": reference_output,
+        "contention": contention.result,
+    }
+
+
+def _collect(
+    spec: CellSpec,
+    target: Any,
+    first_call_s: float,
+    alone: dict[str, Any],
+    stages: dict[str, Any] | None,
+    verdicts: dict[str, Any],
+    paired: dict[str, Any] | None,
+    capture: Any,
+) -> dict[str, Any]:
+    """The cell's record from what was measured; the outputs saved for parity."""
+    from accel.measure.contention import execution_context
+    from accel.measure.flops import device_peak
+    from accel.measure.speedup import paired_speedup
+    from accel.measure.timing import summarize
+
+    samples = alone["samples"]
+    passes = alone["passes"]
+    calls = alone["native_calls"] if stages is None else stages["calls"]
+    stage_outer = samples if stages is None else stages["outer_s"]
     warm = summarize(samples)
     peak, peak_source = device_peak(target.device, spec.model.dtype)
+    memory = alone["memory"]
+    timing: dict[str, Any] = {
+        "method": spec.measure.timing if spec.variant != BASELINE else "alone",
+        **execution_context(target.device),
+        "alone": alone["contention"].to_dict(),
+        "stage_pass": "separate" if stages is not None else "native pipeline's own stage timers",
+    }
     result: dict[str, Any] = {
-        "first_call_s": first_call[0],
+        "first_call_s": first_call_s,
         "cold_s": None,  # filled by the caller's load time below
         "warm": warm.to_dict(),
         "warm_samples": samples,
         "noisy": warm.cv > spec.measure.max_cv,
         "stages": summarize_stages(calls),
         "step_times": [s for call in calls for s in call["steps"]],
-        # Per timed call, in the order of warm_samples: the stages' sum, to compare with the outer timer.
+        # Per stage-pass call: the stages' sum and the call's outer time (an independent timer around it).
         "stage_sums": [sum(call["stages"].values()) for call in calls],
+        "stage_outer_s": stage_outer,
         "denoiser_calls_per_call": calls[0]["denoiser_calls"] if calls else None,
         "flops_per_denoiser_call": capture.flops() if capture is not None else None,
         "peak_flops": peak,
         "peak_flops_source": peak_source,
-        "peak_host_rss_bytes": memory.peaks.host_rss_peak,
-        "peak_device_allocated_bytes": memory.peaks.device_allocated_peak,
-        "peak_device_reserved_bytes": memory.peaks.device_reserved_peak,
-        "host_pss_bytes": process_pss(),
+        "peak_host_rss_bytes": memory.host_rss_peak,
+        "peak_device_allocated_bytes": memory.device_allocated_peak,
+        "peak_device_reserved_bytes": memory.device_reserved_peak,
+        "host_pss_bytes": alone["pss"],
         "modality": "video" if passes[-1][0].shape[0] > 1 else "image",
         "outputs_stable": all(np.array_equal(a, b) for a, b in zip(passes[0], passes[-1], strict=True)),
         "evidence": {name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
+        "timing": timing,
     }
+    arrays = dict(zip(sample_keys(spec.workload), passes[-1], strict=True))
+    if paired is not None:
+        estimate = paired_speedup(paired["reference_s"], paired["variant_s"], spec.measure.confidence)
+        timing["interleaved"] = paired["contention"].to_dict()
+        result["paired"] = {
+            "reference_s": paired["reference_s"],
+            "variant_s": paired["variant_s"],
+            "order": "ABBA",
+            "reference_load_s": paired["reference_load_s"],
+            "estimate": estimate.to_dict(),
+        }
+        arrays[REFERENCE_OUTPUT_KEY] = paired["reference_output"]
     not_engaged = [f"{name}: {v.summary}" for name, v in verdicts.items() if not v.engaged]
     if not_engaged:
         result.update(status="failed", error="; ".join(not_engaged))
     path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
     path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **dict(zip(sample_keys(spec.workload), passes[-1], strict=True)))
+    np.savez_compressed(path, **arrays)
     result["outputs_file"] = str(path.relative_to(spec.run_dir))
     return result
 

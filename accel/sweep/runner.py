@@ -88,7 +88,6 @@ def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_d
     if baseline is None or baseline.get("warm") is None:
         record.setdefault("notes", []).append("no baseline measured: parity and speedup unavailable")
         return
-    record["speedup"] = baseline["warm"]["median"] / record["warm"]["median"]
     record["memory_reduction"] = _ratio(baseline.get("peak_host_rss_bytes"), record.get("peak_host_rss_bytes"))
     with (
         np.load(outputs_path(run_dir, record["model"], BASELINE)) as reference,
@@ -96,6 +95,72 @@ def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_d
     ):
         per_sample = [compare(candidate[key], reference[key]) for key in keys]
     record["parity"] = aggregate(per_sample).to_dict()
+
+
+# The interleaved reference must reproduce the baseline: 8-bit rounding of its output is the tolerance.
+REFERENCE_TOLERANCE = 2 / 255
+
+
+def attach_speedup(
+    record: dict[str, Any],
+    baseline: dict[str, Any] | None,
+    noise_floor: dict[str, Any] | None,
+    run_dir: Path,
+    keys: list[str],
+    measure: Any,
+) -> None:
+    """The speedup with its interval, and what it may be published as (``speedup_ci``; ``speedup`` = its ratio).
+
+    Interleaved cells carry their own paired timings; others (engines, ``measure.timing: sequential``) are
+    compared with the baseline cell's samples and stay unverified. A variant is verified against the noise band
+    its model's noise-floor cell measured; the noise-floor cell itself against ``1 ± min_effect`` only.
+    """
+    from accel.measure.speedup import SpeedupEstimate, classify, noise_band, sequential_speedup
+
+    if record["variant"] == BASELINE or record.get("warm") is None or not baseline or baseline.get("warm") is None:
+        return
+    paired = record.get("paired")
+    if paired:
+        estimate = SpeedupEstimate(**paired["estimate"])
+    else:
+        estimate = sequential_speedup(baseline["warm_samples"], record["warm_samples"], measure.confidence)
+    why_unverified = _reference_problem(record, run_dir, keys) if paired else None
+    if record["variant"] == NOISE_FLOOR:
+        band: tuple[float, float] | None = noise_band(None, measure.min_effect)
+    else:
+        floor = (noise_floor or {}).get("paired")
+        floor_usable = floor and not (noise_floor.get("speedup_ci") or {}).get("reference_problem")
+        band = noise_band(SpeedupEstimate(**floor["estimate"]), measure.min_effect) if floor_usable else None
+    claim = classify(estimate, band, measure.confidence, why_unverified)
+    record["speedup"] = estimate.ratio
+    record["speedup_ci"] = {
+        **estimate.to_dict(),
+        "verdict": claim.verdict,
+        "reason": claim.reason,
+        "band": list(claim.band) if claim.band else None,
+        "reference_problem": why_unverified,
+    }
+
+
+def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -> str | None:
+    """Why the interleaved reference cannot stand for the baseline (its output differs), or None."""
+    from accel.sweep.cell import REFERENCE_OUTPUT_KEY
+
+    baseline_file = outputs_path(run_dir, record["model"], BASELINE)
+    with np.load(baseline_file) as reference, np.load(run_dir / record["outputs_file"]) as candidate:
+        if REFERENCE_OUTPUT_KEY not in candidate.files:
+            return "the interleaved reference's output was not kept"
+        mine = candidate[REFERENCE_OUTPUT_KEY]
+        theirs = reference[keys[0]][: mine.shape[0]]
+        if mine.shape != theirs.shape:
+            return f"the interleaved reference's output has shape {mine.shape}, the baseline's {theirs.shape}"
+        difference = float(np.abs(mine.astype(np.float64) - theirs).max())
+    if difference > REFERENCE_TOLERANCE:
+        return (
+            f"the interleaved reference's output differs from the baseline's (max abs diff {difference:.4f}): "
+            "a process-global setting of this variant reached the unaccelerated reference"
+        )
+    return None
 
 
 def check_engine_effect(record: dict[str, Any]) -> None:
@@ -219,6 +284,7 @@ def run_sweep(
     done = {(r["model"], r["variant"]): r for r in previous}
     records: list[dict[str, Any]] = []
     baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
+    noise_floors: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == NOISE_FLOOR}
     todo = [cell for cell in cells if (cell.model.name, cell.variant) not in done]
     if todo and measure.sweep_warmup and (executor or measure.executor) != "inline":
         submit(todo[0]).result()  # unrecorded: its outputs file is overwritten when the cell runs for real
@@ -234,7 +300,12 @@ def run_sweep(
                 baselines[cell.model.name] = record
             if cell.variant == NOISE_FLOOR:
                 record["role"] = "noise_floor"
+                noise_floors[cell.model.name] = record
             attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
+            attach_speedup(
+                record, baselines.get(cell.model.name), noise_floors.get(cell.model.name), run_dir, keys, measure
+            )
+            record.setdefault("timing", {})["executor"] = executor or measure.executor
             attach_roofline(record, baselines.get(cell.model.name))
             check_engine_effect(record)
             if cell.variant == BASELINE and profile.measure.reference_model:

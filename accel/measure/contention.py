@@ -1,0 +1,87 @@
+"""What else ran beside a timed window: CPU time other processes used, the load average, our threads.
+
+A cell timed while another process busies a core measures slower than it would alone. The timer cannot tell,
+but the kernel's counters can: the CPU time the whole machine spent minus what this process tree spent, over
+the same wall time, is how many cores something else kept busy. Recorded with every cell, so a reader can
+see that a number was taken on a busy machine.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psutil
+
+# Other processes' average CPU use above which a timed window counts as shared (in cores).
+CONTENDED_CORES = 0.25
+
+
+def _busy_seconds(times: Any) -> float:
+    """CPU seconds spent outside idle and iowait, for a ``psutil.cpu_times()`` result."""
+    return sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
+
+
+def _tree_cpu_seconds(process: psutil.Process) -> float:
+    """User + system CPU seconds of a process and its live children."""
+    total = 0.0
+    for proc in [process, *process.children(recursive=True)]:
+        try:
+            t = proc.cpu_times()
+        except psutil.Error:
+            continue
+        total += t.user + t.system
+    return total
+
+
+@dataclass(frozen=True)
+class Contention:
+    """Measured over one timed window. ``other_cores``: cores other processes kept busy on average."""
+
+    wall_s: float
+    own_cores: float
+    other_cores: float
+    contended: bool
+    load_average_1m: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class ContentionMeter:
+    """``with ContentionMeter() as meter: ...`` then ``meter.result``."""
+
+    def __init__(self) -> None:
+        self.result: Contention | None = None
+        self._process = psutil.Process()
+
+    def __enter__(self) -> ContentionMeter:
+        self._wall = time.perf_counter()
+        self._busy = _busy_seconds(psutil.cpu_times())
+        self._own = _tree_cpu_seconds(self._process)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        wall = time.perf_counter() - self._wall
+        busy = _busy_seconds(psutil.cpu_times()) - self._busy
+        own = _tree_cpu_seconds(self._process) - self._own
+        other = max(0.0, busy - own) / wall if wall > 0 else 0.0
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        self.result = Contention(wall, own / wall if wall > 0 else 0.0, other, other > CONTENDED_CORES, load)
+
+
+def execution_context(device: str) -> dict[str, Any]:
+    """Where and how a cell ran: node, process, torch's thread counts, the device."""
+    import torch
+
+    return {
+        "node": socket.gethostname(),
+        "pid": os.getpid(),
+        "threads": torch.get_num_threads(),
+        "interop_threads": torch.get_num_interop_threads(),
+        "cpu_count": os.cpu_count(),
+        "device": device,
+    }

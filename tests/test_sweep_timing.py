@@ -1,0 +1,144 @@
+"""Speed claims that drift and load cannot fake: interleaved timing end to end on tiny-flux.
+
+A simulated load burst slows only the calls of the baseline cell (as a busy machine did in the audit, where
+identical configurations measured up to 5.28x apart). Timed cell against cell, an identical variant then looks
+several times faster; interleaved with its own reference it must come out as noise, while a variant that is
+really slower (a sleep added to every call it makes) must still be claimed slower.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from conftest import small_profile
+
+from accel.gate import load_gate_data
+from accel.profile import parse_profile
+from accel.report.tables import performance_table
+from accel.sweep.runner import run_sweep
+from accel.targets.adapter import AdapterTarget
+
+BURST_CALLS = 3  # the baseline cell's calls: cold, one timed pass, one stage pass
+SLOWDOWN = 5.0  # a slowed call takes this many times as long (relative, so it holds on a busy machine too)
+
+
+@pytest.fixture(scope="module")
+def drifting_run(tmp_path_factory):
+    original = AdapterTarget.generate
+    calls = {"n": 0}
+
+    def generate(self, request):
+        calls["n"] += 1
+        started = time.perf_counter()
+        outputs = original(self, request)
+        took = time.perf_counter() - started
+        if calls["n"] <= BURST_CALLS:
+            time.sleep((SLOWDOWN - 1) * took)  # background load while the baseline cell is timed
+        if getattr(self.pipeline.vae, "use_slicing", False):
+            time.sleep((SLOWDOWN - 1) * took)  # a feature that really costs time
+        return outputs
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(AdapterTarget, "generate", generate)
+    variants = [
+        {"name": "same", "features": {"attention_backend": "native"}},
+        {"name": "slow", "features": {"vae_use_slicing": {}}},
+    ]
+    raw = small_profile(["tiny-flux"], variants, num_images_per_prompt=2)
+    raw["measure"]["pairs"] = 6
+    try:
+        result = run_sweep(parse_profile(raw), "test.yaml", tmp_path_factory.mktemp("drift"), show_progress=False)
+    finally:
+        patch.undo()
+    return {r["variant"]: r for r in result.records}
+
+
+def test_burst_fools_cell_against_cell_timing(drifting_run):
+    baseline, same = drifting_run["baseline"], drifting_run["same"]
+    naive = baseline["warm"]["median"] / same["warm"]["median"]
+    assert naive > 2, f"the simulated burst must make the cell-to-cell ratio a false speedup (got {naive:.2f})"
+
+
+def test_identical_variant_is_noise_despite_the_burst(drifting_run):
+    same = drifting_run["same"]
+    claim = same["speedup_ci"]
+    assert claim["method"] == "interleaved" and claim["n"] == 6 and claim["confidence"] >= 0.95
+    assert claim["verdict"] == "noise", claim
+    assert claim["low"] <= claim["ratio"] <= claim["high"]
+    assert claim["reference_problem"] is None
+    table = performance_table(list(drifting_run.values()), "tiny-flux", load_gate_data())
+    row = next(line for line in table.splitlines() if line.startswith("| same "))
+    assert "≈1.0x" in row
+
+
+def test_really_slower_variant_is_claimed_slower(drifting_run):
+    claim = drifting_run["slow"]["speedup_ci"]
+    assert claim["verdict"] == "slower", claim
+    assert claim["high"] < claim["band"][0]
+
+
+def test_noise_floor_is_interleaved_with_a_copy_of_itself(drifting_run):
+    floor = drifting_run["noise-floor"]
+    assert len(floor["paired"]["reference_s"]) == len(floor["paired"]["variant_s"]) == 6
+    assert floor["speedup_ci"]["verdict"] == "noise"
+
+
+def test_records_say_how_where_and_beside_what_they_were_timed(drifting_run):
+    for record in drifting_run.values():
+        timing = record["timing"]
+        assert timing["executor"] == "inline" and timing["node"] and timing["threads"] >= 1
+        assert timing["alone"]["wall_s"] > 0 and timing["alone"]["other_cores"] >= 0
+        assert timing["method"] == ("alone" if record["variant"] == "baseline" else "interleaved")
+        assert ("interleaved" in timing) == (record["variant"] != "baseline")
+
+
+def _sweep(tmp_path, **measure):
+    raw = small_profile(["tiny-flux"], [{"name": "same", "features": {"attention_backend": "native"}}])
+    raw["measure"].update(measure)
+    result = run_sweep(parse_profile(raw), "test.yaml", tmp_path, show_progress=False)
+    return {r["variant"]: r for r in result.records}
+
+
+def test_without_noise_floor_speedups_are_unverified(tmp_path):
+    same = _sweep(tmp_path, noise_floor=False, pairs=6)["same"]
+    assert same["speedup_ci"]["verdict"] == "unverified" and "noise floor" in same["speedup_ci"]["reason"]
+
+
+def test_sequential_timing_is_unverified(tmp_path):
+    records = _sweep(tmp_path, timing="sequential")
+    assert "paired" not in records["same"]
+    assert records["same"]["speedup_ci"]["method"] == "sequential"
+    assert records["same"]["speedup_ci"]["verdict"] == "unverified"
+
+
+def test_reference_stays_unaccelerated_when_a_feature_sets_global_state(tmp_path):
+    """``set_attention_backend`` changes diffusers' process-global backend; the reference must not use it."""
+    raw = small_profile(["tiny-flux"], [{"name": "math", "features": {"attention_backend": "_native_math"}}])
+    raw["measure"].update(pairs=6)
+    records = {r["variant"]: r for r in run_sweep(parse_profile(raw), "t.yaml", tmp_path, show_progress=False).records}
+    assert records["math"]["status"] == "ok"
+    assert records["math"]["speedup_ci"]["reference_problem"] is None
+
+
+def test_attention_handle_pauses_the_global_backend_for_the_reference():
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    from accel.features import FEATURES
+    from accel.features.base import RunContext
+    from accel.profile import ModelSpec
+    from accel.targets.adapter import AdapterTarget as Target
+
+    target = Target(ModelSpec(name="tiny-flux", source="tiny-flux"))
+    pipeline = target.load({})
+    feature = FEATURES["attention_backend"]
+    before = _AttentionBackendRegistry._active_backend
+    handle = feature.apply(pipeline, feature.parse_options("_native_math"), RunContext("cpu", 2))
+    try:
+        assert _AttentionBackendRegistry._active_backend.value == "_native_math"
+        with handle.global_state_paused():
+            assert _AttentionBackendRegistry._active_backend == before
+        assert _AttentionBackendRegistry._active_backend.value == "_native_math"
+    finally:
+        handle.remove()
+    assert _AttentionBackendRegistry._active_backend == before
