@@ -107,7 +107,8 @@ class AccelItem(pytest.Item):
                 raise AccelGateFailure(f"baseline {record['status']}: {record.get('error')}")
             return
         modality = record.get("modality") or "image"
-        verdict = gate_cell(record, self.cells.data, noise_floors(records).get(model), modality)
+        baseline = next((r for r in records if (r["model"], r["variant"]) == (model, "baseline")), None)
+        verdict = gate_cell(record, self.cells.data, noise_floors(records).get(model), modality, baseline)
         if verdict.outcome == SKIP:
             pytest.skip(verdict.message())
         if verdict.outcome == FAIL:

@@ -166,6 +166,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 
     if spec.model.target in ENGINE_TARGETS:
         return _measure_engine(spec)
+    from accel.env import device_name
     from accel.measure.memory import PeakMemory, module_weight_bytes
     from accel.measure.timing import timed
     from accel.targets.native import make_target
@@ -185,6 +186,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         pipeline = target.load(load_kwargs)
     result: dict[str, Any] = {
         "device": target.device,
+        "device_name": device_name(target.device),  # what performance baselines match on
         "dtype": spec.model.dtype,
         "load_s": load_times[0],
         "memory_load": load_memory.peaks.to_dict(),
@@ -210,6 +212,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 
 def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[str, Any]) -> dict[str, Any]:
     """Apply the features, run cold, warmup and timed calls, verify, remove; save the outputs."""
+    from accel.env import recorded_cpu_peak
     from accel.features.base import Handle, RunContext
     from accel.measure.flops import InputCapture, device_peak
     from accel.measure.memory import PeakMemory, process_pss
@@ -267,7 +270,7 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
             handle.remove()
 
     warm = summarize(samples)
-    peak, peak_source = device_peak(target.device, spec.model.dtype)
+    peak, peak_source = device_peak(target.device, spec.model.dtype, recorded_cpu_peak(spec.run_dir, spec.model.dtype))
     result: dict[str, Any] = {
         "first_call_s": first_call[0],
         "cold_s": None,  # filled by the caller's load time below
