@@ -175,16 +175,20 @@ def output_precision(record: dict[str, Any]) -> str:
     return record.get("dtype") or "float32"
 
 
+def _lossy_features(record: dict[str, Any]) -> list[str]:
+    from accel.features import FEATURES
+
+    return [
+        name
+        for name, raw in (record.get("features") or {}).items()
+        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+    ]
+
+
 def _lossy_families(record: dict[str, Any]) -> list[str]:
     from accel.features import FEATURES
 
-    return sorted(
-        {
-            FEATURES[name].family
-            for name, raw in (record.get("features") or {}).items()
-            if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
-        }
-    )
+    return sorted({FEATURES[name].family for name in _lossy_features(record)})
 
 
 def required_parity(
@@ -403,7 +407,8 @@ def gate_cell(
         Check(f"PSNR dB, {kind}", (parity.get("psnr") or 0) >= psnr_min, parity.get("psnr"), f">= {psnr_min:.4g}"),
     ]
     baseline_stable = (baseline or {}).get("outputs_stable") is not False
-    if kind.startswith("lossless") and record.get("outputs_stable") is False and baseline_stable:
+    lossless = [name for name in features if name not in _lossy_features(record)]
+    if lossless and record.get("outputs_stable") is False and baseline_stable:  # a lossless feature must be stable
         parity_checks.append(
             Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")
         )

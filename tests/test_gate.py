@@ -83,6 +83,12 @@ def test_unstable_outputs_fail_lossless_parity():
     records = results()
     next(r for r in records if r["variant"] == "baseline" and r["model"] == "wan")["outputs_stable"] = False
     assert _verdict("wan/slicing", records).outcome == PASS  # the baseline itself is unstable: nothing to blame
+    records = results()
+    for r in records:
+        if r["variant"] in ("tea", "tea+offload"):
+            r["outputs_stable"] = False
+    assert _verdict("flux/tea+offload", records).outcome == FAIL  # offload is lossless, even beside a cache
+    assert _verdict("flux/tea", records).outcome == PASS  # a lossy feature alone is held to its parity only
 
 
 def test_lossless_thresholds_follow_the_dtype():
