@@ -42,6 +42,42 @@ def _git_commit() -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+def device_name(device: str) -> str:
+    """What a performance baseline matches on: the GPU's name, or the CPU model for ``cpu``."""
+    if device.startswith("cuda"):
+        import torch
+
+        index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
+        return torch.cuda.get_device_name(index)
+    return _cpu_model()
+
+
+CPU_PEAKS_KEY = "cpu_peak_flops"
+
+
+def measure_cpu_peaks(dtypes: list[str]) -> dict[str, Any]:
+    """The CPU's peak FLOP/s per dtype, measured once for a sweep, with the host it was measured on."""
+    import socket
+
+    from accel.measure.flops import measure_cpu_peak
+
+    return {"host": socket.gethostname(), "flops": {dtype: measure_cpu_peak(dtype) for dtype in sorted(set(dtypes))}}
+
+
+def recorded_cpu_peak(run_dir: str | Path, dtype: str) -> float | None:
+    """The peak the sweep recorded in ``run_dir/environment.json`` for this host and dtype, if any."""
+    import json
+    import socket
+
+    try:
+        peaks = json.loads((Path(run_dir) / "environment.json").read_text()).get(CPU_PEAKS_KEY) or {}
+    except (OSError, ValueError):
+        return None
+    if peaks.get("host") != socket.gethostname():
+        return None  # another host (a Ray worker): its own peak, measured in the cell
+    return (peaks.get("flops") or {}).get(dtype)
+
+
 def capture(profile_fingerprint: str | None = None) -> dict[str, Any]:
     """Package versions (None when absent), device, CPU, git commit and the profile hash."""
     import os

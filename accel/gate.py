@@ -4,15 +4,23 @@ One module shared by ``omni-accel gate`` and the pytest plugin. It reads results
 never runs a pipeline. Each measured cell (not the baseline or its noise-floor re-run) gets a
 ``CellVerdict``: pass, fail or skip, with every check's measured and required values.
 
-- Parity: thresholds by feature class from ``feature_matrix/thresholds.yaml`` (lossless by modality,
-  lossy by family, the loosest family for a mix), never stricter than the model's noise floor for
-  lossless features. SSIM is always checked.
-- Engagement and crashes: a failed cell fails, unless the model claims the feature unsupported.
-- Claims (``feature_matrix/claims.yaml``): claimed supported but failed -> fail; works within parity
-  but claimed unsupported -> a docs-drift finding.
-- Performance (optional ``--baseline``): warm median within ``max(base * (1 + rel), base + abs)``;
-  faster than the baseline by more than ``refresh`` -> a notice to refresh it.
-- A cell unsupported by this environment (no GPU, package missing) is skipped, not failed.
+- Each feature of a cell is judged on its own evidence: a feature without evidence, or whose evidence
+  says it did not engage, fails (never ``all([])``). A feature that engaged but cannot have its intended
+  effect on this device (offload on a CPU) is labelled so, not counted as a plain success.
+- Parity: lossless thresholds by the dtype the cell ran in and its modality, lossy by family (the loosest
+  family for a mix), from ``feature_matrix/thresholds.yaml``. A measured noise floor (the baseline against
+  its own re-run) loosens a lossless threshold, never below ``lossless_minimum``. Outputs that differ
+  between timed passes (``outputs_stable`` false) fail lossless parity. SSIM is always checked.
+- Claims (``feature_matrix/claims.yaml``) excuse only their own feature: a crash nobody can attribute,
+  a parity loss in a combined cell, or another feature that did not engage still fails. A failure the
+  claims fully explain is an expected failure (skipped, with the reason); works within parity but claimed
+  unsupported -> a docs-drift finding; claimed supported but failed -> fail.
+- A cell that did not run is never a pass: unsupported in this environment (no GPU, package missing) or
+  on this model, it is skipped with its reason (fail when the model claims the feature supported).
+- Performance (optional ``--baseline``): entries keyed by device name (exact, then a substring such as
+  ``H200`` of ``NVIDIA H200``, then ``cpu``/``cuda``); warm median within ``max(base * (1 + rel), base +
+  abs)``; faster by more than ``refresh`` -> a notice to refresh it; an entry that matches no measured
+  cell -> a notice.
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ import yaml
 from accel.errors import ConfigError
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
+# Why a cell was skipped: it could not run here, the model does not support it, or it failed as claimed.
+ENVIRONMENT, UNSUPPORTED, EXPECTED = "environment", "unsupported", "expected"
+MODALITIES = ("image", "video")
+# Engines return 8-bit images: the precision their outputs deliver, whatever dtype they computed in.
+EIGHT_BIT = "uint8"
 
 
 @dataclass
@@ -44,7 +57,13 @@ class Check:
 
 @dataclass
 class CellVerdict:
-    """The gate's verdict on one cell."""
+    """The gate's verdict on one cell.
+
+    ``skip_kind`` says why a skipped cell is skipped (``environment``, ``unsupported``: it did not run;
+    ``expected``: it failed the way the model's claims say). ``feature_states`` holds each feature's own
+    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device), ``not engaged``,
+    ``excused`` (did not engage or broke parity, as claimed unsupported) or ``not run``.
+    """
 
     model: str
     variant: str
@@ -53,6 +72,9 @@ class CellVerdict:
     checks: list[Check] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
+    skip_kind: str | None = None
+    feature_states: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def key(self) -> str:
@@ -63,14 +85,20 @@ class CellVerdict:
         lines = [*self.reasons, *(c.line() for c in self.checks if not c.ok)]
         return "\n".join(lines) or "ok"
 
+    @property
+    def no_effect(self) -> list[str]:
+        """Features that engaged but could not have their intended effect on this device."""
+        return [name for name, state in self.feature_states.items() if state == "no effect"]
+
 
 @dataclass(frozen=True)
 class GateData:
-    """Thresholds, claims and an optional performance baseline."""
+    """Thresholds, claims and an optional performance baseline (``source``: the thresholds file, for errors)."""
 
     thresholds: dict[str, Any]
     claims: dict[str, Any]
     perf: dict[str, Any] | None = None
+    source: str = "feature_matrix/thresholds.yaml"
 
 
 def _fmt(value: Any) -> str:
@@ -98,13 +126,40 @@ def load_gate_data(
     from accel.profile import data_dir
 
     matrix = data_dir("feature_matrix")
-    threshold_data = _read_yaml(thresholds or matrix / "thresholds.yaml", "thresholds")
-    for key in ("lossless", "lossy"):
-        if key not in threshold_data:
-            raise ConfigError(f"{thresholds or matrix / 'thresholds.yaml'}: missing key '{key}'")
+    threshold_path = thresholds or matrix / "thresholds.yaml"
+    threshold_data = _read_yaml(threshold_path, "thresholds")
+    check_thresholds(threshold_data, str(threshold_path))
     claims_data = _read_yaml(claims or matrix / "claims.yaml", "claims")
     perf = _read_yaml(baseline, "performance baseline") if baseline else None
-    return GateData(threshold_data, claims_data.get("models") or {}, perf)
+    return GateData(threshold_data, claims_data.get("models") or {}, perf, str(threshold_path))
+
+
+def _check_limit(value: Any, where: str) -> None:
+    if not isinstance(value, dict) or not {"ssim", "psnr"} <= set(value):
+        raise ConfigError(f"{where}: expected a mapping with keys ssim and psnr, got {value!r}")
+    for key in ("ssim", "psnr"):
+        if not isinstance(value[key], (int, float)) or isinstance(value[key], bool):
+            raise ConfigError(f"{where}.{key}: expected a number, got {value[key]!r}")
+
+
+def check_thresholds(data: dict[str, Any], source: str) -> None:
+    """The thresholds file's shape: ``lossless.<dtype>.<modality>``, ``lossless_minimum.<modality>``,
+    ``lossy.<family>``, each ``{ssim, psnr}``; errors name the file and key."""
+    for key in ("lossless", "lossless_minimum", "lossy"):
+        if not isinstance(data.get(key), dict):
+            raise ConfigError(f"{source}: missing key '{key}' (a mapping)")
+    for dtype, by_modality in data["lossless"].items():
+        if not isinstance(by_modality, dict) or set(by_modality) != set(MODALITIES):
+            raise ConfigError(
+                f"{source}: lossless.{dtype}: expected keys {', '.join(MODALITIES)} (lossless thresholds are "
+                f"per dtype, then modality: lossless.float32.image), got {by_modality!r}"
+            )
+        for modality in MODALITIES:
+            _check_limit(by_modality[modality], f"{source}: lossless.{dtype}.{modality}")
+    for modality in MODALITIES:
+        _check_limit(data["lossless_minimum"].get(modality), f"{source}: lossless_minimum.{modality}")
+    for family, limit in data["lossy"].items():
+        _check_limit(limit, f"{source}: lossy.{family}")
 
 
 def claim_for(data: GateData, model: str, feature: str) -> bool | None:
@@ -115,40 +170,93 @@ def claim_for(data: GateData, model: str, feature: str) -> bool | None:
     return bool(entry.get("supported", True)) if isinstance(entry, dict) else bool(entry)
 
 
+def output_precision(record: dict[str, Any]) -> str:
+    """The dtype the cell computed in (``float32`` when the record does not say)."""
+    return record.get("dtype") or "float32"
+
+
+def _lossy_features(record: dict[str, Any]) -> list[str]:
+    from accel.features import FEATURES
+
+    return [
+        name
+        for name, raw in (record.get("features") or {}).items()
+        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+    ]
+
+
+def _lossy_families(record: dict[str, Any]) -> list[str]:
+    from accel.features import FEATURES
+
+    return sorted({FEATURES[name].family for name in _lossy_features(record)})
+
+
 def required_parity(
     data: GateData, record: dict[str, Any], noise_floor: dict[str, Any] | None, modality: str
 ) -> tuple[float, float, str]:
-    """(SSIM, PSNR, description) a cell must reach."""
-    from accel.features import FEATURES
+    """(SSIM, PSNR, description) a cell must reach.
 
+    Lossy: the loosest of the lossy families in the cell. Lossless: the dtype's threshold (for an engine's
+    8-bit output, no stricter than ``uint8``'s), loosened by a measured noise floor but never below
+    ``lossless_minimum`` (nor below the dtype's own threshold when that is lower).
+    """
     overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
-    lossless = {**data.thresholds["lossless"], **(overrides.get("lossless") or {})}
     lossy = {**data.thresholds["lossy"], **(overrides.get("lossy") or {})}
-    lossy_families = sorted(
-        {
-            FEATURES[name].family
-            for name, raw in (record.get("features") or {}).items()
-            if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
-        }
-    )
+    lossy_families = _lossy_families(record)
     if lossy_families:
         limits = [lossy[f] for f in lossy_families if f in lossy] or [lossy.get("cache", {"ssim": 0.9, "psnr": 25})]
         ssim = min(float(x["ssim"]) for x in limits)
         psnr = min(float(x["psnr"]) for x in limits)
         return ssim, psnr, f"lossy ({', '.join(lossy_families)})"
-    limit = lossless[modality]
+    lossless = data.thresholds["lossless"]
+    own = overrides.get("lossless") or {}
+    precision = output_precision(record)
+    if precision not in lossless:
+        raise ConfigError(
+            f"{data.source}: lossless: no thresholds for dtype '{precision}' ({record['model']}/{record['variant']}). "
+            f"Allowed: {', '.join(lossless)}"
+        )
+    limit = {**lossless[precision][modality], **((own.get(precision) or {}).get(modality) or {})}
     ssim, psnr = float(limit["ssim"]), float(limit["psnr"])
-    if noise_floor:  # never stricter than the baseline against itself allows
-        ssim = min(ssim, noise_floor["ssim"])
-        psnr = min(psnr, noise_floor["psnr"])
-    return ssim, psnr, f"lossless ({modality})"
+    kind = f"lossless ({modality}, {precision})"
+    if record.get("engine") and EIGHT_BIT in lossless:  # 8-bit images cannot agree better than their rounding
+        ssim = min(ssim, float(lossless[EIGHT_BIT][modality]["ssim"]))
+        psnr = min(psnr, float(lossless[EIGHT_BIT][modality]["psnr"]))
+        kind = f"lossless ({modality}, {precision}, 8-bit output)"
+    if noise_floor:  # a noisy baseline loosens the threshold, down to the stated minimum at most
+        minimum = data.thresholds["lossless_minimum"][modality]
+        floor_ssim, floor_psnr = min(ssim, noise_floor["ssim"]), min(psnr, noise_floor["psnr"])
+        if (floor_ssim, floor_psnr) != (ssim, psnr):
+            kind += ", loosened by the noise floor"
+        ssim = max(floor_ssim, min(ssim, float(minimum["ssim"])))
+        psnr = max(floor_psnr, min(psnr, float(minimum["psnr"])))
+    return ssim, psnr, kind
+
+
+def baseline_device(record: dict[str, Any], devices: dict[str, Any]) -> str | None:
+    """The key of ``devices`` (a performance baseline's) that matches the record's device, or None.
+
+    Most specific first: the device name exactly (``NVIDIA H200``, a CPU model), then a key contained in
+    it (``H200``; the longest wins), then the device kind (``cpu``, ``cuda``)."""
+    name = (record.get("device_name") or "").lower()
+    kind = (record.get("device") or "").split(":")[0].lower()
+    keys = {str(key).lower(): key for key in devices}
+    if name and name in keys:
+        return keys[name]
+    contained = [key for low, key in keys.items() if name and low in name and low not in ("cpu", "cuda")]
+    if contained:
+        return max(contained, key=lambda key: len(str(key)))
+    return keys.get(kind)
 
 
 def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, str | None]:
     if not data.perf or record.get("warm") is None:
         return None, None
-    device = _device_key(record)
-    base = ((data.perf.get("devices") or {}).get(device) or {}).get(record["model"], {}).get(record["variant"])
+    devices = data.perf.get("devices") or {}
+    device = baseline_device(record, devices)
+    if device is None:
+        return None, None
+    base = (devices[device] or {}).get(record["model"], {}).get(record["variant"])
     if base is None:
         return None, None
     rel = float(data.perf.get("rel_tolerance", 0.15))
@@ -166,48 +274,163 @@ def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, s
     return check, notice
 
 
-def _device_key(record: dict[str, Any]) -> str:
-    return record.get("device_name") or record.get("device") or "cpu"
+def unmatched_baseline_entries(records: list[dict[str, Any]], data: GateData) -> list[str]:
+    """A notice for every performance-baseline entry that matched no measured cell."""
+    if not data.perf:
+        return []
+    devices = data.perf.get("devices") or {}
+    matched = {
+        (baseline_device(r, devices), r["model"], r["variant"])
+        for r in records
+        if r.get("warm") is not None and r.get("role") != "noise_floor"
+    }
+    here = sorted({f"{r.get('device') or '?'} '{r.get('device_name') or '?'}'" for r in records if r.get("warm")})
+    notices = []
+    for device, models in devices.items():
+        for model, variants in (models or {}).items():
+            for variant in variants or {}:
+                if (device, model, variant) not in matched:
+                    notices.append(
+                        f"performance baseline devices.{device}.{model}.{variant} matched no measured cell "
+                        f"(devices measured here: {', '.join(here) or 'none'}): it was not checked"
+                    )
+    return notices
 
 
-def gate_cell(record: dict[str, Any], data: GateData, noise_floor: dict[str, Any] | None, modality: str) -> CellVerdict:
-    """The verdict on one measured cell."""
+def _named_features(error: str | None, features: list[str]) -> list[str]:
+    """Features an error names at the start of one of its '; '-separated parts (``name: reason``)."""
+    named = []
+    for part in (error or "").split("; "):
+        head = part.split(":", 1)[0].strip()
+        if head in features and head not in named:
+            named.append(head)
+    return named
+
+
+def _excuse_note(claimed: list[str], unclaimed: list[str], why: str) -> str:
+    """Why a claim did not excuse a cell: it covers only its own feature."""
+    return (
+        f"the claim that {', '.join(claimed)} {'is' if len(claimed) == 1 else 'are'} unsupported excuses only "
+        f"{'that feature' if len(claimed) == 1 else 'those features'}; {why} {', '.join(unclaimed)}"
+    )
+
+
+def _gate_unsupported(verdict: CellVerdict, record: dict[str, Any], claims: dict[str, bool | None]) -> CellVerdict:
+    error = record.get("error")
+    features = list(claims)
+    verdict.feature_states = dict.fromkeys(features, "not run")
+    if record.get("unsupported_scope") == "environment":
+        verdict.outcome, verdict.skip_kind = SKIP, ENVIRONMENT
+        verdict.reasons.append(f"not run, unsupported here: {error}")
+        return verdict
+    blamed = _named_features(error, features) or features
+    claimed_supported = [name for name in blamed if claims[name]]
+    if claimed_supported:
+        verdict.outcome = FAIL
+        verdict.reasons.append(f"claimed supported but unsupported: {error}")
+        return verdict
+    verdict.outcome, verdict.skip_kind = SKIP, UNSUPPORTED
+    as_claimed = ", as claimed" if all(claims[name] is False for name in blamed) else ""
+    verdict.reasons.append(f"not run, unsupported on this model{as_claimed}: {error}")
+    return verdict
+
+
+def _gate_crashed(verdict: CellVerdict, record: dict[str, Any], claims: dict[str, bool | None]) -> CellVerdict:
+    """A cell that failed before it produced timed outputs: blame the features its error names, else all."""
+    status, error = record["status"], record.get("error")
+    features = list(claims)
+    blamed = _named_features(error, features) or features
+    excused = [name for name in blamed if claims[name] is False]
+    unexcused = [name for name in blamed if claims[name] is not False]
+    verdict.feature_states = {name: ("excused" if name in excused else "not engaged") for name in blamed}
+    if not unexcused:
+        verdict.outcome, verdict.skip_kind = SKIP, EXPECTED
+        verdict.reasons.append(f"failed, as claimed unsupported ({', '.join(excused)}): {status}: {error}")
+        return verdict
+    verdict.outcome = FAIL
+    prefix = "claimed supported but " if any(claims[name] for name in unexcused) else ""
+    verdict.reasons.append(f"{prefix}{status}: {error}")
+    if excused:
+        verdict.reasons.append(_excuse_note(excused, unexcused, "the error names no single feature: it counts for"))
+    return verdict
+
+
+def gate_cell(
+    record: dict[str, Any],
+    data: GateData,
+    noise_floor: dict[str, Any] | None,
+    modality: str,
+    baseline: dict[str, Any] | None = None,
+) -> CellVerdict:
+    """The verdict on one measured cell (``baseline``: the model's baseline record, for its stability)."""
+    from accel.features import FEATURES
+
     verdict = CellVerdict(record["model"], record["variant"], PASS)
     features = list(record.get("features") or {})
     claims = {name: claim_for(data, record["model"], name) for name in features}
-    claimed_unsupported = [n for n, c in claims.items() if c is False]
-    status = record["status"]
-    if status == "unsupported":
-        if record.get("unsupported_scope") == "environment":
-            verdict.outcome = SKIP
-            verdict.reasons.append(f"unsupported here: {record.get('error')}")
-        elif claimed_unsupported:
-            verdict.reasons.append(f"unsupported, as claimed: {record.get('error')}")
-        elif any(claims.values()):
-            verdict.outcome = FAIL
-            verdict.reasons.append(f"claimed supported but unsupported: {record.get('error')}")
+    if record["status"] == "unsupported":
+        return _gate_unsupported(verdict, record, claims)
+    if record.get("warm") is None:
+        return _gate_crashed(verdict, record, claims)
+
+    # Each feature on its own evidence: missing evidence is not engagement.
+    evidence = record.get("evidence") or {}
+    broken: dict[str, str] = {}
+    for name in features:
+        entry = evidence.get(name)
+        if entry is None:
+            broken[name] = "no evidence recorded"
+        elif not entry.get("engaged"):
+            broken[name] = entry.get("summary") or "not engaged"
+    if record["status"] != "ok" and not broken:  # a failure the evidence does not explain
+        for name in _named_features(record.get("error"), features) or features:
+            broken[name] = f"{record['status']}: {record.get('error')}"
+    on_cpu = not str(record.get("device") or "cuda").startswith("cuda")
+    for name in features:
+        if name in broken:
+            verdict.feature_states[name] = "excused" if claims[name] is False else "not engaged"
+        elif on_cpu and FEATURES[name].no_effect_on_cpu:
+            verdict.feature_states[name] = "no effect"
+            verdict.notes.append(f"{name} engaged, no effect on cpu: {FEATURES[name].no_effect_on_cpu}")
         else:
-            verdict.reasons.append(f"unsupported: {record.get('error')}")
-        return verdict
-    if status != "ok":
-        if claimed_unsupported:
-            verdict.reasons.append(f"failed, as claimed unsupported ({', '.join(claimed_unsupported)})")
-            return verdict
-        verdict.outcome = FAIL
-        prefix = "claimed supported but " if any(claims.values()) else ""
-        verdict.reasons.append(f"{prefix}{status}: {record.get('error')}")
-        return verdict
+            verdict.feature_states[name] = "engaged"
+    unexcused_engagement = [name for name in broken if claims[name] is not False]
+    for name in unexcused_engagement:
+        verdict.checks.append(Check(f"engagement of {name}", False, broken[name], "engaged on every timed run"))
+    if not features:
+        verdict.checks.append(Check("engagement", False, "no feature", "at least one feature to judge"))
 
     parity = record.get("parity") or {}
     ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
-    verdict.checks.append(
-        Check(f"SSIM, {kind}", parity.get("ssim", 0) >= ssim_min, parity.get("ssim"), f">= {ssim_min:.4g}")
-    )
-    verdict.checks.append(
-        Check(f"PSNR dB, {kind}", parity.get("psnr", 0) >= psnr_min, parity.get("psnr"), f">= {psnr_min:.4g}")
-    )
-    engaged = all(e.get("engaged") for e in (record.get("evidence") or {}).values())
-    verdict.checks.append(Check("engagement evidence", engaged, engaged, "every feature engaged on every run"))
+    parity_checks = [
+        Check(f"SSIM, {kind}", (parity.get("ssim") or 0) >= ssim_min, parity.get("ssim"), f">= {ssim_min:.4g}"),
+        Check(f"PSNR dB, {kind}", (parity.get("psnr") or 0) >= psnr_min, parity.get("psnr"), f">= {psnr_min:.4g}"),
+    ]
+    baseline_stable = (baseline or {}).get("outputs_stable") is not False
+    lossless = [name for name in features if name not in _lossy_features(record)]
+    if lossless and record.get("outputs_stable") is False and baseline_stable:  # a lossless feature must be stable
+        parity_checks.append(
+            Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")
+        )
+    verdict.in_parity = all(c.ok for c in parity_checks)
+    claimed = [name for name in features if claims[name] is False]
+    unclaimed = [name for name in features if claims[name] is not False]
+    parity_excused = not verdict.in_parity and not unclaimed  # every feature of the cell claims it
+    if parity_excused:
+        for name in features:
+            verdict.feature_states[name] = "excused"
+        verdict.checks += [c for c in parity_checks if c.ok]
+        verdict.reasons.append(
+            "engaged but out of parity, as claimed unsupported ("
+            + ", ".join(f"{c.name}: measured {_fmt(c.measured)}" for c in parity_checks if not c.ok)
+            + ")"
+        )
+    else:
+        verdict.checks += parity_checks
+        if not verdict.in_parity and claimed:
+            verdict.reasons.append(
+                _excuse_note(claimed, unclaimed, "a combined cell cannot tell which feature lost parity: it counts for")
+            )
     if record.get("invalid_measurement"):
         verdict.checks.append(Check("timing validity", False, record["invalid_measurement"], "no step below its floor"))
     perf, notice = _perf_check(data, record)
@@ -215,35 +438,47 @@ def gate_cell(record: dict[str, Any], data: GateData, noise_floor: dict[str, Any
         verdict.checks.append(perf)
     if notice:
         verdict.findings.append(notice)
-    parity_ok = all(c.ok for c in verdict.checks)
-    verdict.in_parity = all(c.ok for c in verdict.checks if c.name.startswith(("SSIM", "PSNR")))
-    if not parity_ok:
-        if claimed_unsupported and all(c.ok for c in verdict.checks if not c.name.startswith(("SSIM", "PSNR"))):
-            verdict.reasons.append(
-                f"engaged but out of parity, as claimed unsupported ({', '.join(claimed_unsupported)})"
-            )
-            verdict.checks = [c for c in verdict.checks if c.ok]
-            return verdict
+
+    excused = [name for name in broken if claims[name] is False]
+    if any(not c.ok for c in verdict.checks):
         verdict.outcome = FAIL
-        if any(claims.values()):
-            verdict.reasons.append("claimed supported but out of parity or not engaged")
-    elif claimed_unsupported:
-        verdict.findings.append(
-            f"docs drift: {record['model']} claims {', '.join(claimed_unsupported)} unsupported, "
-            f"but {record['variant']} works within parity"
-        )
+        judged = ("SSIM", "PSNR", "output stability", "engagement")
+        if any(claims[name] for name in features) and any(
+            not c.ok and c.name.startswith(judged) for c in verdict.checks
+        ):
+            verdict.reasons.insert(0, "claimed supported but out of parity or not engaged")
+    elif excused or parity_excused:
+        verdict.outcome, verdict.skip_kind = SKIP, EXPECTED
+        if excused:
+            verdict.reasons.insert(
+                0, "not engaged, as claimed unsupported: " + "; ".join(f"{n}: {broken[n]}" for n in excused)
+            )
+    else:
+        drift = [name for name in claimed if verdict.feature_states[name] in ("engaged", "no effect")]
+        if drift:
+            verdict.findings.append(
+                f"docs drift: {record['model']} claims {', '.join(drift)} unsupported, "
+                f"but {record['variant']} works within parity"
+            )
+    for note in verdict.notes:
+        verdict.findings.append(f"{verdict.key}: {note}")
     return verdict
 
 
 @dataclass
 class GateReport:
-    """Every verdict of a results file, and what to print."""
+    """Every verdict of a results file, notices about the gate's own inputs, and what to print."""
 
     verdicts: list[CellVerdict]
+    notices: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[CellVerdict]:
         return [v for v in self.verdicts if v.outcome == FAIL]
+
+    @property
+    def skipped(self) -> list[CellVerdict]:
+        return [v for v in self.verdicts if v.outcome == SKIP]
 
     @property
     def findings(self) -> list[str]:
@@ -262,33 +497,56 @@ def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def gate_records(records: list[dict[str, Any]], data: GateData) -> GateReport:
     """Verdicts on every measured cell of a results file."""
     floors = noise_floors(records)
+    baselines = {r["model"]: r for r in records if r["variant"] == "baseline"}
     verdicts = []
     for record in records:
         if record["variant"] == "baseline" or record.get("role") == "noise_floor":
             continue
-        verdicts.append(gate_cell(record, data, floors.get(record["model"]), _modality(record)))
-    return GateReport(verdicts)
+        verdicts.append(
+            gate_cell(record, data, floors.get(record["model"]), _modality(record), baselines.get(record["model"]))
+        )
+    return GateReport(verdicts, unmatched_baseline_entries(records, data))
 
 
 def _modality(record: dict[str, Any]) -> str:
     return record.get("modality") or "image"
 
 
-def markdown_summary(report: GateReport) -> str:
-    """A markdown summary: counts, then each failure with its numbers, then findings."""
+SKIP_KINDS = {
+    ENVIRONMENT: "not run: unsupported in this environment",
+    UNSUPPORTED: "not run: unsupported on the model",
+    EXPECTED: "failed as claimed unsupported",
+}
+
+
+def summary_counts(report: GateReport) -> str:
+    """``N passed, N failed, N skipped (n not run: ..., n failed as claimed unsupported)``."""
     counts = {o: sum(1 for v in report.verdicts if v.outcome == o) for o in (PASS, FAIL, SKIP)}
-    lines = [
-        "# omni-accel gate",
-        "",
-        f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped (unsupported in this environment)",
-        "",
+    kinds = [
+        f"{sum(1 for v in report.skipped if v.skip_kind == kind)} {text}"
+        for kind, text in SKIP_KINDS.items()
+        if any(v.skip_kind == kind for v in report.skipped)
     ]
+    detail = f" ({'; '.join(kinds)})" if kinds else ""
+    return f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped{detail}"
+
+
+def markdown_summary(report: GateReport) -> str:
+    """A markdown summary: counts, each failure with its numbers, each skipped cell with its reason, notices
+    about the gate's inputs, then findings."""
+    lines = ["# omni-accel gate", "", summary_counts(report), ""]
     if report.failed:
         lines += ["## Failures", ""]
         for verdict in report.failed:
             lines.append(f"- **{verdict.key}**")
             lines += [f"  - {line}" for line in verdict.message().splitlines()]
         lines.append("")
+    if report.skipped:
+        lines += ["## Skipped (never counted as passed)", ""]
+        lines += [f"- **{v.key}**: {v.message()}" for v in report.skipped]
+        lines.append("")
+    if report.notices:
+        lines += ["## Notices", "", *(f"- {n}" for n in report.notices), ""]
     if report.findings:
         lines += ["## Findings", "", *(f"- {f}" for f in report.findings), ""]
     return "\n".join(lines)
@@ -310,7 +568,8 @@ def junit_xml(report: GateReport, name: str = "omni-accel-gate") -> str:
             message = verdict.message()
             lines.append(f"    <failure message={quoteattr(message.splitlines()[0])}>{escape(message)}</failure>")
         elif verdict.outcome == SKIP:
-            lines.append(f"    <skipped message={quoteattr(verdict.message())}/>")
+            kind = quoteattr(verdict.skip_kind or ENVIRONMENT)
+            lines.append(f"    <skipped type={kind} message={quoteattr(verdict.message())}/>")
         lines.append("  </testcase>")
     lines.append("</testsuite>")
     return "\n".join(lines) + "\n"

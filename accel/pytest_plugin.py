@@ -4,7 +4,8 @@ Registered through the ``pytest11`` entry point, active only when ``--accel-prof
 ``--accel-results`` is given. Items are planned at collection time without running anything; the
 first item to run measures the whole profile once (in ``--accel-out``, default a temporary directory),
 then every item applies the same gate as ``omni-accel gate`` (``accel.gate``) to its cell. A failure
-shows the measured and required values; a cell unsupported in this environment is skipped.
+shows the measured and required values; a cell that did not run (unsupported here or on the model) or
+failed exactly as the claims say is skipped with its reason, never passed.
 """
 
 from __future__ import annotations
@@ -107,7 +108,8 @@ class AccelItem(pytest.Item):
                 raise AccelGateFailure(f"baseline {record['status']}: {record.get('error')}")
             return
         modality = record.get("modality") or "image"
-        verdict = gate_cell(record, self.cells.data, noise_floors(records).get(model), modality)
+        baseline = next((r for r in records if (r["model"], r["variant"]) == (model, "baseline")), None)
+        verdict = gate_cell(record, self.cells.data, noise_floors(records).get(model), modality, baseline)
         if verdict.outcome == SKIP:
             pytest.skip(verdict.message())
         if verdict.outcome == FAIL:

@@ -19,12 +19,18 @@ TABLE_FILE = "results.parquet"
 
 # Flat columns of the results table, in report order.
 COLUMNS = [
-    "model", "variant", "status", "feature_names", "device", "dtype",
+    "model", "variant", "status", "feature_names", "device", "device_name", "dtype",
     "warm_median_s", "warm_cv", "speedup", "load_s", "first_call_s", "cold_s",
     "peak_host_rss_bytes", "peak_device_allocated_bytes",
     "ssim", "ssim_min", "psnr", "psnr_min", "mean_abs_diff", "max_abs_diff", "bit_identical",
     "outputs_stable", "evidence_summary", "error", "cell_wall_s",
 ]  # fmt: skip
+
+
+def peak_memory_bytes(record: dict[str, Any]) -> int | None:
+    """The peak memory every table and ratio uses: device allocated on a GPU, host RSS on a CPU."""
+    device = record.get("peak_device_allocated_bytes")
+    return device if device is not None else record.get("peak_host_rss_bytes")
 
 
 class ResultsLog:

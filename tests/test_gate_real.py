@@ -38,7 +38,9 @@ def _gate(monkeypatch, capsys, run_dir):
 def test_gate_passes_on_the_measured_cells(measured, monkeypatch, capsys):
     code, out = _gate(monkeypatch, capsys, measured)
     assert code == 0, out
-    assert "0 failed, 1 skipped" in out  # fp8 dynamic needs a GPU
+    # fp8 dynamic needs a GPU; tiling is out of parity on tiny-flux, as claims.yaml says: neither passes.
+    assert "4 passed, 0 failed, 2 skipped (1 not run: unsupported in this environment; 1 failed as claimed" in out
+    assert "tiny-flux/group-offload: group_offload engaged, no effect on cpu" in out
 
 
 def test_a_corrupted_output_fails_the_gate_and_names_the_cell(measured, tmp_path, monkeypatch, capsys):
@@ -57,4 +59,4 @@ def test_a_corrupted_output_fails_the_gate_and_names_the_cell(measured, tmp_path
     (copy / "results.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     code, out = _gate(monkeypatch, capsys, copy)
     assert code == 1
-    assert "**tiny-flux/attn-math**" in out and "SSIM, lossless (image): measured 0." in out
+    assert "**tiny-flux/attn-math**" in out and "SSIM, lossless (image, float32): measured 0." in out

@@ -90,3 +90,23 @@ def test_aggregate_keeps_worst_case():
     assert total.ssim_min == diff.ssim_min
     assert total.max_abs_diff == diff.max_abs_diff
     assert not total.bit_identical
+
+
+def test_the_pinned_ssim_states_its_covariance_convention():
+    """Population covariance (N), not scikit-image's default sample covariance (N - 1): on this pair the
+    two conventions differ by more than the tolerance the scikit-image check uses, so the definition must
+    say which one it pins, in the code, the README and every report."""
+    from pathlib import Path
+
+    from accel.measure import parity
+
+    rng = np.random.default_rng(0)  # two independent low-contrast images: variances near SSIM's C2
+    a, b = (np.clip(0.5 + 0.03 * rng.standard_normal((64, 64, 3)), 0, 1) for _ in range(2))
+    ours = ssim_frames(a[None], b[None])[0]
+    sample = structural_similarity(a, b, channel_axis=-1, gaussian_weights=True, sigma=1.5, data_range=1.0)
+    assert abs(ours - _skimage_ssim(a, b)) < 1e-3 and abs(ours - sample) > 1e-3
+    assert "population covariance (as scikit-image with use_sample_covariance=False" in parity.PARITY_DEFINITION
+    assert "use_sample_covariance=False" in parity.__doc__
+    readme = (Path(__file__).parent.parent / "README.md").read_text()
+    definition = readme.split("### Parity definition")[1].split("\n## ")[0]
+    assert "population" in definition and "use_sample_covariance=False" in definition

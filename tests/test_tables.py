@@ -43,6 +43,43 @@ def test_support_matrix_marks():
     assert text.count("|:-:") >= 1 and "Legend:" in text
 
 
+def _row(text: str, model: str) -> list[str]:
+    line = next(line for line in text.splitlines() if line.startswith(f"| **{model}** |"))
+    return [cell.strip() for cell in line.strip("|").split("|")][1:]
+
+
+def _column(text: str, feature: str) -> int:
+    header = [cell.strip() for cell in text.splitlines()[0].strip("|").split("|")][1:]
+    return next(i for i, cell in enumerate(header) if cell.endswith(f"`{feature}`"))
+
+
+def test_support_matrix_shows_every_setting_of_a_feature():
+    # Regional compile passes on flux, full compile is refused: the refusal stays visible beside it.
+    text = _tables()["support-matrix"]
+    cell = _row(text, "flux")[_column(text, "compile")]
+    assert cell.startswith("compile: ✅ 1.5x · 1.00<br>compile-full: ❌<sup>")
+    assert "compile-full: compile: full-graph compile breaks on this transformer's RoPE cache" in text
+
+
+def test_support_matrix_labels_no_effect_and_cells_that_did_not_run():
+    text = _tables()["support-matrix"]
+    offload = _row(text, "wan")[_column(text, "enable_cpu_offload")]
+    assert offload.startswith("⚪<sup>") and "✅" not in offload  # offload on a CPU: engaged, nothing moved
+    assert "offload: enable_cpu_offload engaged, no effect on cpu: nothing moved off any device" in text
+    assert _row(text, "flux")[_column(text, "enable_cpu_offload")] == "✅ 0.5x · 1.00"  # on a GPU
+    flash = _row(text, "flux")[_column(text, "attention_backend")]
+    assert flash.startswith("➖<sup>")  # not measurable here, with the reason in the footnote
+    assert "flash: not measured, attention_backend: package flash_attn not installed" in text
+
+
+def test_performance_table_says_why_a_cell_did_not_pass():
+    flux, wan = _tables()["performance-flux"], _tables()["performance-wan"]
+    assert "| flash | – | – | – | – | – | – | skipped: not run, unsupported here: attention_backend: package" in flux
+    assert "| skip |" not in flux and "| pass |" in flux
+    assert "skipped: not run, unsupported on this model, as claimed: tea_cache: TeaCache" in wan
+    assert "| pass (engaged, no effect on cpu) |" in wan
+
+
 def test_compatibility_is_lower_triangular_with_rules():
     text = _tables()["compatibility"]
     rows = [line for line in text.splitlines() if line.startswith("| `")]

@@ -122,6 +122,9 @@ class Feature(ABC):
     # Option filled by a scalar shorthand in a profile (``attention_backend: _native_math``).
     primary_option: ClassVar[str | None] = None
     conflicts: ClassVar[dict[str, str]] = {}
+    # Why the feature cannot have its intended effect on a CPU-only device (None: it can). It may engage
+    # there (hooks run) while doing nothing useful: the gate and tables label it "engaged, no effect on cpu".
+    no_effect_on_cpu: ClassVar[str | None] = None
 
     def parse_options(self, raw: Any) -> FeatureConfig:
         """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""

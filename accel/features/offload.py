@@ -136,11 +136,15 @@ class ModelOffloadConfig(FeatureConfig):
     """``enable_cpu_offload`` has no options."""
 
 
+OFFLOAD_NO_EFFECT_ON_CPU = "nothing moved off any device: the weights already live in host memory"
+
+
 class ModelOffload(Feature):
     """Keep components on the CPU and move each to the device while it runs."""
 
     name = "enable_cpu_offload"
     family = "offload"
+    no_effect_on_cpu = OFFLOAD_NO_EFFECT_ON_CPU
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.OFFLOAD
     config_cls = ModelOffloadConfig
@@ -205,6 +209,7 @@ class GroupOffloadConfig(FeatureConfig):
 
 class _GroupOffloadFeature(Feature):
     family = "offload"
+    no_effect_on_cpu = OFFLOAD_NO_EFFECT_ON_CPU
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.OFFLOAD
 

@@ -3,7 +3,8 @@
 FLOPs are counted by ``torch.utils.flop_counter.FlopCounterMode`` on one denoiser forward with the
 exact inputs the pipeline gave it (captured by a hook during a real call), once per model and
 workload. Peaks are dense (no sparsity) datasheet numbers for known accelerators, matched from the
-device name; on a CPU the peak is measured with a float32 GEMM in the same process. A step measured
+device name; on a CPU the peak is measured with a GEMM once per host and sweep (recorded in
+``environment.json``). A step measured
 faster than FLOPs / peak is physically impossible: it is flagged as an invalid measurement.
 """
 
@@ -71,8 +72,12 @@ class InputCapture:
         return count_flops(self.module, self.args, self.kwargs or {})
 
 
-def device_peak(device: str, dtype: str) -> tuple[float | None, str]:
-    """Peak FLOP/s for ``dtype`` on ``device`` and where the number comes from."""
+def device_peak(device: str, dtype: str, recorded: float | None = None) -> tuple[float | None, str]:
+    """Peak FLOP/s for ``dtype`` on ``device`` and where the number comes from.
+
+    On a CPU, ``recorded`` is the peak the sweep measured once for this host (``environment.json``):
+    measuring it again in every cell made the floor of one model vary 3x between cells on a loaded
+    machine. Without it the peak is measured here, and the source says so."""
     if device.startswith("cuda"):
         import torch
 
@@ -82,7 +87,9 @@ def device_peak(device: str, dtype: str) -> tuple[float | None, str]:
                 peak = peaks.get(dtype) or peaks.get("bfloat16")
                 return peak, f"datasheet {key} {dtype} dense"
         return None, f"no peak known for {name}"
-    return measure_cpu_peak(dtype), f"measured {dtype} GEMM on this CPU"
+    if recorded:
+        return recorded, f"{dtype} GEMM measured once per sweep on this CPU (environment.json)"
+    return measure_cpu_peak(dtype), f"{dtype} GEMM measured in this cell on this CPU (no per-sweep value)"
 
 
 def measure_cpu_peak(dtype: str = "float32", size: int = 1024, repeats: int = 5) -> float:

@@ -1,8 +1,11 @@
 """Parity metrics against the baseline, with one pinned definition.
 
-- SSIM: Gaussian window 11, sigma 1.5, data range 1.0, on RGB float in [0, 1], channels averaged,
-  over the pixels where the whole window fits (a 5-pixel border left out, as scikit-image does; the map
-  is torchmetrics', checked against scikit-image in the tests). Images must be at least 11x11.
+- SSIM: Gaussian window 11, sigma 1.5, data range 1.0, constants K1 0.01 and K2 0.03, on RGB float in
+  [0, 1], channels averaged, over the pixels where the whole window fits (a 5-pixel border left out, as
+  scikit-image does; the map is torchmetrics', checked against scikit-image in the tests). Variances and
+  the covariance are population (Gaussian-weighted, normalised by N, not N - 1): scikit-image's
+  ``structural_similarity(..., gaussian_weights=True, use_sample_covariance=False)``. Its default,
+  sample covariance, gives a different number. Images must be at least 11x11.
 - PSNR: ``10 log10(1 / MSE)`` in float64 over all pixels and channels, data range 1.0; identical
   outputs give ``inf`` (stored as JSON ``Infinity`` and printed as ``inf``).
 - Mean and max absolute pixel difference in [0, 1] units.
@@ -19,7 +22,7 @@ import numpy as np
 
 PARITY_DEFINITION = (
     "SSIM: Gaussian window 11, sigma 1.5, data range 1.0, RGB float [0,1], channel mean, 5-pixel border "
-    "excluded (torchmetrics map, as scikit-image); "
+    "excluded, population covariance (as scikit-image with use_sample_covariance=False; torchmetrics map); "
     "PSNR: 10*log10(1/MSE) in float64, data range 1.0, identical outputs = inf; "
     "abs diff in [0,1] units; video: per-frame values, mean and minimum over frames"
 )

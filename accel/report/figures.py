@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from accel.report.markdown import fmt
+from accel.results import peak_memory_bytes
 
 FIGURES = "figures"
 TILE = 128  # pixels per image in a grid (tiny outputs are scaled up with nearest neighbour)
@@ -81,7 +82,17 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
 
 
 def _plottable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r.get("speedup") and r.get("parity") and r.get("role") != "noise_floor"]
+    """Cells that ran and were measured validly: a failed cell (not engaged, crashed, rejected by an engine)
+    or an INVALID timing has no speed/quality point to show."""
+    return [
+        r
+        for r in records
+        if r["status"] == "ok"
+        and not r.get("invalid_measurement")
+        and r.get("speedup")
+        and r.get("parity")
+        and r.get("role") != "noise_floor"
+    ]
 
 
 def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
@@ -144,7 +155,7 @@ def latency_memory_bars(run_dir: Path, records: list[dict[str, Any]], model: str
         return None
     names = [r["variant"] for r in cells]
     latency = [r["warm"]["median"] * 1e3 for r in cells]
-    memory = [(r.get("peak_device_allocated_bytes") or r.get("peak_host_rss_bytes") or 0) / 2**20 for r in cells]
+    memory = [(peak_memory_bytes(r) or 0) / 2**20 for r in cells]
     figure, axes = plt.subplots(1, 2, figsize=(12, max(3, 0.3 * len(cells) + 1)))
     axes[0].barh(names, latency, color="tab:blue")
     axes[0].set(xlabel="warm median latency (ms)", title=f"{model}: latency")

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel.gate import PASS, GateData, gate_records
+from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.report.markdown import fmt, format_speedup
+from accel.results import peak_memory_bytes
 
 
 class Footnotes:
@@ -52,25 +53,34 @@ def _verdicts(records: list[dict[str, Any]], data: GateData) -> dict[tuple[str, 
     return {(v.model, v.variant): v for v in gate_records(records, data).verdicts}
 
 
-def _cell(record: dict[str, Any], verdict: Any) -> tuple[float, str, str | None]:
-    """(rank, mark, footnote) of one cell; the highest rank wins among variants of the same feature, and
-    among equals the first in profile order (never the fastest: picking the best of noisy speedups would
-    inflate them)."""
+def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
+    """(mark, footnote) of one cell."""
     parity = record.get("parity") or {}
     variant = record["variant"]
+    if verdict.outcome == SKIP and verdict.skip_kind == ENVIRONMENT:
+        return "➖", f"{variant}: not measured, {record.get('error')}"
     if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
-        return 3, f"✅ {format_speedup(record.get('speedup_ci'), 1)} · {fmt(parity.get('ssim'), 2)}", None
+        if verdict.no_effect:
+            return "⚪", f"{variant}: " + "; ".join(verdict.notes)
+        return f"✅ {format_speedup(record.get('speedup_ci'), 1)} · {fmt(parity.get('ssim'), 2)}", None
+    engaged = all(state in ("engaged", "no effect", "excused") for state in verdict.feature_states.values())
+    if record["status"] == "ok" and engaged and verdict.in_parity is False:
+        claimed = " (claimed unsupported)" if verdict.skip_kind == EXPECTED else ""
+        measured = f"SSIM {fmt(parity.get('ssim'), 3)}, PSNR {fmt(parity.get('psnr'), 1)} dB"
+        if any(c.name.startswith("output stability") and not c.ok for c in verdict.checks):
+            measured += ", outputs differ between timed passes"
+        return "⚠", f"{variant}: engaged but {measured}{claimed}"
     if record["status"] == "ok":
-        failed = [c.line() for c in verdict.checks if not c.ok] or verdict.reasons or ["out of parity"]
-        if not verdict.in_parity:
-            claimed = " (claimed unsupported)" if verdict.outcome == PASS else ""
-            failed = [f"SSIM {fmt(parity.get('ssim'), 3)}, PSNR {fmt(parity.get('psnr'), 1)} dB{claimed}"]
-        return 2, "⚠", f"{variant}: engaged but {'; '.join(failed)}"
-    return 1, "❌", f"{variant}: {record.get('error')}"
+        return "❌", f"{variant}: " + "; ".join(verdict.message().splitlines())
+    return "❌", f"{variant}: {record.get('error')}"
 
 
 def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
-    """Models x features (single-feature cells), grouped by family, with footnotes."""
+    """Models x features (single-feature cells), grouped by family, with footnotes.
+
+    A feature measured in several settings on a model (compile regional and full, several quantization
+    methods) shows every setting, one line each with its variant name: a refusal is never hidden behind
+    another setting's success."""
     verdicts = _verdicts(records, data)
     notes = Footnotes()
     families = _families()
@@ -89,12 +99,20 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
             if not candidates:
                 cells.append("➖")
                 continue
-            _, mark, note = max((_cell(r, verdicts[(model, r["variant"])]) for r in candidates), key=lambda c: c[0])
-            cells.append(mark + (notes.ref(note) if note else ""))
+            marks = []
+            for record in candidates:
+                mark, note = _cell(record, verdicts[(model, record["variant"])])
+                marks.append(mark + (notes.ref(note) if note else ""))
+            if len(candidates) == 1:
+                cells.append(marks[0])
+            else:
+                cells.append("<br>".join(f"{r['variant']}: {m}" for r, m in zip(candidates, marks, strict=True)))
         rows.append(f"| **{model}** | " + " | ".join(cells) + " |")
     legend = (
-        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚠ engaged but out "
-        "of parity · ❌ not supported, failed or not engaged (footnote) · ➖ not measured. Speedup: median "
+        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚪ engaged, but no "
+        "effect on this device (footnote) · ⚠ engaged but out of parity · ❌ not supported, failed or not engaged "
+        "(footnote) · ➖ not measured (footnote: why it could not run here). A feature measured in several "
+        "settings shows each, by variant name. Speedup: median "
         "reference / variant ratio of calls interleaved with an unaccelerated reference, with its interval "
         "(`≈1.0x`: inside the noise band measured for identical configurations; `?`: unverified); SSIM as "
         "defined in the report."
@@ -117,15 +135,14 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
         for i, a in enumerate(features):
             for b in features[i + 1 :]:
                 verdict = verdicts[(record["model"], record["variant"])]
-                mark = (
-                    "✅"
-                    if verdict.outcome == PASS and record["status"] == "ok"
-                    else (
-                        "⚠"
-                        if record["status"] == "ok"
-                        else "❌" + notes.ref(f"{record['variant']}: {record.get('error')}")
-                    )
-                )
+                if verdict.skip_kind == ENVIRONMENT:
+                    continue  # not measured here: says nothing about the pair
+                if verdict.outcome == PASS and record["status"] == "ok":
+                    mark = "✅"
+                elif record["status"] == "ok":
+                    mark = "⚠"
+                else:
+                    mark = "❌" + notes.ref(f"{record['variant']}: {record.get('error')}")
                 key = frozenset((a, b))
                 if key not in pairs or mark == "✅":
                     pairs[key] = mark
@@ -153,6 +170,20 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
     return "\n".join([header, rule, *rows]) + f"\n\n{legend}\n\n{notes.render()}\n"
 
 
+def _status(verdict: Any, record: dict[str, Any]) -> str:
+    """The gate's verdict in words; a cell that did not run or failed as claimed says why."""
+    if verdict is None:
+        return record["status"]
+    if verdict.outcome == SKIP:
+        reason = verdict.message().splitlines()[0]
+        if verdict.skip_kind == EXPECTED and verdict.in_parity is False and record["status"] == "ok":
+            reason = "out of parity (as claimed)"
+        return f"skipped: {reason}".replace("|", "/")
+    if verdict.outcome == PASS and verdict.no_effect:
+        return f"pass (engaged, no effect on {record.get('device')})"
+    return verdict.outcome
+
+
 def performance_table(records: list[dict[str, Any]], model: str, data: GateData) -> str:
     """Every cell of one model: latency, speedup, memory, parity and gate status."""
     verdicts = _verdicts(records, data)
@@ -166,11 +197,9 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
             continue
         warm = (r.get("warm") or {}).get("median")
         parity = r.get("parity") or {}
-        memory = r.get("peak_device_allocated_bytes") or r.get("peak_host_rss_bytes")
+        memory = peak_memory_bytes(r)
         verdict = verdicts.get((model, r["variant"]))
-        status = "baseline" if r["variant"] == "baseline" else (verdict.outcome if verdict else r["status"])
-        if verdict is not None and verdict.outcome == PASS and verdict.in_parity is False:
-            status = "out of parity (as claimed)"
+        status = "baseline" if r["variant"] == "baseline" else _status(verdict, r)
         speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
             f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {speedup} "
@@ -181,7 +210,8 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
     legend = (
         "Units: warm median latency per call in ms; speedup: interleaved with an unaccelerated reference, with "
         "its interval (`≈1.0x`: noise; `?`: unverified); peak memory: device allocated on a GPU, else host RSS, in "
-        "MiB; memory reduction = baseline peak / variant peak; status: the gate's verdict."
+        "MiB; memory reduction = baseline peak / variant peak (the same measure); status: the gate's verdict "
+        "(skipped: the cell did not run, or failed as its claim says, with the reason)."
     )
     return header + "\n" + "\n".join(rows) + f"\n\n{legend}\n"
 

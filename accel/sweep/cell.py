@@ -170,6 +170,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 
     if spec.model.target in ENGINE_TARGETS:
         return _measure_engine(spec)
+    from accel.env import device_name
     from accel.measure.memory import PeakMemory, module_weight_bytes
     from accel.measure.timing import timed
     from accel.targets.native import make_target
@@ -189,6 +190,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         pipeline = target.load(load_kwargs)
     result: dict[str, Any] = {
         "device": target.device,
+        "device_name": device_name(target.device),  # what performance baselines match on
         "dtype": spec.model.dtype,
         "load_s": load_times[0],
         "memory_load": load_memory.peaks.to_dict(),
@@ -382,6 +384,7 @@ def _collect(
     capture: Any,
 ) -> dict[str, Any]:
     """The cell's record from what was measured; the outputs saved for parity."""
+    from accel.env import recorded_cpu_peak
     from accel.measure.contention import execution_context
     from accel.measure.flops import device_peak
     from accel.measure.speedup import paired_speedup
@@ -392,7 +395,7 @@ def _collect(
     calls = alone["native_calls"] if stages is None else stages["calls"]
     stage_outer = samples if stages is None else stages["outer_s"]
     warm = summarize(samples)
-    peak, peak_source = device_peak(target.device, spec.model.dtype)
+    peak, peak_source = device_peak(target.device, spec.model.dtype, recorded_cpu_peak(spec.run_dir, spec.model.dtype))
     memory = alone["memory"]
     timing: dict[str, Any] = {
         "method": spec.measure.timing if spec.variant != BASELINE else "alone",

@@ -18,7 +18,7 @@ import yaml
 
 from accel.errors import ConfigError
 from accel.profile import Profile
-from accel.results import RESULTS_FILE, ResultsLog, write_table
+from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records
 
@@ -88,7 +88,7 @@ def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_d
     if baseline is None or baseline.get("warm") is None:
         record.setdefault("notes", []).append("no baseline measured: parity and speedup unavailable")
         return
-    record["memory_reduction"] = _ratio(baseline.get("peak_host_rss_bytes"), record.get("peak_host_rss_bytes"))
+    record["memory_reduction"] = _ratio(peak_memory_bytes(baseline), peak_memory_bytes(record))  # as the peak column
     with (
         np.load(outputs_path(run_dir, record["model"], BASELINE)) as reference,
         np.load(outputs_path(run_dir, record["model"], record["variant"])) as candidate,
@@ -237,6 +237,29 @@ def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> 
         )
 
 
+def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] | None:
+    """The CPU peak per dtype of the models that run on the CPU, measured once for the sweep (kept when a
+    resumed sweep runs on the same host), so every cell's floor and MFU use the same number."""
+    import socket
+
+    import torch
+
+    from accel import env
+
+    on_cpu = ("cpu", "auto") if not torch.cuda.is_available() else ("cpu",)
+    dtypes = [m.dtype for m in profile.models if m.target in ("adapter", "native") and m.device in on_cpu]
+    if not dtypes:
+        return None
+    if resume:
+        try:
+            kept = json.loads((run_dir / ENVIRONMENT_FILE).read_text()).get(env.CPU_PEAKS_KEY) or {}
+        except (OSError, ValueError):
+            kept = {}
+        if kept.get("host") == socket.gethostname() and set(dtypes) <= set(kept.get("flops") or {}):
+            return kept
+    return env.measure_cpu_peaks(dtypes)
+
+
 def run_sweep(
     profile: Profile,
     source: str,
@@ -277,6 +300,7 @@ def run_sweep(
     if not resume:
         (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
     environment = env.capture(profile.fingerprint())
+    environment[env.CPU_PEAKS_KEY] = cpu_peaks(profile, run_dir, resume)
     (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
 
     cells = plan(profile, run_dir)
@@ -301,6 +325,8 @@ def run_sweep(
             if cell.variant == NOISE_FLOOR:
                 record["role"] = "noise_floor"
                 noise_floors[cell.model.name] = record
+            if record.get("device") and not record.get("device_name"):  # engine cells: the device they ran on here
+                record["device_name"] = env.device_name(record["device"])
             attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
             attach_speedup(
                 record, baselines.get(cell.model.name), noise_floors.get(cell.model.name), run_dir, keys, measure
