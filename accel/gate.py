@@ -471,6 +471,8 @@ class GateReport:
 
     verdicts: list[CellVerdict]
     notices: list[str] = field(default_factory=list)
+    # (cell key, speedup_ci) of every measured variant: how each speedup may be published.
+    speed_claims: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
 
     @property
     def failed(self) -> list[CellVerdict]:
@@ -505,7 +507,12 @@ def gate_records(records: list[dict[str, Any]], data: GateData) -> GateReport:
         verdicts.append(
             gate_cell(record, data, floors.get(record["model"]), _modality(record), baselines.get(record["model"]))
         )
-    return GateReport(verdicts, unmatched_baseline_entries(records, data))
+    claims = [
+        (f"{r['model']}/{r['variant']}", r["speedup_ci"])
+        for r in records
+        if r.get("speedup_ci") and r.get("role") != "noise_floor"
+    ]
+    return GateReport(verdicts, unmatched_baseline_entries(records, data), claims)
 
 
 def _modality(record: dict[str, Any]) -> str:
@@ -545,11 +552,35 @@ def markdown_summary(report: GateReport) -> str:
         lines += ["## Skipped (never counted as passed)", ""]
         lines += [f"- **{v.key}**: {v.message()}" for v in report.skipped]
         lines.append("")
+    lines += _speed_claims(report)
     if report.notices:
         lines += ["## Notices", "", *(f"- {n}" for n in report.notices), ""]
     if report.findings:
         lines += ["## Findings", "", *(f"- {f}" for f in report.findings), ""]
     return "\n".join(lines)
+
+
+def _speed_claims(report: GateReport) -> list[str]:
+    """Every measured speedup as it may be published: a claim with its interval, ``≈1.0x`` or unverified."""
+    from accel.measure.speedup import format_speedup
+
+    rows = report.speed_claims
+    if not rows:
+        return []
+    counts: dict[str, int] = {}
+    for _, claim in rows:
+        counts[claim["verdict"]] = counts.get(claim["verdict"], 0) + 1
+    lines = [
+        "## Speed claims",
+        "",
+        ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
+        + " (a claim needs its whole interval outside the model's noise band)",
+        "",
+        "| cell | speedup | verdict | why |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {key} | {format_speedup(c)} | {c['verdict']} | {c['reason'].replace('|', '/')} |" for key, c in rows]
+    return [*lines, ""]
 
 
 def junit_xml(report: GateReport, name: str = "omni-accel-gate") -> str:

@@ -11,12 +11,12 @@ from accel.measure.speedup import (
     UNVERIFIED,
     SpeedupEstimate,
     classify,
+    format_speedup,
     median_interval,
     noise_band,
     paired_speedup,
     sequential_speedup,
 )
-from accel.report.markdown import format_speedup
 
 
 def test_median_interval_is_the_sign_test_interval():

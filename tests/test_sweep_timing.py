@@ -142,3 +142,14 @@ def test_attention_handle_pauses_the_global_backend_for_the_reference():
     finally:
         handle.remove()
     assert _AttentionBackendRegistry._active_backend == before
+
+
+def test_gate_summary_publishes_the_same_claims(drifting_run):
+    from accel.gate import gate_records, markdown_summary
+
+    summary = markdown_summary(gate_records(list(drifting_run.values()), load_gate_data()))
+    assert "## Speed claims" in summary
+    same = next(line for line in summary.splitlines() if line.startswith("| tiny-flux/same "))
+    slow = next(line for line in summary.splitlines() if line.startswith("| tiny-flux/slow "))
+    assert "≈1.0x" in same and "| noise |" in same
+    assert "| slower |" in slow and "[" in slow

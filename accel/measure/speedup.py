@@ -135,3 +135,17 @@ def classify(
     if estimate.high < low:
         return SpeedupClaim(SLOWER, f"interval {interval} below the {noise}", band)
     return SpeedupClaim(NOISE, f"interval {interval} overlaps the {noise}", band)
+
+
+def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
+    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for noise,
+    ``1.82x?`` for an unverified one, an en dash when there is none."""
+    if not claim or claim.get("ratio") is None:
+        return "–"
+    ratio = claim["ratio"]
+    verdict = claim.get("verdict")
+    if verdict == NOISE:
+        return "≈1.0x"
+    if verdict == UNVERIFIED:
+        return f"{ratio:.{digits}f}x?"
+    return f"{ratio:.{digits}f}x [{claim['low']:.{digits}f}–{claim['high']:.{digits}f}]"

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.measure.parity import PARITY_DEFINITION
-from accel.measure.speedup import NOISE, UNVERIFIED
+from accel.measure.speedup import NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
 
 REPORT_FILE = "report.md"
@@ -24,20 +24,6 @@ def fmt(value: Any, digits: int = 3) -> str:
             return "nan"
         return f"{value:.{digits}f}"
     return str(value)
-
-
-def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
-    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for noise,
-    ``1.82x?`` for an unverified one, an en dash when there is none."""
-    if not claim or claim.get("ratio") is None:
-        return "–"
-    ratio = claim["ratio"]
-    verdict = claim.get("verdict")
-    if verdict == NOISE:
-        return "≈1.0x"
-    if verdict == UNVERIFIED:
-        return f"{ratio:.{digits}f}x?"
-    return f"{ratio:.{digits}f}x [{claim['low']:.{digits}f}–{claim['high']:.{digits}f}]"
 
 
 def _mib(value: int | None) -> str:

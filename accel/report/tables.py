@@ -17,7 +17,8 @@ from __future__ import annotations
 from typing import Any
 
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
-from accel.report.markdown import fmt, format_speedup
+from accel.measure.speedup import format_speedup
+from accel.report.markdown import fmt
 from accel.results import peak_memory_bytes
 
 
