@@ -14,22 +14,35 @@ that computed everything on a run has not engaged, whatever it was configured to
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Literal
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Tally,
+    Verdict,
+)
 
 
 class WorkCounter(Handle):
-    """Counts transformer calls and the attention computations dispatched during them."""
+    """Counts transformer calls and the attention computations dispatched during them.
 
-    def __init__(self, transformer: Any, undo: Any = None) -> None:
+    The counters are ``Tally`` tensors: they count inside code that torch.compile traces (the pre-hook of a
+    fully compiled transformer, attention inside compiled blocks) without a guard that would recompile.
+    """
+
+    def __init__(self, transformer: Any, undo: Any = None, device: str = "cpu") -> None:
         super().__init__()
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        from accel.features.attention import _native_layers
+        from accel.features.attention import _native_layers, _tallied
 
         self.undo = undo
         self.registry = _AttentionBackendRegistry
@@ -37,30 +50,29 @@ class WorkCounter(Handle):
         for layer in self.native_layers:  # the native attention layer counts its own computations
             layer.count_calls = True
         self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
+        self.calls = Tally(device)
+        self.computed = Tally(device)
+        self.start = (0, 0)
         self.originals = dict(self.registry._backends)
         for name, function in self.originals.items():
-            self.registry._backends[name] = self._counted(function)
+            self.registry._backends[name] = _tallied(function, self.computed)
         self.hook = transformer.register_forward_pre_hook(self._count_call)
 
     def begin_run(self) -> None:
         super().begin_run()
         for layer in self.native_layers:
             layer.calls.clear()
+        self.start = (self.calls.value, self.computed.value)
 
     def end_run(self) -> None:
+        self.current["transformer_calls"] = self.calls.value - self.start[0]
         if self.native_layers:
             self.current["attention_computed"] = sum(sum(layer.calls.values()) for layer in self.native_layers)
+        else:
+            self.current["attention_computed"] = self.computed.value - self.start[1]
 
     def _count_call(self, *args: Any) -> None:
-        self.current["transformer_calls"] = self.current.get("transformer_calls", 0) + 1
-
-    def _counted(self, function: Any) -> Any:
-        @functools.wraps(function)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.current["attention_computed"] = self.current.get("attention_computed", 0) + 1
-            return function(*args, **kwargs)
-
-        return counted
+        self.calls.add()
 
     def skipped_fractions(self) -> list[float]:
         """Per run: the share of attention computations a full forward would make that were skipped."""
@@ -278,7 +290,7 @@ class _DiffusersHookFeature(Feature):
     def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
         transformer = pipeline.transformer
         transformer.enable_cache(self.hook_config(pipeline, options, context))
-        return WorkCounter(transformer, undo=transformer.disable_cache)
+        return WorkCounter(transformer, undo=transformer.disable_cache, device=context.device)
 
     def verify(self, handle: Handle) -> Verdict:
         return verify_skipped_work(handle, self.name)
