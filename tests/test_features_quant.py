@@ -38,8 +38,11 @@ def test_quantization_at_load_goes_through_from_pretrained():
     target = AdapterTarget(ModelSpec(name="tiny-flux", source="tiny-flux"))
     target.load(feature.load_kwargs(options))
     handle = feature.apply(target.pipeline, options, CONTEXT)
+    generate(target, [handle])
     verdict = feature.verify(handle)
     assert verdict.engaged, verdict.summary
+    census = verdict.evidence["components"]["transformer"]
+    assert verdict.evidence["quantized_linears_per_run"] == [census["eligible_linears"]] and census["skipped"] == {}
 
 
 @pytest.mark.parametrize(

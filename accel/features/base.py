@@ -87,6 +87,8 @@ class Tally:
         import torch
 
         self.tensor = torch.zeros((), dtype=torch.int64, device=device)
+        # A fixed address for CUDA graphs (compile mode reduce-overhead): no copy of the counter per replay.
+        torch._dynamo.mark_static_address(self.tensor)
 
     def add(self, count: int = 1) -> None:
         self.tensor.add_(count)
