@@ -245,10 +245,12 @@ class Quantization(Feature):
                     for name, m in module.named_modules()
                     if isinstance(m, torch.nn.Linear)
                 }
-                eligible[component] = _eligible_linears(module)
+                names = list(_eligible_linears(module))
                 with _TorchaoSkips() as skips:
                     quantize_(module, torchao_config(options.method), filter_fn=skips.filter_fn)
                 reasons = skips.reasons
+                # Looked up after quantize_: a config may replace a layer's module, not only its weight.
+                eligible[component] = {name: module.get_submodule(name) for name in names}
             else:
                 eligible[component] = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
             linears = eligible[component]
