@@ -32,11 +32,6 @@ class _OnloadCounter(Handle):
             setattr(obj, method, self._counted(original))
 
     def _counted(self, original: Any) -> Any:
-        import torch
-
-        # Kept out of compiled graphs, as diffusers keeps ``onload_`` itself (the graph breaks there anyway):
-        # a counter traced by dynamo would be a guard on the evidence, failing (recompiling) on every call.
-        @torch.compiler.disable
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.current["onloads"] = self.current.get("onloads", 0) + 1
             return original(*args, **kwargs)
