@@ -1,4 +1,4 @@
-"""Helpers shared by the feature tests: a loaded tiny pipeline and one generation."""
+"""Helpers shared by the feature tests: a loaded tiny pipeline and one generation (begin_run/end_run as a cell)."""
 
 from __future__ import annotations
 
@@ -23,4 +23,7 @@ def generate(target: AdapterTarget, handles=(), **changes) -> list[np.ndarray]:
 
     for handle in handles:
         handle.begin_run()
-    return target.generate(dataclasses.replace(REQUEST, **changes))
+    outputs = target.generate(dataclasses.replace(REQUEST, **changes))
+    for handle in handles:
+        handle.end_run()
+    return outputs

@@ -101,6 +101,8 @@ def test_harness_order_puts_cache_before_offload():
     [
         ("tiny-wan", "tea_cache", "TeaCache coefficients are published for FluxTransformer2DModel"),
         ("tiny-qwen-image", "mag_cache", "MagCache ratios are published for Flux only"),
+        # Wan calls the transformer once per CFG branch: FasterCache's [uncond, cond] halves would be two samples.
+        ("tiny-wan", "faster_cache", "WanPipeline runs the unconditional branch as a separate transformer call"),
     ],
 )
 def test_unsupported_cache_says_why(model, name, reason):
@@ -108,3 +110,20 @@ def test_unsupported_cache_says_why(model, name, reason):
     feature = FEATURES[name]
     support = feature.check(target.pipeline, "cpu", feature.parse_options(True))
     assert not support.supported and reason in support.reason
+
+
+def test_taylorseer_hooks_wan_attention_and_skips_work():
+    """diffusers' default TaylorSeer patterns hook no module of WanTransformer3DModel (attn1/attn2): the
+    per-model default does, and the hooked attention computes less."""
+    target = loaded("tiny-wan")
+    feature = FEATURES["taylorseer_cache"]
+    blocks = len(target.pipeline.transformer.blocks)
+    verdict, _ = _run(target, "taylorseer_cache", {"cache_interval": 2, "disable_cache_before_step": 1})
+    assert verdict.engaged, verdict.summary
+    assert verdict.evidence["hooked_modules"] == 2 * blocks  # attn1 and attn2 of every block
+    assert all(fraction > 0 for fraction in verdict.evidence["skipped_fraction_per_run"])
+
+    diffusers_default = feature.parse_options({"cache_identifiers": ["^blocks.*attn"]})
+    support = feature.check(target.pipeline, "cpu", diffusers_default)
+    assert not support.supported
+    assert "match no module of WanTransformer3DModel" in support.reason and "blocks.0.attn1" in support.reason

@@ -17,6 +17,8 @@ def test_compile_engages_and_remove_restores(granularity):
     # aot_eager traces and runs the same dynamo/AOT graphs as inductor without generating C++: fast.
     options = feature.parse_options({"granularity": granularity, "backend": "aot_eager"})
     handle = feature.apply(target.pipeline, options, CONTEXT)
+    generate(target, [handle])  # the cold call compiles; the timed runs after it must not
+    handle.runs.clear()
     compiled = generate(target, [handle])[0]
     verdict = feature.verify(handle)
     handle.remove()
@@ -36,6 +38,8 @@ def test_inductor_regional_compile_keeps_parity():
     baseline = generate(target)[0]
     feature = FEATURES["compile"]
     handle = feature.apply(target.pipeline, feature.parse_options("regional"), CONTEXT)
+    generate(target, [handle])  # the cold call compiles
+    handle.runs.clear()
     compiled = generate(target, [handle])[0]
     verdict = feature.verify(handle)
     handle.remove()
@@ -51,3 +55,82 @@ def test_compile_options_that_cannot_run_here_say_why():
     target.pipeline.transformer._repeated_blocks = []
     support = feature.check(target.pipeline, "cpu", feature.parse_options("regional"))
     assert not support.supported and "has no _repeated_blocks" in support.reason
+
+
+def _apply_with_compile(target, name, raw, context=CONTEXT):
+    """``name`` then regional compile (the cell's order), with dynamo's cheapest backend: tracing and guards
+    are dynamo's (where recompiles come from) without generating any kernel."""
+    applied = []
+    for feature_name, options in ((name, raw), ("compile", {"granularity": "regional", "backend": "eager"})):
+        feature = FEATURES[feature_name]
+        applied.append((feature, feature.apply(target.pipeline, feature.parse_options(options), context)))
+    return applied
+
+
+def _timed_runs(target, applied, warmup=0, runs=2):
+    """One cold call and ``warmup`` calls, then ``runs`` calls whose evidence counts (as a cell does)."""
+    from accel.features.compile import _dynamo_counters
+
+    handles = [handle for _, handle in applied]
+    for _ in range(1 + warmup):
+        generate(target, handles)
+    for handle in handles:
+        handle.runs.clear()
+    graphs = _dynamo_counters()["unique_graphs"]
+    for _ in range(runs):
+        generate(target, handles)
+    return graphs, _dynamo_counters()["unique_graphs"]
+
+
+def test_compile_with_attention_backend_stays_compiled_and_counts_dispatches():
+    """The dispatch counters used to be traced: a guard on the evidence list recompiled every call."""
+    target = loaded("tiny-flux")
+    applied = _apply_with_compile(target, "attention_backend", "_native_math")
+    try:
+        graphs_before, graphs_after = _timed_runs(target, applied)
+        (attention, attention_handle), (compile_, compile_handle) = applied
+        attention_verdict, compile_verdict = attention.verify(attention_handle), compile_.verify(compile_handle)
+        assert graphs_after == graphs_before  # no recompile during the timed runs
+        assert compile_verdict.engaged, compile_verdict.summary
+        assert compile_verdict.evidence["new_graphs_per_run"] == [0, 0]
+        # 2 steps x 4 blocks, every attention inside a compiled block: counted at run time, once each.
+        assert attention_verdict.evidence["dispatched_per_run"] == [{"_native_math": 8}, {"_native_math": 8}]
+        assert attention_verdict.engaged, attention_verdict.summary
+
+        # A run at another resolution fails dynamo's shape guards: compile names the run that recompiled,
+        # also when it comes after the timed runs (a later timing phase).
+        generate(target, [handle for _, handle in applied], height=32, width=32)
+        verdict = compile_.verify(compile_handle)
+        assert not verdict.engaged
+        assert verdict.summary.startswith("recompiled during timed run(s) [3]")
+        assert verdict.evidence["new_graphs_per_run"][:2] == [0, 0] and verdict.evidence["new_graphs_per_run"][2] > 0
+    finally:
+        for _, handle in reversed(applied):
+            handle.remove()
+
+
+def test_compile_with_diffusers_cache_hook_counts_skipped_work_inside_compiled_blocks():
+    """The work counters count at run time inside compiled blocks, as without compile, and never recompile."""
+    target = loaded("tiny-flux")
+    cache = FEATURES["first_block_cache"]
+    eager_handle = cache.apply(target.pipeline, cache.parse_options(0.5), CONTEXT)
+    generate(target, [eager_handle])
+    eager = cache.verify(eager_handle).evidence
+    eager_handle.remove()
+
+    applied = _apply_with_compile(target, "first_block_cache", 0.5)
+    try:
+        # One warm-up call, as the profiles have: the hook's second call still takes new graphs (its state
+        # differs from the first call's); without it compile fails the cell with "recompiled".
+        graphs_before, graphs_after = _timed_runs(target, applied, warmup=1)
+        (_, cache_handle), (compile_, compile_handle) = applied
+        cached, compiled = cache.verify(cache_handle), compile_.verify(compile_handle)
+        assert graphs_after == graphs_before
+        assert compiled.engaged, compiled.summary
+        assert cached.engaged, cached.summary
+        for key in ("transformer_calls_per_run", "attention_computed_per_run"):
+            assert cached.evidence[key] == eager[key] * 2, key
+        assert 0 < cached.evidence["attention_computed_per_run"][0] < 2 * 4  # some blocks skipped, some ran
+    finally:
+        for _, handle in reversed(applied):
+            handle.remove()

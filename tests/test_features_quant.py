@@ -20,7 +20,10 @@ def test_quantization_engages_and_remove_restores(method):
     verdict = feature.verify(handle)
     handle.remove()
     census = verdict.evidence["components"]["transformer"]
-    assert verdict.engaged and census["quantized_linears"] == census["linears"] > 0
+    assert verdict.engaged, verdict.summary
+    assert census["eligible_linears"] > 0 and census["skipped"] == {}
+    assert verdict.evidence["quantized_linears_per_run"] == [census["eligible_linears"]]
+    assert verdict.evidence["quantized_share_per_run"] == [1.0] and not verdict.evidence["partial"]
     assert census["weight_bytes_after"] < census["weight_bytes_before"]
     assert not np.array_equal(quantized, baseline)
     assert np.array_equal(generate(target)[0], baseline)
@@ -35,8 +38,11 @@ def test_quantization_at_load_goes_through_from_pretrained():
     target = AdapterTarget(ModelSpec(name="tiny-flux", source="tiny-flux"))
     target.load(feature.load_kwargs(options))
     handle = feature.apply(target.pipeline, options, CONTEXT)
+    generate(target, [handle])
     verdict = feature.verify(handle)
     assert verdict.engaged, verdict.summary
+    census = verdict.evidence["components"]["transformer"]
+    assert verdict.evidence["quantized_linears_per_run"] == [census["eligible_linears"]] and census["skipped"] == {}
 
 
 @pytest.mark.parametrize(
@@ -55,3 +61,64 @@ def test_unknown_component_is_unsupported_with_the_components_listed():
     feature = FEATURES["quantization"]
     support = feature.check(target.pipeline, "cpu", feature.parse_options({"components": ["unet"]}))
     assert not support.supported and "no component 'unet'" in support.reason and "transformer" in support.reason
+
+
+def _toy_pipeline(*shapes):
+    import types
+
+    import torch
+
+    layers = [torch.nn.Linear(n_in, n_out) for n_in, n_out in shapes]
+    return types.SimpleNamespace(transformer=torch.nn.Sequential(*layers).to(torch.bfloat16))
+
+
+def _quantize(pipeline, raw, runs=1, between=None):
+    feature = FEATURES["quantization"]
+    handle = feature.apply(pipeline, feature.parse_options(raw), CONTEXT)
+    for index in range(runs):
+        if between is not None:
+            between(index)
+        handle.begin_run()
+        handle.end_run()
+    return feature.verify(handle)
+
+
+def test_torchao_skips_are_reported_with_torchaos_reason():
+    """torchao skips shapes its kernels reject with an INFO log and no error; the census used to hide it."""
+    verdict = _quantize(_toy_pipeline((64, 64), (64, 32)), "int4wo")  # in_features 64: not a multiple of 128
+    assert not verdict.engaged
+    assert verdict.summary.startswith("quantization requested but 0/2 eligible linear layers quantized; 2 skipped")
+    skipped = verdict.evidence["components"]["transformer"]["skipped"]
+    assert set(skipped) == {"0", "1"}
+    assert all("is not compatible with group_size 128" in reason for reason in skipped.values())
+
+
+def test_partial_quantization_is_measured_on_each_run_and_gated_by_min_share():
+    import torch
+
+    pipeline = _toy_pipeline((32, 32), (32, 32), (32, 32), (32, 32))
+
+    def unquantize_one(run):  # from the second run on, one layer runs with a plain weight
+        if run == 1:
+            layer = pipeline.transformer[3]
+            layer.weight = torch.nn.Parameter(torch.zeros(32, 32, dtype=torch.bfloat16), requires_grad=False)
+
+    verdict = _quantize(pipeline, {"method": "int8wo", "min_quantized_share": 0.7}, runs=2, between=unquantize_one)
+    assert verdict.engaged, verdict.summary
+    assert verdict.summary == "partial quantization: 3/4 eligible linear layers quantized"
+    assert verdict.evidence["quantized_share_per_run"] == [1.0, 0.75] and verdict.evidence["partial"]
+
+    pipeline = _toy_pipeline((32, 32), (32, 32), (32, 32), (32, 32))
+    verdict = _quantize(pipeline, "int8wo", runs=2, between=unquantize_one)  # default: every layer
+    assert not verdict.engaged
+    assert verdict.summary == (
+        "partial quantization: 3/4 eligible linear layers quantized (75% < min_quantized_share 100%)"
+    )
+
+
+def test_min_quantized_share_is_validated():
+    from accel.errors import ConfigError
+    from accel.features import parse_feature_options
+
+    with pytest.raises(ConfigError, match=r"quantization\.min_quantized_share: Input should be less than or equal"):
+        parse_feature_options("quantization", {"min_quantized_share": 1.5}, "p.yaml: variants[0].features")

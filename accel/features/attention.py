@@ -2,8 +2,9 @@
 
 ``check`` probes availability (device, package, hub access) with the reason a user can act on. Evidence
 is which backend actually dispatched: the registry's functions are wrapped with counters while the
-feature is applied, so a backend that was set but never reached (a model whose processors bypass the
-dispatcher) fails the cell. ``set_attention_backend`` also sets a process-global active backend that
+feature is applied (tensor counters, so code compiled by torch.compile counts too, without recompiling),
+so a backend that was set but never reached (a model whose processors bypass the dispatcher) fails the
+cell. ``set_attention_backend`` also sets a process-global active backend that
 ``reset_attention_backend`` does not restore; ``remove`` restores it explicitly.
 """
 
@@ -18,7 +19,17 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from accel.errors import unknown_choice
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Tally,
+    Verdict,
+)
 
 # Backends that run on a CPU (seen on CPU fp32 with diffusers 0.42). All others need an accelerator.
 CPU_BACKENDS = {"native", "_native_math", "_native_flash", "flex"}
@@ -66,7 +77,9 @@ def _required_package(backend: str) -> str | None:
 
 
 class _DispatchHandle(Handle):
-    def __init__(self, transformer: Any, wanted: str, previous_active: Any) -> None:
+    """Wraps every registered backend function with a ``Tally``: counts survive torch.compile unchanged."""
+
+    def __init__(self, transformer: Any, wanted: str, previous_active: Any, device: str) -> None:
         super().__init__()
         self.wanted = wanted
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
@@ -75,19 +88,20 @@ class _DispatchHandle(Handle):
         self.registry = _AttentionBackendRegistry
         self.previous_active = previous_active
         self.originals = dict(self.registry._backends)
+        self.tallies: dict[str, Tally] = {}
         for name, function in self.originals.items():
-            self.registry._backends[name] = self._counter(name, function)
+            key = getattr(name, "value", str(name))
+            self.tallies[key] = Tally(device)
+            self.registry._backends[name] = _tallied(function, self.tallies[key])
+        self.start = dict.fromkeys(self.tallies, 0)
 
-    def _counter(self, name: Any, function: Any) -> Any:
-        key = getattr(name, "value", str(name))
+    def begin_run(self) -> None:
+        super().begin_run()
+        self.start = {key: tally.value for key, tally in self.tallies.items()}
 
-        @functools.wraps(function)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            dispatched = self.current.setdefault("dispatched", {})
-            dispatched[key] = dispatched.get(key, 0) + 1
-            return function(*args, **kwargs)
-
-        return counted
+    def end_run(self) -> None:
+        counts = {key: tally.value - self.start[key] for key, tally in self.tallies.items()}
+        self.current["dispatched"] = {key: count for key, count in counts.items() if count}
 
     @contextmanager
     def global_state_paused(self) -> Iterator[None]:
@@ -103,6 +117,17 @@ class _DispatchHandle(Handle):
         self.registry._backends.update(self.originals)
         self.transformer.reset_attention_backend()
         self.registry.set_active_backend(self.previous_active)
+
+
+def _tallied(function: Any, tally: Tally) -> Any:
+    """``function`` counting its calls on ``tally`` (an in-place tensor add: no guard for dynamo to fail)."""
+
+    @functools.wraps(function)
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        tally.add()
+        return function(*args, **kwargs)
+
+    return counted
 
 
 def _native_layers(transformer: Any) -> list[Any]:
@@ -199,7 +224,7 @@ class AttentionBackend(Feature):
 
         previous_active = _AttentionBackendRegistry._active_backend
         pipeline.transformer.set_attention_backend(options.backend)
-        return _DispatchHandle(pipeline.transformer, options.backend, previous_active)
+        return _DispatchHandle(pipeline.transformer, options.backend, previous_active, context.device)
 
     def verify(self, handle: Handle) -> Verdict:
         wanted = handle.wanted

@@ -76,6 +76,30 @@ class Verdict:
     evidence: dict[str, Any] = field(default_factory=dict)
 
 
+class Tally:
+    """A counter that code compiled by torch.compile can increment without recompiling.
+
+    A Python number or dict mutated inside code that dynamo traces becomes a guard on its value, so every
+    new value recompiles the graph (and the increment replays a constant). An in-place add on a tensor is
+    an ordinary graph op guarded on shape, dtype and device only: it counts at run time, compiled or not.
+    Read ``value`` outside traced code (between runs).
+    """
+
+    def __init__(self, device: str = "cpu") -> None:
+        import torch
+
+        self.tensor = torch.zeros((), dtype=torch.int64, device=device)
+        # A fixed address for CUDA graphs (compile mode reduce-overhead): no copy of the counter per replay.
+        torch._dynamo.mark_static_address(self.tensor)
+
+    def add(self, count: int = 1) -> None:
+        self.tensor.add_(count)
+
+    @property
+    def value(self) -> int:
+        return int(self.tensor.item())
+
+
 class Handle(ABC):
     """An applied feature. Collects per-run evidence and can be removed, restoring the pipeline."""
 

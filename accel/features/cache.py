@@ -14,22 +14,35 @@ that computed everything on a run has not engaged, whatever it was configured to
 
 from __future__ import annotations
 
-import functools
 from typing import Any, Literal
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Tally,
+    Verdict,
+)
 
 
 class WorkCounter(Handle):
-    """Counts transformer calls and the attention computations dispatched during them."""
+    """Counts transformer calls and the attention computations dispatched during them.
 
-    def __init__(self, transformer: Any, undo: Any = None) -> None:
+    The counters are ``Tally`` tensors: they count inside code that torch.compile traces (the pre-hook of a
+    fully compiled transformer, attention inside compiled blocks) without a guard that would recompile.
+    """
+
+    def __init__(self, transformer: Any, undo: Any = None, device: str = "cpu") -> None:
         super().__init__()
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        from accel.features.attention import _native_layers
+        from accel.features.attention import _native_layers, _tallied
 
         self.undo = undo
         self.registry = _AttentionBackendRegistry
@@ -37,30 +50,29 @@ class WorkCounter(Handle):
         for layer in self.native_layers:  # the native attention layer counts its own computations
             layer.count_calls = True
         self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
+        self.calls = Tally(device)
+        self.computed = Tally(device)
+        self.start = (0, 0)
         self.originals = dict(self.registry._backends)
         for name, function in self.originals.items():
-            self.registry._backends[name] = self._counted(function)
+            self.registry._backends[name] = _tallied(function, self.computed)
         self.hook = transformer.register_forward_pre_hook(self._count_call)
 
     def begin_run(self) -> None:
         super().begin_run()
         for layer in self.native_layers:
             layer.calls.clear()
+        self.start = (self.calls.value, self.computed.value)
 
     def end_run(self) -> None:
+        self.current["transformer_calls"] = self.calls.value - self.start[0]
         if self.native_layers:
             self.current["attention_computed"] = sum(sum(layer.calls.values()) for layer in self.native_layers)
+        else:
+            self.current["attention_computed"] = self.computed.value - self.start[1]
 
     def _count_call(self, *args: Any) -> None:
-        self.current["transformer_calls"] = self.current.get("transformer_calls", 0) + 1
-
-    def _counted(self, function: Any) -> Any:
-        @functools.wraps(function)
-        def counted(*args: Any, **kwargs: Any) -> Any:
-            self.current["attention_computed"] = self.current.get("attention_computed", 0) + 1
-            return function(*args, **kwargs)
-
-        return counted
+        self.calls.add()
 
     def skipped_fractions(self) -> list[float]:
         """Per run: the share of attention computations a full forward would make that were skipped."""
@@ -278,7 +290,7 @@ class _DiffusersHookFeature(Feature):
     def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
         transformer = pipeline.transformer
         transformer.enable_cache(self.hook_config(pipeline, options, context))
-        return WorkCounter(transformer, undo=transformer.disable_cache)
+        return WorkCounter(transformer, undo=transformer.disable_cache, device=context.device)
 
     def verify(self, handle: Handle) -> Verdict:
         return verify_skipped_work(handle, self.name)
@@ -343,12 +355,41 @@ class MagCache(_DiffusersHookFeature):
         )
 
 
+# Modules TaylorSeer caches, per transformer class, where diffusers' default patterns miss them: its
+# defaults ("^blocks.*attn", ... with re.fullmatch) never match Wan's "blocks.N.attn1"/"blocks.N.attn2".
+TAYLORSEER_IDENTIFIERS: dict[str, tuple[str, ...]] = {
+    "WanTransformer3DModel": (r"^blocks\.\d+\.attn[12]$",),
+}
+
+
 class TaylorSeerCacheOptions(FeatureConfig):
     """Options of ``taylorseer_cache``."""
 
     cache_interval: int = Field(default=5, ge=1, description="Compute every N steps, predict between; more: faster.")
     disable_cache_before_step: int = Field(default=3, ge=0, description="Steps always computed first.")
     max_order: int = Field(default=1, ge=1, le=4, description="Taylor expansion order.")
+    cache_identifiers: tuple[str, ...] | None = Field(
+        default=None,
+        description="Regexes (re.fullmatch) of the module names to cache; default: per model (Wan: its attn1/attn2 "
+        "modules), else diffusers' own patterns.",
+    )
+
+
+def taylorseer_identifiers(transformer: Any, options: TaylorSeerCacheOptions) -> tuple[str, ...]:
+    """The module-name patterns TaylorSeer hooks on this transformer: the option, the model's, or diffusers'."""
+    if options.cache_identifiers is not None:
+        return options.cache_identifiers
+    if type(transformer).__name__ in TAYLORSEER_IDENTIFIERS:
+        return TAYLORSEER_IDENTIFIERS[type(transformer).__name__]
+    from diffusers.hooks.taylorseer_cache import _TRANSFORMER_BLOCK_IDENTIFIERS
+
+    return tuple(_TRANSFORMER_BLOCK_IDENTIFIERS)
+
+
+def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
+    import re
+
+    return [name for name, _ in transformer.named_modules() if any(re.fullmatch(p, name) for p in patterns)]
 
 
 class TaylorSeerCache(_DiffusersHookFeature):
@@ -356,11 +397,39 @@ class TaylorSeerCache(_DiffusersHookFeature):
     config_cls = TaylorSeerCacheOptions
     description = "diffusers TaylorSeer cache (feature forecasting)"
 
+    def check(self, pipeline: Any, device: str, options: TaylorSeerCacheOptions) -> Support:
+        support = super().check(pipeline, device, options)
+        if not support.supported:
+            return support
+        transformer = pipeline.transformer
+        patterns = taylorseer_identifiers(transformer, options)
+        if not _matching_modules(transformer, patterns):
+            attention = [n for n, m in transformer.named_modules() if hasattr(m, "processor")][:2]
+            return Support.no(
+                f"TaylorSeer cache_identifiers {list(patterns)} match no module of {type(transformer).__name__} "
+                f"(its attention modules are named like {attention}); set cache_identifiers"
+            )
+        return support
+
+    def apply(self, pipeline: Any, options: TaylorSeerCacheOptions, context: RunContext) -> Handle:
+        handle = super().apply(pipeline, options, context)
+        handle.hooked = _matching_modules(pipeline.transformer, taylorseer_identifiers(pipeline.transformer, options))
+        return handle
+
     def hook_config(self, pipeline: Any, options: TaylorSeerCacheOptions, context: RunContext) -> Any:
         import torch
         from diffusers import TaylorSeerCacheConfig
 
-        return TaylorSeerCacheConfig(**options.model_dump(), taylor_factors_dtype=torch.float32)
+        return TaylorSeerCacheConfig(
+            **options.model_dump(exclude={"cache_identifiers"}),
+            cache_identifiers=list(taylorseer_identifiers(pipeline.transformer, options)),
+            taylor_factors_dtype=torch.float32,
+        )
+
+    def verify(self, handle: Handle) -> Verdict:
+        verdict = verify_skipped_work(handle, self.name)
+        verdict.evidence["hooked_modules"] = len(handle.hooked)
+        return verdict
 
 
 class PyramidAttentionBroadcastOptions(FeatureConfig):
@@ -428,4 +497,25 @@ class FasterCache(_DiffusersHookFeature):
                 f"FasterCache's frequency filtering expects spatial latents (B, C, F, H, W); {name} takes packed "
                 "token sequences"
             )
+        if runs_cfg_as_separate_calls(pipeline):
+            # Seen on Wan: the hook splits every batch in halves as (uncond, cond); with two videos per prompt
+            # it reused one video's features for the other (SSIM 0.87), with one it failed. Its state is not
+            # kept per CFG branch either, so is_guidance_distilled would mix the two calls' attention.
+            return Support.no(
+                f"FasterCache takes each transformer batch as [uncond, cond] halves; {type(pipeline).__name__} runs "
+                "the unconditional branch as a separate transformer call, so the halves are two different samples"
+            )
         return support
+
+
+def runs_cfg_as_separate_calls(pipeline: Any) -> bool:
+    """Whether the pipeline calls the transformer once per CFG branch (diffusers marks those calls with
+    ``cache_context("uncond")``) instead of batching [uncond, cond] in one call."""
+    import inspect
+    import re
+
+    try:
+        source = inspect.getsource(type(pipeline).__call__)
+    except (OSError, TypeError):
+        return False
+    return re.search(r"cache_context\(\s*[\"']uncond[\"']", source) is not None

@@ -7,7 +7,9 @@ not combine with cache or offload hooks. Compile time is part of the cold time (
 
 Lossless in intent; on a CPU inductor's fused kernels can round differently (the report shows how much).
 Evidence: the compiled modules, the graphs and graph breaks dynamo recorded, and calls that went
-through the compiled code during each timed run.
+through the compiled code during each timed run. The graph count must stay stable across the timed runs:
+a run in which dynamo converted a frame (a guard failed: recompile) fails the cell with the reason, and
+so does a frame dynamo gave up on (the recompile limit or unsupported code: it runs eagerly).
 """
 
 from __future__ import annotations
@@ -34,28 +36,45 @@ class CompileConfig(FeatureConfig):
 
 
 def _dynamo_counters() -> dict[str, int]:
+    """Dynamo's process-wide counters: graphs compiled, graph breaks, frames it tried and failed to convert."""
     from torch._dynamo.utils import counters
 
     return {
         "unique_graphs": int(counters["stats"]["unique_graphs"]),
         "graph_breaks": int(sum(counters["graph_break"].values())),
+        "frames_converted": int(counters["frames"]["total"]),
+        "frames_failed": int(counters["frames"]["total"] - counters["frames"]["ok"]),
     }
 
 
 class _CompileHandle(Handle):
+    """Counts calls into the compiled code (outside it) and dynamo's counters around each run."""
+
     def __init__(self, modules: list[Any], before: dict[str, int]) -> None:
         super().__init__()
         self.modules = modules
         self.before = before
+        self.run_start = before
         for module in modules:
             module._compiled_call_impl = self._counted(module._compiled_call_impl)
 
     def _counted(self, compiled: Any) -> Any:
+        # Called by nn.Module.__call__, outside the compiled frame: a plain counter is safe here.
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.current["compiled_calls"] = self.current.get("compiled_calls", 0) + 1
             return compiled(*args, **kwargs)
 
         return counted
+
+    def begin_run(self) -> None:
+        super().begin_run()
+        self.run_start = _dynamo_counters()
+
+    def end_run(self) -> None:
+        now = _dynamo_counters()
+        # Frames dynamo converted during this run: a recompile (new graphs) or a failed one (runs eagerly).
+        self.current["new_graphs"] = now["unique_graphs"] - self.run_start["unique_graphs"]
+        self.current["frames_converted"] = now["frames_converted"] - self.run_start["frames_converted"]
 
     def dynamo_delta(self) -> dict[str, int]:
         now = _dynamo_counters()
@@ -117,12 +136,34 @@ class Compile(Feature):
     def verify(self, handle: Handle) -> Verdict:
         delta = handle.dynamo_delta()
         calls = [run.get("compiled_calls", 0) for run in handle.runs]
-        evidence = {"compiled_modules": len(handle.modules), "compiled_calls_per_run": calls, **delta}
-        if delta["unique_graphs"] > 0 and calls and all(calls):
+        recompiles = [run.get("frames_converted", 0) for run in handle.runs]
+        evidence = {
+            "compiled_modules": len(handle.modules),
+            "compiled_calls_per_run": calls,
+            "new_graphs_per_run": [run.get("new_graphs", 0) for run in handle.runs],
+            "frames_converted_per_run": recompiles,
+            **delta,
+        }
+        if delta["unique_graphs"] == 0 or not calls or not all(calls):
+            return Verdict(False, "compile requested but no compiled graph ran during the timed runs", evidence)
+        if any(recompiles):
+            runs = [index + 1 for index, count in enumerate(recompiles) if count]
             return Verdict(
-                True,
-                f"{len(handle.modules)} compiled modules, {delta['unique_graphs']} graphs, "
-                f"{delta['graph_breaks']} graph breaks",
+                False,
+                f"recompiled during timed run(s) {runs}: dynamo converted {sum(recompiles)} frame(s), "
+                f"{sum(evidence['new_graphs_per_run'])} new graph(s) (guards failed; the times include compiling)",
                 evidence,
             )
-        return Verdict(False, "compile requested but no compiled graph ran during the timed runs", evidence)
+        if delta["frames_failed"]:
+            return Verdict(
+                False,
+                f"dynamo failed to convert {delta['frames_failed']} frame(s) (recompile limit or unsupported code): "
+                "they ran eagerly",
+                evidence,
+            )
+        return Verdict(
+            True,
+            f"{len(handle.modules)} compiled modules, {delta['unique_graphs']} graphs, "
+            f"{delta['graph_breaks']} graph breaks, no recompile during {len(calls)} timed runs",
+            evidence,
+        )

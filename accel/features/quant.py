@@ -1,8 +1,13 @@
 """torchao quantization (``quantization``): weights of chosen components in int8, float8 or int4.
 
 Applied after loading with ``torchao.quantization.quantize_`` (default) or at load time through
-diffusers' ``PipelineQuantizationConfig(quant_mapping=...)`` (``at_load: true``). Evidence: the number of
-linear layers whose weight became a torchao tensor, and weight bytes before and after, per component.
+diffusers' ``PipelineQuantizationConfig(quant_mapping=...)`` (``at_load: true``).
+
+Evidence, per component: the eligible linear layers (those ``quantize_`` visits), and after every timed
+run the share of them whose weight is a torchao tensor; the layers left unquantized, each with torchao's
+reason (torchao skips shapes its kernels reject with an INFO log line and no error: captured here, or the
+shape rule when quantized at load); weight bytes before and after. A share below ``min_quantized_share``
+on any run fails the cell; a partial quantization above it is reported as partial.
 ``remove`` restores the original weights (kept on the CPU) for post-load quantization.
 """
 
@@ -61,6 +66,13 @@ class QuantizationConfig(FeatureConfig):
     at_load: bool = Field(
         default=False, description="Quantize while loading (PipelineQuantizationConfig) instead of after."
     )
+    min_quantized_share: float = Field(
+        default=1.0,
+        gt=0,
+        le=1,
+        description="Least share of eligible linear layers that must be quantized on every run (torchao skips "
+        "shapes its kernels reject); below it the cell fails.",
+    )
 
 
 def _is_quantized(tensor: Any) -> bool:
@@ -69,12 +81,59 @@ def _is_quantized(tensor: Any) -> bool:
     return type(tensor) not in (torch.Tensor, torch.nn.Parameter)
 
 
-def _linear_census(module: Any) -> tuple[int, int]:
-    """(quantized linear layers, all linear layers) of a module."""
-    import torch
+def _eligible_linears(module: Any) -> dict[str, Any]:
+    """The linear layers ``quantize_`` visits (torchao's own filter), by dotted name."""
+    from torchao.quantization.quant_api import _is_linear
 
-    linears = [m for m in module.modules() if isinstance(m, torch.nn.Linear)]
-    return sum(1 for m in linears if _is_quantized(m.weight)), len(linears)
+    return {name: m for name, m in module.named_modules() if _is_linear(m, name)}
+
+
+def _shape_rule(method: str, weight: Any) -> str:
+    """Why torchao would skip this weight for ``method``, from its rules (used when no log line was seen)."""
+    out_dim, in_dim = weight.shape[-2:]
+    if method.startswith("fp8") and (in_dim % 16 or out_dim % 16):
+        return f"float8 needs both weight dimensions multiples of 16 (weight {tuple(weight.shape)})"
+    if method == "int4wo" and in_dim % 128:
+        return f"int4 needs in_features a multiple of group_size 128 (weight {tuple(weight.shape)})"
+    return "torchao left the weight unquantized without a reason"
+
+
+class _TorchaoSkips:
+    """Collects torchao's "Skipping ..." log lines during ``quantize_``, attributed to the layer being visited."""
+
+    def __init__(self) -> None:
+        import logging
+
+        self.layer = ""
+        self.reasons: dict[str, str] = {}
+        self.logger = logging.getLogger("torchao")
+        outer = self
+
+        class _Handler(logging.Handler):
+            def emit(self, record: logging.LogRecord) -> None:
+                message = record.getMessage()
+                if "skip" in message.lower():
+                    outer.reasons[outer.layer] = message.strip()
+
+        self.handler = _Handler(logging.INFO)
+
+    def filter_fn(self, module: Any, name: str) -> bool:
+        from torchao.quantization.quant_api import _is_linear
+
+        if _is_linear(module, name):
+            self.layer = name
+            return True
+        return False
+
+    def __enter__(self) -> _TorchaoSkips:
+        self.level = self.logger.level
+        self.logger.setLevel(min(self.level or 20, 20))
+        self.logger.addHandler(self.handler)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.logger.removeHandler(self.handler)
+        self.logger.setLevel(self.level)
 
 
 def _weight_bytes(module: Any) -> int:
@@ -91,11 +150,29 @@ def _weight_bytes(module: Any) -> int:
 
 
 class _QuantHandle(Handle):
-    def __init__(self, pipeline: Any, originals: dict[str, dict[str, Any]], census: dict[str, Any]) -> None:
+    """Checks after every run which eligible linear layers hold a torchao weight."""
+
+    def __init__(
+        self,
+        pipeline: Any,
+        originals: dict[str, dict[str, Any]],
+        census: dict[str, Any],
+        eligible: dict[str, dict[str, Any]],
+        min_share: float,
+    ) -> None:
         super().__init__()
         self.pipeline = pipeline
         self.originals = originals
         self.census = census
+        self.eligible = eligible
+        self.min_share = min_share
+
+    def end_run(self) -> None:
+        # Type checks only (cheap): the weights the run used, whatever ran between apply and now.
+        self.current["quantized"] = {
+            component: sum(1 for m in linears.values() if _is_quantized(m.weight))
+            for component, linears in self.eligible.items()
+        }
 
     def remove(self) -> None:
         import torch
@@ -157,33 +234,72 @@ class Quantization(Feature):
 
         census: dict[str, Any] = {}
         originals: dict[str, dict[str, Any]] = {}
+        eligible: dict[str, dict[str, Any]] = {}
         for component in options.components:
             module = getattr(pipeline, component)
             before = _weight_bytes(module)
+            reasons: dict[str, str] = {}
             if not options.at_load:
                 originals[component] = {
                     name: m.weight.detach().to("cpu", copy=True)
                     for name, m in module.named_modules()
                     if isinstance(m, torch.nn.Linear)
                 }
-                quantize_(module, torchao_config(options.method))
-            quantized, linears = _linear_census(module)
+                names = list(_eligible_linears(module))
+                with _TorchaoSkips() as skips:
+                    quantize_(module, torchao_config(options.method), filter_fn=skips.filter_fn)
+                reasons = skips.reasons
+                # Looked up after quantize_: a config may replace a layer's module, not only its weight.
+                eligible[component] = {name: module.get_submodule(name) for name in names}
+            else:
+                eligible[component] = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+            linears = eligible[component]
             census[component] = {
-                "quantized_linears": quantized,
-                "linears": linears,
+                "eligible_linears": len(linears),
+                "skipped": {
+                    name: reasons.get(name) or _shape_rule(options.method, m.weight)
+                    for name, m in linears.items()
+                    if not _is_quantized(m.weight)
+                },
                 "weight_bytes_before": None if options.at_load else before,
                 "weight_bytes_after": _weight_bytes(module),
             }
-        return _QuantHandle(pipeline, originals, census)
+        return _QuantHandle(pipeline, originals, census, eligible, options.min_quantized_share)
 
     def verify(self, handle: Handle) -> Verdict:
         census = handle.census
-        quantized = sum(c["quantized_linears"] for c in census.values())
-        linears = sum(c["linears"] for c in census.values())
-        evidence = {"components": census}
-        if quantized > 0:
-            return Verdict(True, f"{quantized}/{linears} linear layers quantized", evidence)
-        return Verdict(False, f"quantization requested but 0/{linears} linear layers were quantized", evidence)
+        eligible = sum(c["eligible_linears"] for c in census.values())
+        per_run = [sum(run.get("quantized", {}).values()) for run in handle.runs]
+        shares = [quantized / eligible if eligible else 0.0 for quantized in per_run]
+        for component, module_census in census.items():  # bytes after the runs, what they ran with
+            module_census["weight_bytes_after"] = _weight_bytes(getattr(handle.pipeline, component))
+        skipped = {f"{c}.{name}": reason for c, entry in census.items() for name, reason in entry["skipped"].items()}
+        evidence = {
+            "components": census,
+            "quantized_linears_per_run": per_run,
+            "quantized_share_per_run": [round(share, 4) for share in shares],
+            "min_quantized_share": handle.min_share,
+            "partial": bool(shares) and min(shares) < 1.0,
+        }
+        if not eligible:
+            return Verdict(False, "quantization requested but the components have no linear layer", evidence)
+        if not shares:
+            return Verdict(False, "no timed run to check the quantized weights on", evidence)
+        worst = min(shares)
+        counted = f"{min(per_run)}/{eligible} eligible linear layers quantized"
+        why = ""
+        if skipped:
+            name, reason = next(iter(skipped.items()))
+            why = f"; {len(skipped)} skipped by torchao, e.g. {name}: {reason}"
+        if worst == 0:
+            return Verdict(False, f"quantization requested but {counted}{why}", evidence)
+        if worst < handle.min_share:
+            return Verdict(
+                False,
+                f"partial quantization: {counted} ({worst:.0%} < min_quantized_share {handle.min_share:.0%}){why}",
+                evidence,
+            )
+        return Verdict(True, f"{'partial quantization: ' if worst < 1 else ''}{counted}{why}", evidence)
 
 
 def _needs_sm89(device: str) -> Support:
