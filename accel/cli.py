@@ -103,6 +103,17 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
 
 
+def _read_records(path: Path) -> list:
+    """A run's records, as gate and table read them; a last line cut short is noted on stderr and skipped."""
+    from accel.results import load_results
+
+    results = load_results(path)
+    notice = results.cut_notice()
+    if notice:
+        typer.echo(notice, err=True)
+    return results.records
+
+
 @app.command()
 def gate(
     results: Path = typer.Argument(..., help="A run directory or its results.jsonl."),
@@ -114,9 +125,8 @@ def gate(
 ) -> None:
     """Check every cell: parity, engagement, claimed support, performance. Exit 1 when a gate fails."""
     from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
-    from accel.results import read_results
 
-    records = read_results(results)
+    records = _read_records(results)
     report = gate_records(records, load_gate_data(thresholds, claims, baseline))
     run_dir = results if results.is_dir() else results.parent
     (junit or run_dir / "gate.junit.xml").write_text(junit_xml(report))
@@ -139,9 +149,8 @@ def table(
     from accel.gate import load_gate_data
     from accel.report.inject import inject_file
     from accel.report.tables import render_tables
-    from accel.results import read_results
 
-    tables = render_tables(read_results(results), load_gate_data(thresholds, claims))
+    tables = render_tables(_read_records(results), load_gate_data(thresholds, claims))
     if not inject:
         for name, text in tables.items():
             typer.echo(f"<!-- omni-accel:begin {name} -->\n{text}<!-- omni-accel:end {name} -->\n")

@@ -58,6 +58,8 @@ def check_inputs(profile: Profile, source: str) -> None:
     for index, model in enumerate(profile.models):
         where = f"{source}: models[{index}]"
         location = resolve_source(model, where)
+        if Path(location).is_dir():
+            check_model_files(profile, index, location, source)
         factor = resolution_factor(location) if Path(location).is_dir() else None
         for key in ("height", "width"):
             value = getattr(profile.workload, key)
@@ -66,6 +68,29 @@ def check_inputs(profile: Profile, source: str) -> None:
                     f"{source}: workload.{key}: {value} is not a multiple of {factor}, the resolution factor "
                     f"of model '{model.name}' (VAE downsampling x 2x2 patches)"
                 )
+
+
+def check_model_files(profile: Profile, position: int, location: str, source: str) -> None:
+    """Model ``position``'s checkpoint is complete, ``target: native`` has a pipeline for it, and
+    ``workload.num_frames`` is only given for video models; errors name the model, component and file."""
+    from accel.sweep.checkpoint import check_checkpoint, is_video_pipeline
+
+    model = profile.models[position]
+    where = f"{source}: models[{position}]"
+    index = check_checkpoint(location, f"{where} ('{model.name}')")
+    if model.target == "native":
+        from accel.native import native_for
+
+        try:
+            native_for(location, model.native_pipeline)
+        except ConfigError as error:
+            raise ConfigError(f"{where}.target: model '{model.name}': {error}") from error
+    video = False if model.target != "adapter" else is_video_pipeline(index)
+    if profile.workload.num_frames is not None and video is False:
+        raise ConfigError(
+            f"{source}: workload.num_frames: model '{model.name}' ({index['_class_name']}, target "
+            f"{model.target}) generates images; num_frames applies to video models only: remove it or the model"
+        )
 
 
 def prepare_run_dir(run_dir: Path) -> None:
