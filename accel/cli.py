@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from accel.errors import AccelError
+from accel.errors import AccelError, Interrupted
 
 EXECUTORS = ("process", "inline", "ray")
 
@@ -69,7 +69,7 @@ def sweep(
         path = profile or default_profile_path()
     loaded = load_profile(path)
     run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from accel.sweep.runner import run_sweep
+    from accel.sweep.runner import failed_models, run_sweep
 
     result = run_sweep(
         loaded, str(path), run_dir, executor=executor, resume=resume is not None, ray_address=ray_address
@@ -78,6 +78,13 @@ def sweep(
     typer.echo(f"{len(result.records)} cells in {result.wall_s:.1f} s, {len(failed)} failed")
     typer.echo(f"results: {result.run_dir / 'results.jsonl'}")
     typer.echo(f"report:  {result.report_path}")
+    dead = failed_models(result.records)
+    if dead:
+        first = "; ".join(f"{model}: {error[:160]}" for model, error in dead.items())
+        typer.echo(
+            f"error: every cell of {', '.join(sorted(dead))} failed, nothing was measured there ({first})", err=True
+        )
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -236,6 +243,7 @@ def zoo_path(name: str = typer.Argument(..., help="A zoo entry.")) -> None:
 def features() -> None:
     """List every feature and option with its class and whether it can run on this machine."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from accel.features import FEATURES
@@ -251,9 +259,8 @@ def features() -> None:
             support = feature.probe(device, config)
             option = f"{feature.primary_option}={value}" if value is not None else "(defaults)"
             verdict = "supported" if support.supported else support.reason
-            table.add_row(
-                feature.name, feature.family, feature.feature_class_for(config).value, option, verdict, all_options
-            )
+            row = (feature.name, feature.family, feature.feature_class_for(config).value, option, verdict, all_options)
+            table.add_row(*(escape(str(cell)) for cell in row))  # "pip install 'omni-accel[gpu]'" is not markup
     Console(width=220).print(table)
     typer.echo("A pipeline can still refuse a feature here (no VAE, no _repeated_blocks, ...): sweeps report why.")
 
@@ -269,6 +276,9 @@ def main() -> None:
         result = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode
         if isinstance(result, int) and result:
             sys.exit(result)
+    except Interrupted as error:
+        typer.echo(str(error), err=True)
+        sys.exit(error.exit_code)
     except AccelError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(error.exit_code)

@@ -72,7 +72,10 @@ def check_checkpoint(directory: str | Path, where: str) -> dict[str, Any]:
     index lists) is complete.
     """
     directory = Path(directory)
-    index = read_json_object(directory / "model_index.json", "model_index.json")
+    try:
+        index = read_json_object(directory / "model_index.json", "model_index.json")
+    except ConfigError as error:
+        raise ConfigError(f"{where}: {error}") from error
     if not isinstance(index.get("_class_name"), str):
         raise ConfigError(f"{where}: {directory / 'model_index.json'}: no '_class_name' naming the pipeline class")
     for name, entry in index.items():

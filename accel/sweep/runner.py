@@ -8,6 +8,7 @@ before the next cell starts. At the end the results table, images and ``report.m
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,71 @@ def run_sweep(
 
     With ``resume``, cells already in ``run_dir``'s results are kept and skipped; a profile that changed
     since the run started is refused. Without it, a run directory that already holds results is refused.
+    The run directory is locked for the whole sweep (``accel.sweep.lock``): a second sweep or resume on it
+    is refused while this one lives. Ctrl-C stops the running cell's worker and raises ``Interrupted``
+    naming the ``--resume`` command; every cell recorded so far is kept.
     """
+    from accel.errors import Interrupted
+    from accel.sweep.executors import cancel_pending
+    from accel.sweep.lock import RunLock, describe_owner
+
+    if resume:
+        check_same_profile(run_dir, profile)  # "not a run directory" before anything is created
+    prepare_run_dir(run_dir)
+    with RunLock(run_dir) as lock:
+        if lock.stale_owner:
+            print(f"note: {run_dir}: taking over the lock of a sweep that is no longer running: "
+                  f"{describe_owner(lock.stale_owner)}", file=sys.stderr)  # fmt: skip
+        try:
+            return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
+        except KeyboardInterrupt:
+            cancel_pending()
+            raise Interrupted(interrupted_message(run_dir)) from None
+
+
+def interrupted_message(run_dir: Path) -> str:
+    """What a Ctrl-C leaves: how many cells are kept, and the command that continues the run."""
+    from accel.results import load_results
+
+    try:
+        kept = f"{len(load_results(run_dir / RESULTS_FILE).records)} cell(s) recorded in {run_dir / RESULTS_FILE}"
+    except ConfigError:
+        kept = "no cell recorded yet"
+    return f"interrupted: {kept} are kept; continue with 'omni-accel sweep --resume {run_dir}'"
+
+
+def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
+    """Run the first cell once, unrecorded, before the sweep (see ``measure.sweep_warmup``).
+
+    Returns the warm-up's pending result keyed by its cell when that cell did not succeed: a cell that
+    failed or timed out is recorded from its warm-up, never run a second time (a timeout would cost its
+    full ``timeout_s`` again).
+    """
+    if not todo:
+        return {}
+    warm = submit(todo[0])
+    return {} if warm.result().get("status") == "ok" else {todo[0].key: warm}
+
+
+def failed_models(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Models every cell of which failed, with the first error of each: the sweep measured nothing there."""
+    models: dict[str, str] = {}
+    for model in dict.fromkeys(r["model"] for r in records):
+        cells = [r for r in records if r["model"] == model]
+        if all(r["status"] == "failed" for r in cells):
+            models[model] = str(cells[0].get("error"))
+    return models
+
+
+def _run_sweep(
+    profile: Profile,
+    source: str,
+    run_dir: Path,
+    executor: str | None,
+    show_progress: bool,
+    resume: bool,
+    ray_address: str | None,
+) -> SweepResult:
     from accel import env
     from accel.report.figures import write_figures
     from accel.report.images import save_images
@@ -245,9 +310,9 @@ def run_sweep(
     records: list[dict[str, Any]] = []
     baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
     todo = [cell for cell in cells if (cell.model.name, cell.variant) not in done]
-    if todo and measure.sweep_warmup and (executor or measure.executor) != "inline":
-        submit(todo[0]).result()  # unrecorded: its outputs file is overwritten when the cell runs for real
-    pending = {cell.key: submit(cell) for cell in todo}
+    warm_up = measure.sweep_warmup and (executor or measure.executor) != "inline"
+    warmed = sweep_warmup(submit, todo) if warm_up else {}  # a successful warm-up's outputs are overwritten
+    pending = {cell.key: warmed.get(cell.key) or submit(cell) for cell in todo}
     with _progress(show_progress, len(cells)) as advance:
         for cell in cells:
             advance(cell.key)
