@@ -278,11 +278,17 @@ def parse_yaml(text: str, source: str) -> Any:
     """One YAML document, composed within the expansion budget; errors are ConfigErrors naming ``source``."""
     from accel.yaml_bounds import BoundedLoader, ExpansionError
 
-    loader = BoundedLoader(text, MAX_EXPANDED_NODES, MAX_EXPANDED_CHARS, MAX_NESTING)
+    loader = None
     try:
+        loader = BoundedLoader(text, MAX_EXPANDED_NODES, MAX_EXPANDED_CHARS, MAX_NESTING)
         return loader.get_single_data()
     except ExpansionError as error:
         raise ConfigError(f"{source}: {error}") from error
+    except yaml.reader.ReaderError as error:  # a control character YAML does not allow
+        line = text[: error.position].count("\n") + 1
+        raise ConfigError(
+            f"{source}:{line}: malformed YAML: character #x{error.character:04x} is not allowed"
+        ) from error
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -291,7 +297,8 @@ def parse_yaml(text: str, source: str) -> Any:
     except (ValueError, TypeError, OverflowError) as error:  # e.g. a timestamp like 2024-13-45
         raise ConfigError(f"{source}: malformed YAML: a value cannot be read: {error}") from error
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def check_plain(data: Any, source: str, where: str = "") -> None:
