@@ -65,8 +65,8 @@ _STRINGS = (
     "error", "role", "device", "device_name", "dtype", "invalid_measurement", "unsupported_scope", "outputs_file",
     "reference_model", "source", "target", "engine", "profile_fingerprint", "traceback",
 )  # fmt: skip
-_MAPPINGS = ("stages", "roofline", "memory_load", "weight_bytes", "engine_kwargs", "images")
-_LISTS = ("step_times", "warm_samples", "stage_sums", "notes")
+_MAPPINGS = ("stages", "roofline", "memory_load", "weight_bytes", "engine_kwargs")
+_LISTS = ("step_times", "warm_samples", "stage_sums", "notes", "images")
 
 
 @dataclass

@@ -167,3 +167,12 @@ def test_infinity_reads_back_as_a_number(tmp_path):
     same = record("flux", "same", {"compile": "regional"})
     run = _run_dir(tmp_path, b"".join(_lines([GOOD[0], same])))
     assert math.isinf(load_results(run).records[1]["parity"]["psnr"])
+
+
+@pytest.mark.parametrize("report", ["quickstart", "engines-flux"])
+def test_the_committed_reports_read_back(report):
+    """The reader's schema accepts every record real sweeps wrote (adapter, native and engine cells)."""
+    from accel.profile import data_dir
+
+    results = load_results(data_dir("reports") / report)
+    assert results.records and results.cut_line is None
