@@ -149,9 +149,17 @@ def test_num_frames_on_an_image_model_is_a_profile_error(write_profile, tmp_path
     path = write_profile(_with(workload__num_frames=9))
     code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and err.count("\n") == 1, err
-    assert err.startswith(f"error: {path}: workload.num_frames: model 'tiny-flux' (FluxPipeline, target adapter)")
+    assert err.startswith(f"error: {path}: workload.num_frames: no model of this profile makes videos (tiny-flux: ")
     assert "num_frames applies to video models only" in err
     assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_num_frames_with_a_video_model_among_image_models_is_fine():
+    """The workload is shared: with a video model in the profile, num_frames is for it (as in quickstart)."""
+    from accel.profile import parse_profile
+    from accel.sweep.runner import check_inputs
+
+    check_inputs(parse_profile(small_profile(["tiny-flux", "tiny-wan"], num_frames=9)), "p.yaml")
 
 
 def test_a_directory_given_as_the_profile(tmp_path, monkeypatch, capsys):

@@ -56,11 +56,12 @@ def check_inputs(profile: Profile, source: str) -> None:
     """Everything that can be checked without running: sources exist, resolution fits each model."""
     from accel.targets.adapter import resolution_factor, resolve_source
 
+    image_models: list[str] = []
     for index, model in enumerate(profile.models):
         where = f"{source}: models[{index}]"
         location = resolve_source(model, where)
-        if Path(location).is_dir():
-            check_model_files(profile, index, location, source)
+        if Path(location).is_dir() and check_model_files(profile, index, location, source) is False:
+            image_models.append(model.name)
         factor = resolution_factor(location) if Path(location).is_dir() else None
         for key in ("height", "width"):
             value = getattr(profile.workload, key)
@@ -69,11 +70,16 @@ def check_inputs(profile: Profile, source: str) -> None:
                     f"{source}: workload.{key}: {value} is not a multiple of {factor}, the resolution factor "
                     f"of model '{model.name}' (VAE downsampling x 2x2 patches)"
                 )
+    if profile.workload.num_frames is not None and len(image_models) == len(profile.models):
+        raise ConfigError(
+            f"{source}: workload.num_frames: no model of this profile makes videos ({', '.join(image_models)}: "
+            "images); num_frames applies to video models only: remove it, or add a video model"
+        )
 
 
-def check_model_files(profile: Profile, position: int, location: str, source: str) -> None:
-    """Model ``position``'s checkpoint is complete, ``target: native`` has a pipeline for it, and
-    ``workload.num_frames`` is only given for video models; errors name the model, component and file."""
+def check_model_files(profile: Profile, position: int, location: str, source: str) -> bool | None:
+    """Model ``position``'s checkpoint is complete and ``target: native`` has a pipeline for it; errors name
+    the model, the component and the file. Returns whether it makes videos (None: cannot tell)."""
     from accel.sweep.checkpoint import check_checkpoint, is_video_pipeline
 
     model = profile.models[position]
@@ -86,12 +92,7 @@ def check_model_files(profile: Profile, position: int, location: str, source: st
             native_for(location, model.native_pipeline)
         except ConfigError as error:
             raise ConfigError(f"{where}.target: model '{model.name}': {error}") from error
-    video = False if model.target != "adapter" else is_video_pipeline(index)
-    if profile.workload.num_frames is not None and video is False:
-        raise ConfigError(
-            f"{source}: workload.num_frames: model '{model.name}' ({index['_class_name']}, target "
-            f"{model.target}) generates images; num_frames applies to video models only: remove it or the model"
-        )
+    return False if model.target != "adapter" else is_video_pipeline(index)
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -237,11 +238,15 @@ def interrupted_message(run_dir: Path) -> str:
     """What a Ctrl-C leaves: how many cells are kept, and the command that continues the run."""
     from accel.results import load_results
 
+    results = run_dir / RESULTS_FILE
+    if not (run_dir / RESOLVED_PROFILE_FILE).is_file():
+        return f"interrupted before the first cell; {run_dir} holds no results"
     try:
-        kept = f"{len(load_results(run_dir / RESULTS_FILE).records)} cell(s) recorded in {run_dir / RESULTS_FILE}"
-    except ConfigError:
-        kept = "no cell recorded yet"
-    return f"interrupted: {kept} are kept; continue with 'omni-accel sweep --resume {run_dir}'"
+        kept = len(load_results(results).records) if results.is_file() else 0
+    except ConfigError:  # the reader will say what is wrong on --resume
+        kept = "the"
+    resume = f"continue with 'omni-accel sweep --resume {run_dir}'"
+    return f"interrupted: {kept} cell(s) recorded in {results} are kept; {resume}"
 
 
 def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
