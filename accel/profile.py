@@ -85,7 +85,7 @@ class Workload(StrictModel):
     num_frames: int | None = Field(
         default=None,
         gt=0,
-        description=f"Video models only (an error on an image model); default {DEFAULT_VIDEO_FRAMES}. Wan wants 4k+1.",
+        description=f"Video models only (an error when none makes videos); default {DEFAULT_VIDEO_FRAMES}; Wan: 4k+1.",
     )
     guidance_scale: float = 3.5
     num_images_per_prompt: int = Field(default=1, gt=0, description="Batch per call; VAE slicing needs > 1.")
