@@ -12,7 +12,7 @@ from pathlib import Path
 
 import typer
 
-from accel.errors import AccelError
+from accel.errors import AccelError, Interrupted
 
 EXECUTORS = ("process", "inline", "ray")
 
@@ -69,7 +69,7 @@ def sweep(
         path = profile or default_profile_path()
     loaded = load_profile(path)
     run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from accel.sweep.runner import run_sweep
+    from accel.sweep.runner import failed_models, run_sweep
 
     result = run_sweep(
         loaded, str(path), run_dir, executor=executor, resume=resume is not None, ray_address=ray_address
@@ -78,6 +78,13 @@ def sweep(
     typer.echo(f"{len(result.records)} cells in {result.wall_s:.1f} s, {len(failed)} failed")
     typer.echo(f"results: {result.run_dir / 'results.jsonl'}")
     typer.echo(f"report:  {result.report_path}")
+    dead = failed_models(result.records)
+    if dead:
+        first = "; ".join(f"{model}: {error[:160]}" for model, error in dead.items())
+        typer.echo(
+            f"error: every cell of {', '.join(sorted(dead))} failed, nothing was measured there ({first})", err=True
+        )
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -103,6 +110,17 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
 
 
+def _read_records(path: Path) -> list:
+    """A run's records, as gate and table read them; a last line cut short is noted on stderr and skipped."""
+    from accel.results import load_results
+
+    results = load_results(path)
+    notice = results.cut_notice()
+    if notice:
+        typer.echo(notice, err=True)
+    return results.records
+
+
 @app.command()
 def gate(
     results: Path = typer.Argument(..., help="A run directory or its results.jsonl."),
@@ -114,9 +132,8 @@ def gate(
 ) -> None:
     """Check every cell: parity, engagement, claimed support, performance. Exit 1 when a gate fails."""
     from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
-    from accel.results import read_results
 
-    records = read_results(results)
+    records = _read_records(results)
     report = gate_records(records, load_gate_data(thresholds, claims, baseline))
     run_dir = results if results.is_dir() else results.parent
     (junit or run_dir / "gate.junit.xml").write_text(junit_xml(report))
@@ -139,9 +156,8 @@ def table(
     from accel.gate import load_gate_data
     from accel.report.inject import inject_file
     from accel.report.tables import render_tables
-    from accel.results import read_results
 
-    tables = render_tables(read_results(results), load_gate_data(thresholds, claims))
+    tables = render_tables(_read_records(results), load_gate_data(thresholds, claims))
     if not inject:
         for name, text in tables.items():
             typer.echo(f"<!-- omni-accel:begin {name} -->\n{text}<!-- omni-accel:end {name} -->\n")
@@ -227,6 +243,7 @@ def zoo_path(name: str = typer.Argument(..., help="A zoo entry.")) -> None:
 def features() -> None:
     """List every feature and option with its class and whether it can run on this machine."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from accel.features import FEATURES
@@ -242,9 +259,8 @@ def features() -> None:
             support = feature.probe(device, config)
             option = f"{feature.primary_option}={value}" if value is not None else "(defaults)"
             verdict = "supported" if support.supported else support.reason
-            table.add_row(
-                feature.name, feature.family, feature.feature_class_for(config).value, option, verdict, all_options
-            )
+            row = (feature.name, feature.family, feature.feature_class_for(config).value, option, verdict, all_options)
+            table.add_row(*(escape(str(cell)) for cell in row))  # "pip install 'omni-accel[gpu]'" is not markup
     Console(width=220).print(table)
     typer.echo("A pipeline can still refuse a feature here (no VAE, no _repeated_blocks, ...): sweeps report why.")
 
@@ -260,6 +276,9 @@ def main() -> None:
         result = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode
         if isinstance(result, int) and result:
             sys.exit(result)
+    except Interrupted as error:
+        typer.echo(str(error), err=True)
+        sys.exit(error.exit_code)
     except AccelError as error:
         typer.echo(f"error: {error}", err=True)
         sys.exit(error.exit_code)

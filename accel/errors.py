@@ -19,6 +19,12 @@ class ConfigError(AccelError):
     """Bad input: a profile, a path, an option. The message names the file, the key and what is allowed."""
 
 
+class Interrupted(AccelError):
+    """The user stopped a sweep (Ctrl-C); the message says what was kept and how to continue."""
+
+    exit_code = 130
+
+
 class UnavailableError(AccelError):
     """Something requested cannot run here (missing package, no network, no GPU)."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -59,23 +60,153 @@ class ResultsLog:
             ) from error
 
 
-def read_results(path: str | Path) -> list[dict[str, Any]]:
-    """Records of a results file, or of ``results.jsonl`` inside a run directory."""
+STATUSES = ("ok", "failed", "unsupported")
+MODALITIES = ("image", "video")
+_NUMBERS = (
+    "speedup", "memory_reduction", "peak_host_rss_bytes", "peak_device_allocated_bytes", "peak_device_reserved_bytes",
+    "load_s", "first_call_s", "cold_s", "cell_wall_s", "peak_flops", "flops_per_denoiser_call", "timestamp",
+    "denoiser_calls_per_call", "host_pss_bytes", "process_wall_s",
+)  # fmt: skip
+_STRINGS = (
+    "error", "role", "device", "device_name", "dtype", "invalid_measurement", "unsupported_scope", "outputs_file",
+    "reference_model", "source", "target", "engine", "profile_fingerprint", "traceback",
+)  # fmt: skip
+_MAPPINGS = ("stages", "roofline", "memory_load", "weight_bytes", "engine_kwargs")
+_LISTS = ("step_times", "warm_samples", "stage_sums", "notes", "images")
+
+
+@dataclass
+class ResultsFile:
+    """The records of a results file, and the last line when a crash cut it short (not a record)."""
+
+    path: Path
+    records: list[dict[str, Any]]
+    cut_line: int | None = None  # its line number; every reader drops it, --resume measures that cell again
+    complete_bytes: int = 0  # length of the complete lines
+
+    def cut_notice(self) -> str | None:
+        """One line for a reader to print when the last line was dropped."""
+        if self.cut_line is None:
+            return None
+        return (
+            f"note: {self.path}:{self.cut_line}: last line cut short (the sweep was interrupted while writing it); "
+            f"not a record: its cell counts as not measured, and 'omni-accel sweep --resume {self.path.parent}' "
+            "measures it again"
+        )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def check_record(record: Any, where: str) -> dict[str, Any]:
+    """A record the gate, tables and resume can read; a ConfigError ``where: what is wrong`` otherwise."""
+    from accel.features import FEATURES, parse_feature_options
+
+    if not isinstance(record, dict):
+        raise ConfigError(f"{where}: expected a JSON object (one cell's record), got {_json_type(record)}")
+    for key in ("model", "variant", "status"):
+        if key not in record:
+            raise ConfigError(f"{where}: the record has no '{key}'; every record has model, variant and status")
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
+    for key in ("model", "variant"):
+        if not isinstance(record[key], str) or not record[key] or not set(record[key]) <= allowed:
+            raise ConfigError(
+                f"{where}: '{key}' should be a name (letters, digits, '-', '_', '.', '+'), got {record[key]!r}"
+            )
+    if record["status"] not in STATUSES:
+        raise ConfigError(f"{where}: 'status' should be one of {', '.join(STATUSES)}, got {record['status']!r}")
+    if record.get("modality") is not None and record["modality"] not in MODALITIES:
+        raise ConfigError(f"{where}: 'modality' should be one of {', '.join(MODALITIES)}, got {record['modality']!r}")
+    for keys, check, kind in (
+        (_NUMBERS, _is_number, "a number"),
+        (_STRINGS, lambda v: isinstance(v, str), "a string"),
+        (_MAPPINGS, lambda v: isinstance(v, dict), "a JSON object"),
+        (_LISTS, lambda v: isinstance(v, list), "a list"),
+        (("features", "evidence", "parity", "parity_vs_reference", "warm"), lambda v: isinstance(v, dict), "an object"),
+    ):
+        for key in keys:
+            if record.get(key) is not None and not check(record[key]):
+                raise ConfigError(f"{where}: '{key}' should be {kind} or null, got {_json_type(record[key])}")
+    for name, raw in (record.get("features") or {}).items():
+        if name not in FEATURES:
+            raise ConfigError(f"{where}: features: unknown feature '{name}'")
+        parse_feature_options(name, raw, f"{where}: features")
+    for name, evidence in (record.get("evidence") or {}).items():
+        if not isinstance(evidence, dict):
+            raise ConfigError(f"{where}: evidence.{name} should be an object, got {_json_type(evidence)}")
+    for key in ("parity", "parity_vs_reference"):
+        parity = record.get(key)
+        if parity:
+            for metric in ("ssim", "psnr"):
+                if not _is_number(parity.get(metric)):
+                    raise ConfigError(f"{where}: {key}.{metric} should be a number, got {parity.get(metric)!r}")
+            for metric, value in parity.items():
+                if value is not None and not _is_number(value) and not isinstance(value, bool):
+                    raise ConfigError(f"{where}: {key}.{metric} should be a number, got {_json_type(value)}")
+    if record.get("warm") and not _is_number(record["warm"].get("median")):
+        raise ConfigError(f"{where}: warm.median should be a number, got {record['warm'].get('median')!r}")
+    return record
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
+
+
+def load_results(path: str | Path) -> ResultsFile:
+    """Read a results file (or a run directory's ``results.jsonl``), checking every record.
+
+    Malformed input is a ConfigError ``file:line: what is wrong``: a line that is not UTF-8, not JSON or
+    not a record, a record lacking keys or holding values of the wrong type, a cell recorded twice. A last
+    line without its newline was cut short by a crash (each record is written with its newline in one
+    append): it is not a record, in every reader alike.
+    """
     path = Path(path)
     if path.is_dir():
         path = path / RESULTS_FILE
     if not path.is_file():
         raise ConfigError(f"{path}: results file not found")
-    records = []
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
+    try:
+        data = path.read_bytes()
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot read results: {error.strerror or error}") from error
+    result = ResultsFile(path, [])
+    lines = data.split(b"\n")
+    seen: dict[tuple[str, str], int] = {}
+    for number, line in enumerate(lines, start=1):
+        if number == len(lines):  # what follows the last newline
+            if line:
+                result.cut_line = number
+            break
+        result.complete_bytes += len(line) + 1
         if not line.strip():
             continue
+        where = f"{path}:{number}"
         try:
-            records.append(json.loads(line))
+            record = json.loads(line.decode("utf-8"))
+            json.dumps(record, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be printed
+        except UnicodeError as error:
+            raise ConfigError(f"{where}: not UTF-8 text (or an unpaired surrogate): {error.reason}") from error
         except json.JSONDecodeError as error:
-            # A line cut by a crash mid-write is the only expected case: it can only be the last one.
-            raise ConfigError(f"{path}:{number}: not a JSON record: {error.msg}") from error
-    return records
+            raise ConfigError(f"{where}: not a JSON record: {error.msg} at column {error.colno}") from error
+        except RecursionError as error:
+            raise ConfigError(f"{where}: not a JSON record: nested too deep") from error
+        check_record(record, where)
+        cell = (record["model"], record["variant"])
+        if cell in seen:
+            raise ConfigError(
+                f"{where}: cell {cell[0]}/{cell[1]} recorded twice (first at line {seen[cell]}); "
+                "were two sweeps writing to this run directory?"
+            )
+        seen[cell] = number
+        result.records.append(record)
+    return result
+
+
+def read_results(path: str | Path) -> list[dict[str, Any]]:
+    """Records of a results file, or of ``results.jsonl`` inside a run directory (see ``load_results``)."""
+    return load_results(path).records
 
 
 def flatten(record: dict[str, Any]) -> dict[str, Any]:

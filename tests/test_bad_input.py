@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from conftest import invoke, run_cli, small_profile
 
@@ -114,3 +116,167 @@ def test_real_entry_point_prints_no_traceback(write_profile):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "Traceback" not in result.stderr and "workload.steps" in result.stderr
+
+
+# Issue 13 (hard edges): each case below passed validation on main and failed later, or not at all.
+STRICT_CASES = {
+    "string-for-bool": (
+        {"cache_dit": {"taylorseer": "yes"}},
+        r"variants\[0\].features.cache_dit.taylorseer: Input should be a valid boolean",
+    ),
+    "string-for-int": (
+        {"cache_dit": {"max_warmup_steps": "3"}},
+        r"variants\[0\].features.cache_dit.max_warmup_steps: Input should be a valid integer",
+    ),
+    "infinity": (
+        {"tea_cache": {"rel_l1_thresh": float("inf")}},
+        r"variants\[0\].features.tea_cache.rel_l1_thresh: Input should be a finite number",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STRICT_CASES))
+def test_feature_options_are_strict(case, write_profile, tmp_path, monkeypatch, capsys):
+    features, pattern = STRICT_CASES[case]
+    path = write_profile(_with(variants=[{"name": "v", "features": features}]))
+    code, err = cli(monkeypatch, capsys, "plan", str(path))
+    import re
+
+    assert code == 2 and err.count("\n") == 1 and re.search(pattern, err), err
+
+
+def test_num_frames_on_an_image_model_is_a_profile_error(write_profile, tmp_path, monkeypatch, capsys):
+    path = write_profile(_with(workload__num_frames=9))
+    code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: workload.num_frames: no model of this profile makes videos (tiny-flux: ")
+    assert "num_frames applies to video models only" in err
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_num_frames_with_a_video_model_among_image_models_is_fine():
+    """The workload is shared: with a video model in the profile, num_frames is for it (as in quickstart)."""
+    from accel.profile import parse_profile
+    from accel.sweep.runner import check_inputs
+
+    check_inputs(parse_profile(small_profile(["tiny-flux", "tiny-wan"], num_frames=9)), "p.yaml")
+
+
+def test_a_directory_given_as_the_profile(tmp_path, monkeypatch, capsys):
+    code, err = cli(monkeypatch, capsys, "sweep", str(tmp_path))
+    assert (
+        code == 2
+        and err.strip() == f"error: {tmp_path}: is a directory, not a profile file (give the YAML file itself)"
+    )
+
+
+def test_a_profile_that_is_not_utf8(tmp_path, monkeypatch, capsys):
+    path = tmp_path / "p.yaml"
+    path.write_bytes(b"name: test\nmodels:\n  - {name: m, source: tiny-flux}\nworkload: {prompts: [caf\xe9]}\n")
+    code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.strip() == f"error: {path}:4: not UTF-8 text (byte 0xe9); save the profile as UTF-8"
+
+
+def alias_bomb(where: str = "call_kwargs", levels: int = 9, fanout: int = 9) -> str:
+    """A profile whose ``where`` (models[0].call_kwargs or a top-level key) expands to fanout**levels values."""
+    indent = "      " if where == "call_kwargs" else "  "
+    letters = "abcdefghijklmnopqrstuvwxyz"[:levels]
+    bomb = [f"{indent}{letters[0]}: &{letters[0]} [" + ", ".join(["lol"] * fanout) + "]"]
+    for previous, current in itertools.pairwise(letters):
+        bomb.append(f"{indent}{current}: &{current} [" + ", ".join([f"*{previous}"] * fanout) + "]")
+    if where == "call_kwargs":
+        lines = ["name: bomb", "models:", "  - name: m", "    source: tiny-flux", "    call_kwargs:", *bomb]
+    else:
+        lines = ["name: bomb", "models: [{name: m, source: tiny-flux}]", "lol:", *bomb]
+    return "\n".join([*lines, "workload: {prompts: [x]}", ""])
+
+
+@pytest.mark.parametrize("where", ["call_kwargs", "top-level"])
+def test_a_yaml_alias_bomb_is_refused_before_any_work(where, write_profile, tmp_path, monkeypatch, capsys):
+    import resource
+    import time
+
+    path = write_profile(alias_bomb(where))
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    started = time.process_time()
+    code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    expected = "models[0].call_kwargs.f" if where == "call_kwargs" else "lol.f"
+    assert err.startswith(f"error: {path}: {expected}: expands to more than 100000 YAML nodes"), err
+    # Bounded work (CPU time, not wall time: the machine may be busy): 9**9 values take minutes and GBs.
+    assert time.process_time() - started < 5
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before < 200 * 1024  # KiB
+    assert not (tmp_path / "run").exists()
+
+
+def test_recursive_and_deep_yaml_are_refused(write_profile, tmp_path, monkeypatch, capsys):
+    recursive = write_profile("name: r\nmodels: &m [*m]\nworkload: {prompts: [x]}\n", "r.yaml")
+    code, err = cli(monkeypatch, capsys, "plan", str(recursive))
+    assert code == 2 and err.startswith(f"error: {recursive}: models: alias '*m' refers to a node that contains it")
+    deep = write_profile("models: " + "[" * 5000 + "]" * 5000 + "\n", "d.yaml")
+    code, err = cli(monkeypatch, capsys, "plan", str(deep))
+    assert code == 2 and "nested more than 64 levels deep" in err and err.count("\n") == 1
+
+
+def test_non_json_values_are_refused(write_profile, monkeypatch, capsys):
+    path = write_profile(alias_bomb("call_kwargs", 1, 1).replace("a: &a [lol]", "when: 2024-01-01"))
+    code, err = cli(monkeypatch, capsys, "plan", str(path))
+    assert code == 2 and err.startswith(f"error: {path}: models[0].call_kwargs.when: a YAML date value"), err
+
+
+def _checkpoint(tmp_path):
+    import shutil
+
+    from accel import zoo
+
+    copy = tmp_path / "ckpt"
+    shutil.copytree(zoo.build("tiny-flux"), copy)
+    return copy
+
+
+def _broken(kind: str, ckpt):
+    if kind == "model-index":
+        (ckpt / "model_index.json").write_text('{"_class_name": "FluxPipeline",')
+        return r"models\[0\] \('m'\): .*model_index.json: model_index.json is not valid JSON"
+    if kind == "missing-component":
+        import shutil
+
+        shutil.rmtree(ckpt / "vae")
+        return r"models\[0\] \('m'\): component 'vae' \(AutoencoderKL\): folder .*/ckpt/vae is missing"
+    if kind == "component-config":
+        (ckpt / "transformer" / "config.json").write_bytes(b"\xff\xfe")
+        return r"component 'transformer' \(FluxTransformer2DModel\): .*transformer/config.json: the config is not UTF-8"
+    weights = ckpt / "transformer" / "diffusion_pytorch_model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])  # an interrupted download
+    return (
+        r"component 'transformer' \(FluxTransformer2DModel\): .*/diffusion_pytorch_model.safetensors: "
+        rf"truncated weight file: {len(data) // 2} bytes, its header describes {len(data)}"
+    )
+
+
+@pytest.mark.parametrize("kind", ["model-index", "missing-component", "component-config", "truncated-weights"])
+def test_a_broken_checkpoint_stops_the_sweep_before_the_first_cell(kind, write_profile, tmp_path, monkeypatch, capsys):
+    import re
+
+    ckpt = _checkpoint(tmp_path)
+    pattern = _broken(kind, ckpt)
+    path = write_profile(_with(models=[{"name": "m", "source": str(ckpt)}]))
+    code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: ") and re.search(pattern, err), err
+    assert not (tmp_path / "run" / "results.jsonl").exists()
+
+
+def test_native_target_without_a_native_pipeline_is_a_profile_error(write_profile, tmp_path, monkeypatch, capsys):
+    path = write_profile(_with(models=[{"name": "w", "source": "tiny-wan", "target": "native"}]))
+    code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"error: {path}: models[0].target: model 'w': ")
+    assert "unknown native pipeline for _class_name 'WanPipeline'" in err and "use target: adapter" in err
+
+
+def test_features_prints_the_gpu_extra(monkeypatch, capsys):
+    code, out, _ = invoke(monkeypatch, capsys, "features")
+    assert code == 0 and "'omni-accel[gpu]'" in out  # rich markup ate "[gpu]" on main
+    assert "'omni-accel'" not in out

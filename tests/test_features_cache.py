@@ -60,6 +60,28 @@ def test_cache_that_never_skips_fails_with_zero_cached_steps():
     assert not verdict.engaged and "0 cached steps" in verdict.summary
 
 
+def test_tea_cache_takes_user_coefficients_for_any_transformer_it_can_hook():
+    """A FLUX-style transformer without published coefficients runs with the user's (refused on main)."""
+    from accel.features.teacache import FLUX_COEFFICIENTS
+
+    target = loaded("tiny-flux")
+    transformer = target.pipeline.transformer
+    transformer.__class__ = type("MyFluxLikeTransformer", (type(transformer),), {})
+    feature = FEATURES["tea_cache"]
+    refused = feature.check(target.pipeline, "cpu", feature.parse_options(0.4))
+    assert not refused.supported
+    assert "no published TeaCache coefficients for MyFluxLikeTransformer" in refused.reason
+    assert "give it as coefficients: [...]" in refused.reason
+    verdict, _ = _run(target, "tea_cache", {"rel_l1_thresh": 0.4, "coefficients": list(FLUX_COEFFICIENTS)})
+    assert verdict.engaged and verdict.summary.endswith("coefficients: user-supplied"), verdict.summary
+
+
+def test_tea_cache_says_which_published_coefficients_it_uses():
+    verdict, _ = _run(loaded("tiny-flux"), "tea_cache", 0.4)
+    assert verdict.summary.endswith("coefficients: published for FLUX (ali-vilab/TeaCache)"), verdict.summary
+    assert verdict.evidence["coefficients"] == "published for FLUX (ali-vilab/TeaCache)"
+
+
 def test_cache_dit_evidence_lists_cached_steps_per_run():
     target = loaded("tiny-flux")
     verdict, _ = _run(target, "cache_dit", {"residual_diff_threshold": 0.5, "max_warmup_steps": 2})
@@ -99,7 +121,7 @@ def test_harness_order_puts_cache_before_offload():
 @pytest.mark.parametrize(
     ("model", "name", "reason"),
     [
-        ("tiny-wan", "tea_cache", "TeaCache coefficients are published for FluxTransformer2DModel"),
+        ("tiny-wan", "tea_cache", "tea_cache hooks FLUX-style transformers (x_embedder, time_text_embed"),
         ("tiny-qwen-image", "mag_cache", "MagCache ratios are published for Flux only"),
         # Wan calls the transformer once per CFG branch: FasterCache's [uncond, cond] halves would be two samples.
         ("tiny-wan", "faster_cache", "WanPipeline runs the unconditional branch as a separate transformer call"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -99,3 +100,59 @@ def test_any_mutation_validates_or_raises_config_error(data, draw):
     except ConfigError as error:
         assert str(error).startswith("p.yaml")
         assert "\n" not in str(error)
+
+
+# Fuzzing the loader itself (issue 13): bytes, YAML-ish text and damaged profiles give a Profile or a one-line
+# ConfigError naming the file, never another exception; a loaded profile can always be hashed and resumed.
+YAML_ALPHABET = "ab: -[]{},&*!|>'\"#%@`?\n\t .0e1\\~\xe9"
+VALID_TEXT = yaml.safe_dump(
+    {
+        "name": "fuzz",
+        "models": [{"name": "m", "source": "tiny-flux", "call_kwargs": {"max_sequence_length": 32}}],
+        "workload": {"prompts": ["a fox"], "seeds": [0, 1], "steps": 2},
+        "variants": [{"name": "v", "features": {"cache_dit": {"max_warmup_steps": 1}, "tea_cache": 0.2}}],
+        "measure": {"repeats": 1},
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def fuzz_file(tmp_path_factory):
+    return tmp_path_factory.mktemp("fuzz-profile") / "p.yaml"
+
+
+def _load(path, content: bytes) -> None:
+    from accel.profile import load_profile
+
+    path.write_bytes(content)
+    try:
+        profile = load_profile(path)
+    except ConfigError as error:
+        assert str(error).startswith(str(path)) and "\n" not in str(error), str(error)
+        return
+    profile.fingerprint()
+    again = parse_profile(yaml.safe_load(yaml.safe_dump(profile.model_dump(mode="json"))), "p.yaml")
+    assert again.fingerprint() == profile.fingerprint()
+
+
+@given(st.binary(max_size=200))
+@settings(max_examples=150, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+def test_fuzz_loader_any_bytes(fuzz_file, content):
+    _load(fuzz_file, content)
+
+
+@given(st.text(alphabet=YAML_ALPHABET, max_size=120))
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+def test_fuzz_loader_yaml_like_text(fuzz_file, text):
+    _load(fuzz_file, text.encode())
+
+
+@given(st.data())
+@settings(max_examples=200, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+def test_fuzz_loader_damaged_profile(fuzz_file, data):
+    text = VALID_TEXT
+    for _ in range(data.draw(st.integers(1, 3))):
+        at = data.draw(st.integers(0, len(text)))
+        cut = data.draw(st.integers(0, 4))
+        text = text[:at] + data.draw(st.text(alphabet=YAML_ALPHABET, max_size=6)) + text[at + cut :]
+    _load(fuzz_file, text.encode())

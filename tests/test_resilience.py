@@ -124,3 +124,88 @@ def test_ray_executor_without_ray_exits_2_with_the_install_command(tmp_path, mon
 
     with pytest.raises(UnavailableError, match=r"executor 'ray' needs Ray: pip install 'omni-accel\[ray\]'"):
         run_sweep(parse_profile(_profile()), "p.yaml", tmp_path, executor="ray", show_progress=False)
+
+
+def test_sigint_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanwhile(tmp_path, monkeypatch, capsys):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it): no traceback, workers stopped,
+    measured cells kept, the last line gives the --resume command. While the sweep lives, a second sweep
+    into its directory is refused naming it."""
+    import socket
+
+    from conftest import invoke
+
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(_profile()))
+    run_dir = tmp_path / "run"
+    sweep = subprocess.Popen(
+        [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group, which the SIGINT goes to
+    )
+    results = run_dir / "results.jsonl"
+    deadline = time.monotonic() + 600  # generous: the machine may be shared
+    while time.monotonic() < deadline and (not results.is_file() or not results.read_text().splitlines()):
+        time.sleep(0.2)
+    code, _, err = invoke(monkeypatch, capsys, "sweep", str(path), "--out", str(run_dir))
+    assert code == 2 and f"in use by another sweep: pid {sweep.pid} on host {socket.gethostname()}" in err, err
+    os.killpg(sweep.pid, signal.SIGINT)
+    try:
+        _, stderr = sweep.communicate(timeout=60)  # a hang guard, not a speed requirement
+    except subprocess.TimeoutExpired:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        raise
+    assert sweep.returncode == 130, stderr
+    assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
+    kept = read_results(run_dir)
+    assert 1 <= len(kept) < 6 and len({(r["model"], r["variant"]) for r in kept}) == len(kept)
+    last = stderr.strip().splitlines()[-1]
+    assert last == (
+        f"interrupted: {len(kept)} cell(s) recorded in {results} are kept; "
+        f"continue with 'omni-accel sweep --resume {run_dir}'"
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # the forkserver and every worker go with the sweep
+        try:
+            os.killpg(sweep.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        pytest.fail("a process of the interrupted sweep outlived it")
+
+
+def test_the_warmup_never_reruns_a_failed_cell_and_a_dead_model_exits_non_zero(tmp_path, monkeypatch, capsys):
+    """Every cell times out: the first is recorded from its warm-up (not run a second time, which would cost
+    a second full timeout), and the sweep exits 1 saying every cell of the model failed."""
+    from conftest import invoke
+
+    from accel.sweep import executors
+
+    runs: Counter = Counter()
+
+    def fake_executor(*_args, **_kwargs):
+        def submit(spec):
+            def timeout():
+                runs[spec.key] += 1
+                return executors.failure(spec, "timeout: the cell ran longer than 1 s (measure.timeout_s)")
+
+            return executors.Pending(timeout)
+
+        return submit
+
+    monkeypatch.setattr(executors, "get_executor", fake_executor)
+    path = tmp_path / "profile.yaml"
+    path.write_text(yaml.safe_dump(_profile(timeout_s=1)))
+    code, out, err = invoke(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert runs == {f"tiny-flux/{v}": 1 for v in ("baseline", "noise-floor", "v0", "v1", "v2", "v3")}
+    assert code == 1 and "6 cells" in out and "6 failed" in out
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: every cell of tiny-flux failed, nothing was measured there (tiny-flux: timeout: the cell ran"
+        )
+    )

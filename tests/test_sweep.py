@@ -92,7 +92,9 @@ def test_a_crash_loses_nothing_already_measured(tmp_path, monkeypatch):
         return executors.Pending(compute)
 
     monkeypatch.setattr(executors, "get_executor", lambda *args, **kwargs: crash_on_second)
-    with pytest.raises(KeyboardInterrupt):
+    from accel.errors import Interrupted
+
+    with pytest.raises(Interrupted, match=r"interrupted: 1 cell\(s\) recorded in .* are kept; continue with 'omni-"):
         run_sweep(profile, "test.yaml", tmp_path, show_progress=False)
     logged = read_results(tmp_path)
     assert [r["variant"] for r in logged] == ["baseline"]

@@ -9,6 +9,7 @@ its cell; it never passes silently.
 
 from __future__ import annotations
 
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 from enum import Enum, IntEnum
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 
 class FeatureClass(str, Enum):
@@ -38,9 +39,26 @@ class Stage(IntEnum):
 
 
 class FeatureConfig(BaseModel):
-    """Base of feature option models: frozen, unknown keys rejected."""
+    """Base of feature option models: frozen, unknown keys rejected, values taken as typed.
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    Strict: ``"yes"`` is not a bool, ``"3"`` not an int, ``true`` not a number, and no option takes an
+    infinity or NaN. YAML has no tuples, so a list is accepted where the option is a tuple.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lists_as_tuples(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            fields = cls.model_fields
+            return {
+                key: tuple(value)
+                if isinstance(value, list) and key in fields and typing.get_origin(fields[key].annotation) is tuple
+                else value
+                for key, value in data.items()
+            }
+        return data
 
 
 @dataclass(frozen=True)
@@ -177,8 +195,6 @@ class Feature(ABC):
 
     def option_values(self) -> list[Any]:
         """The values of the primary option worth listing (each Literal choice), or [] for none."""
-        import typing
-
         if self.primary_option is None:
             return []
         annotation = self.config_cls.model_fields[self.primary_option].annotation

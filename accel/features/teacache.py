@@ -27,6 +27,12 @@ COEFFICIENTS: dict[str, list[float]] = {
 }
 
 
+# Which published set each class uses (our port reuses FLUX's: same blocks, same modulated input).
+PUBLISHED_FOR = {"FluxTransformer2DModel": "FLUX", "NativeFluxTransformer": "FLUX"}
+# What the hooks touch: any transformer with these (FLUX's layout) can run TeaCache given coefficients.
+HOOK_POINTS = ("x_embedder", "time_text_embed", "transformer_blocks", "single_transformer_blocks")
+
+
 class TeaCacheConfig(FeatureConfig):
     """Options of ``tea_cache``."""
 
@@ -34,7 +40,9 @@ class TeaCacheConfig(FeatureConfig):
         default=0.2, gt=0, description="Accumulated rescaled change allowed before recomputing; higher: faster."
     )
     coefficients: list[float] | None = Field(
-        default=None, min_length=2, description="Rescaling polynomial, highest power first; default: published."
+        default=None,
+        min_length=2,
+        description="Rescaling polynomial, highest power first; default: the published set for the transformer.",
     )
 
 
@@ -54,7 +62,14 @@ class _TeaCacheHandle(Handle):
         super().__init__()
         self.transformer = transformer
         self.threshold = options.rel_l1_thresh
-        self.rescale = np.poly1d(options.coefficients or COEFFICIENTS[type(transformer).__name__])
+        name = type(transformer).__name__
+        if options.coefficients is not None:
+            self.coefficients_source = "user-supplied"
+            coefficients = options.coefficients
+        else:
+            self.coefficients_source = f"published for {PUBLISHED_FOR.get(name, name)} (ali-vilab/TeaCache)"
+            coefficients = COEFFICIENTS[name]
+        self.rescale = np.poly1d(coefficients)
         self.steps = steps
         self.double_blocks = transformer.transformer_blocks
         self.single_blocks = transformer.single_transformer_blocks
@@ -127,7 +142,7 @@ class _TeaCacheHandle(Handle):
 
 
 class TeaCache(Feature):
-    """TeaCache for transformers with published coefficients (FLUX)."""
+    """TeaCache for FLUX-style transformers: published coefficients (FLUX) or the user's own."""
 
     name = "tea_cache"
     family = "cache"
@@ -140,8 +155,16 @@ class TeaCache(Feature):
     def check(self, pipeline: Any, device: str, options: TeaCacheConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
         name = type(transformer).__name__
-        if name not in COEFFICIENTS:
-            return Support.no(f"TeaCache coefficients are published for {', '.join(COEFFICIENTS)} only (found {name})")
+        missing = [part for part in HOOK_POINTS if not hasattr(transformer, part)]
+        if missing:
+            return Support.no(
+                f"tea_cache hooks FLUX-style transformers ({', '.join(HOOK_POINTS)}); {name} has no {missing[0]}"
+            )
+        if options.coefficients is None and name not in COEFFICIENTS:
+            return Support.no(
+                f"no published TeaCache coefficients for {name} (published: {', '.join(COEFFICIENTS)}); "
+                "fit a polynomial for it and give it as coefficients: [...], highest power first"
+            )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: TeaCacheConfig, context: RunContext) -> Handle:
@@ -149,8 +172,9 @@ class TeaCache(Feature):
 
     def verify(self, handle: Handle) -> Verdict:
         per_run = [run.get("cached_steps", []) for run in handle.runs]
-        evidence = {"cached_steps_per_run": per_run}
+        evidence = {"cached_steps_per_run": per_run, "coefficients": getattr(handle, "coefficients_source", None)}
         counts = [len(steps) for steps in per_run]
         if counts and all(counts):
-            return Verdict(True, f"{min(counts)}-{max(counts)} cached steps per run", evidence)
+            source = evidence["coefficients"]
+            return Verdict(True, f"{min(counts)}-{max(counts)} cached steps per run; coefficients: {source}", evidence)
         return Verdict(False, f"tea_cache enabled but {min(counts, default=0)} cached steps on a run", evidence)

@@ -163,6 +163,16 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
     )
 
 
+def _frames(workload: Any, records: list[dict[str, Any]]) -> str:
+    """``, 5 frames per video (wan)`` when a video model was measured; nothing for image-only sweeps."""
+    from accel.profile import DEFAULT_VIDEO_FRAMES
+
+    video = list(dict.fromkeys(r["model"] for r in records if r.get("modality") == "video"))
+    if not video:
+        return ""
+    return f", {workload.num_frames or DEFAULT_VIDEO_FRAMES} frames per video ({', '.join(video)})"
+
+
 def render(
     profile: Profile,
     records: list[dict[str, Any]],
@@ -191,7 +201,7 @@ def render(
         f"- Packages: torch {packages.get('torch')}, diffusers {packages.get('diffusers')}, "
         f"transformers {packages.get('transformers')}; omni-accel commit {environment.get('git_commit') or '–'}",
         f"- Workload: {len(w.prompts)} prompt(s) x {len(w.seeds)} seed(s), {w.steps} steps, {w.height}x{w.width}, "
-        f"guidance {w.guidance_scale}, {w.num_images_per_prompt} image(s) per prompt, {w.num_frames} frames (video)",
+        f"guidance {w.guidance_scale}, {w.num_images_per_prompt} image(s) per prompt{_frames(w, records)}",
         f"- Timing: {profile.measure.warmup} warmup call(s) after the cold one, {profile.measure.repeats} timed "
         "pass(es) with the pipeline alone (warm = median per call, no stage hooks inside), then one pass with the "
         "stage hooks; cold = load + first call",

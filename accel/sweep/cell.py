@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from accel.errors import AccelError
-from accel.profile import Measure, ModelSpec, Workload
+from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
 
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
@@ -56,7 +56,7 @@ def build_requests(workload: Workload) -> list[Any]:
             width=workload.width,
             guidance_scale=workload.guidance_scale,
             negative_prompt=workload.negative_prompt,
-            num_frames=workload.num_frames,
+            num_frames=workload.num_frames or DEFAULT_VIDEO_FRAMES,
             num_images_per_prompt=workload.num_images_per_prompt,
         )
         for prompt in workload.prompts

@@ -17,10 +17,12 @@ executors that run cells concurrently (Ray) overlap them while results still lan
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing
 import os
 import tempfile
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -34,16 +36,37 @@ _context: Any = None
 
 
 class Pending:
-    """A submitted cell; ``result()`` blocks until its record is available."""
+    """A submitted cell; ``result()`` blocks until its record is available, ``cancel()`` abandons it."""
 
-    def __init__(self, compute: Callable[[], dict[str, Any]]) -> None:
+    def __init__(self, compute: Callable[[], dict[str, Any]], cancel: Callable[[], None] | None = None) -> None:
         self._compute = compute
+        self._cancel = cancel
         self._record: dict[str, Any] | None = None
+        if cancel is not None:
+            _cancellable.add(self)
 
     def result(self) -> dict[str, Any]:
         if self._record is None:
             self._record = self._compute()
+            _cancellable.discard(self)
         return self._record
+
+    def cancel(self) -> None:
+        """Stop the cell if it is still running elsewhere (a Ray task); a no-op once it has a result."""
+        _cancellable.discard(self)
+        if self._record is None and self._cancel is not None:
+            self._cancel()
+
+
+# Cells running concurrently elsewhere (Ray tasks) that an interrupted sweep must stop.
+_cancellable: weakref.WeakSet[Pending] = weakref.WeakSet()
+
+
+def cancel_pending() -> None:
+    """Cancel every submitted cell still running concurrently (on Ctrl-C); best effort, never raises."""
+    for pending in list(_cancellable):
+        with contextlib.suppress(Exception):  # an interrupted sweep is exiting: a failed cancel must not mask it
+            pending.cancel()
 
 
 def run_inline(spec: CellSpec) -> dict[str, Any]:
@@ -88,6 +111,10 @@ def _inject_fault(spec: CellSpec, fault: str) -> None:
 
 
 def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool) -> None:
+    import signal
+
+    # Ctrl-C reaches the whole process group: the sweep stops this worker itself (no traceback here).
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     from accel.sweep.preload import quiet_libraries
 
     quiet_libraries(verbose=verbose)
@@ -110,7 +137,12 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
             if attempts > 1:
                 return run_in_process(spec, timeout_s, attempts - 1)
             return failure(spec, f"worker could not be started: {error}")
-        worker.join(timeout_s)
+        try:
+            worker.join(timeout_s)
+        except BaseException:  # Ctrl-C in the sweep: the worker must not outlive it
+            worker.kill()
+            worker.join()
+            raise
         if worker.is_alive():
             worker.kill()
             worker.join()
@@ -173,7 +205,7 @@ def _ray_submitter(timeout_s: float, cpus: float, gpus: float, address: str | No
                 first = (str(error).strip().splitlines() or [type(error).__name__])[0]
                 return failure(spec, f"ray task failed: {type(error).__name__}: {first[:200]}")
 
-        return Pending(collect)
+        return Pending(collect, cancel=lambda: ray.cancel(ref, force=True))
 
     return submit
 

@@ -7,15 +7,12 @@ line is dropped (its cell is measured again).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from accel.errors import ConfigError
-from accel.profile import Profile, parse_profile
-from accel.results import RESULTS_FILE
+from accel.profile import Profile, load_profile
+from accel.results import RESULTS_FILE, load_results
 
 RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
 
@@ -42,7 +39,7 @@ def resolved_profile(run_dir: Path) -> Profile:
     path = run_dir / RESOLVED_PROFILE_FILE
     if not path.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no {RESOLVED_PROFILE_FILE}); nothing to resume")
-    return parse_profile(yaml.safe_load(path.read_text()), str(path))
+    return load_profile(path)
 
 
 def check_same_profile(run_dir: Path, profile: Profile) -> None:
@@ -63,23 +60,8 @@ def measured_records(run_dir: Path) -> list[dict[str, Any]]:
     path = run_dir / RESULTS_FILE
     if not path.is_file():
         return []
-    data = path.read_bytes()
-    records: list[dict[str, Any]] = []
-    good_length = 0
-    for line in data.splitlines(keepends=True):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if good_length + len(line) < len(data):  # not the last line: the log is damaged, not cut short
-                raise ConfigError(
-                    f"{path}: a record in the middle is not JSON ({error.msg}); repair it by hand"
-                ) from error
-            break
-        if not line.endswith(b"\n"):
-            records.pop()  # complete JSON but no newline: the write was cut short
-            break
-        good_length += len(line)
-    if good_length < len(data):
+    results = load_results(path)
+    if results.cut_line is not None:
         with path.open("r+b") as handle:
-            handle.truncate(good_length)
-    return records
+            handle.truncate(results.complete_bytes)
+    return results.records

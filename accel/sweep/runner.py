@@ -8,6 +8,7 @@ before the next cell starts. At the end the results table, images and ``report.m
 from __future__ import annotations
 
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,9 +56,12 @@ def check_inputs(profile: Profile, source: str) -> None:
     """Everything that can be checked without running: sources exist, resolution fits each model."""
     from accel.targets.adapter import resolution_factor, resolve_source
 
+    image_models: list[str] = []
     for index, model in enumerate(profile.models):
         where = f"{source}: models[{index}]"
         location = resolve_source(model, where)
+        if Path(location).is_dir() and check_model_files(profile, index, location, source) is False:
+            image_models.append(model.name)
         factor = resolution_factor(location) if Path(location).is_dir() else None
         for key in ("height", "width"):
             value = getattr(profile.workload, key)
@@ -66,6 +70,29 @@ def check_inputs(profile: Profile, source: str) -> None:
                     f"{source}: workload.{key}: {value} is not a multiple of {factor}, the resolution factor "
                     f"of model '{model.name}' (VAE downsampling x 2x2 patches)"
                 )
+    if profile.workload.num_frames is not None and len(image_models) == len(profile.models):
+        raise ConfigError(
+            f"{source}: workload.num_frames: no model of this profile makes videos ({', '.join(image_models)}: "
+            "images); num_frames applies to video models only: remove it, or add a video model"
+        )
+
+
+def check_model_files(profile: Profile, position: int, location: str, source: str) -> bool | None:
+    """Model ``position``'s checkpoint is complete and ``target: native`` has a pipeline for it; errors name
+    the model, the component and the file. Returns whether it makes videos (None: cannot tell)."""
+    from accel.sweep.checkpoint import check_checkpoint, is_video_pipeline
+
+    model = profile.models[position]
+    where = f"{source}: models[{position}]"
+    index = check_checkpoint(location, f"{where} ('{model.name}')")
+    if model.target == "native":
+        from accel.native import native_for
+
+        try:
+            native_for(location, model.native_pipeline)
+        except ConfigError as error:
+            raise ConfigError(f"{where}.target: model '{model.name}': {error}") from error
+    return False if model.target != "adapter" else is_video_pipeline(index)
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -273,7 +300,75 @@ def run_sweep(
 
     With ``resume``, cells already in ``run_dir``'s results are kept and skipped; a profile that changed
     since the run started is refused. Without it, a run directory that already holds results is refused.
+    The run directory is locked for the whole sweep (``accel.sweep.lock``): a second sweep or resume on it
+    is refused while this one lives. Ctrl-C stops the running cell's worker and raises ``Interrupted``
+    naming the ``--resume`` command; every cell recorded so far is kept.
     """
+    from accel.errors import Interrupted
+    from accel.sweep.executors import cancel_pending
+    from accel.sweep.lock import RunLock, describe_owner
+
+    if resume:
+        check_same_profile(run_dir, profile)  # "not a run directory" before anything is created
+    prepare_run_dir(run_dir)
+    with RunLock(run_dir) as lock:
+        if lock.stale_owner:
+            print(f"note: {run_dir}: taking over the lock of a sweep that is no longer running: "
+                  f"{describe_owner(lock.stale_owner)}", file=sys.stderr)  # fmt: skip
+        try:
+            return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
+        except KeyboardInterrupt:
+            cancel_pending()
+            raise Interrupted(interrupted_message(run_dir)) from None
+
+
+def interrupted_message(run_dir: Path) -> str:
+    """What a Ctrl-C leaves: how many cells are kept, and the command that continues the run."""
+    from accel.results import load_results
+
+    results = run_dir / RESULTS_FILE
+    if not (run_dir / RESOLVED_PROFILE_FILE).is_file():
+        return f"interrupted before the first cell; {run_dir} holds no results"
+    try:
+        kept = len(load_results(results).records) if results.is_file() else 0
+    except ConfigError:  # the reader will say what is wrong on --resume
+        kept = "the"
+    resume = f"continue with 'omni-accel sweep --resume {run_dir}'"
+    return f"interrupted: {kept} cell(s) recorded in {results} are kept; {resume}"
+
+
+def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
+    """Run the first cell once, unrecorded, before the sweep (see ``measure.sweep_warmup``).
+
+    Returns the warm-up's pending result keyed by its cell when that cell did not succeed: a cell that
+    failed or timed out is recorded from its warm-up, never run a second time (a timeout would cost its
+    full ``timeout_s`` again).
+    """
+    if not todo:
+        return {}
+    warm = submit(todo[0])
+    return {} if warm.result().get("status") == "ok" else {todo[0].key: warm}
+
+
+def failed_models(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Models every cell of which failed, with the first error of each: the sweep measured nothing there."""
+    models: dict[str, str] = {}
+    for model in dict.fromkeys(r["model"] for r in records):
+        cells = [r for r in records if r["model"] == model]
+        if all(r["status"] == "failed" for r in cells):
+            models[model] = str(cells[0].get("error"))
+    return models
+
+
+def _run_sweep(
+    profile: Profile,
+    source: str,
+    run_dir: Path,
+    executor: str | None,
+    show_progress: bool,
+    resume: bool,
+    ray_address: str | None,
+) -> SweepResult:
     from accel import env
     from accel.report.figures import write_figures
     from accel.report.images import save_images
@@ -310,9 +405,9 @@ def run_sweep(
     baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
     noise_floors: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == NOISE_FLOOR}
     todo = [cell for cell in cells if (cell.model.name, cell.variant) not in done]
-    if todo and measure.sweep_warmup and (executor or measure.executor) != "inline":
-        submit(todo[0]).result()  # unrecorded: its outputs file is overwritten when the cell runs for real
-    pending = {cell.key: submit(cell) for cell in todo}
+    warm_up = measure.sweep_warmup and (executor or measure.executor) != "inline"
+    warmed = sweep_warmup(submit, todo) if warm_up else {}  # a successful warm-up's outputs are overwritten
+    pending = {cell.key: warmed.get(cell.key) or submit(cell) for cell in todo}
     with _progress(show_progress, len(cells)) as advance:
         for cell in cells:
             advance(cell.key)

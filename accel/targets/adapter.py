@@ -135,9 +135,13 @@ class AdapterTarget:
             )
         except (OSError, ValueError) as error:
             first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            hint = (
+                ". Without network access use a local checkpoint directory or a zoo name (omni-accel zoo list)"
+                if not Path(source).is_dir()  # a hub id: the download is what failed
+                else f"; check the checkpoint's files under {source}"
+            )
             raise UnavailableError(
-                f"model '{self.spec.name}': cannot load '{self.spec.source}': {first_line}. "
-                "Without network access use a local checkpoint directory or a zoo name (omni-accel zoo list)"
+                f"model '{self.spec.name}': cannot load '{self.spec.source}': {first_line}{hint}"
             ) from error
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline.to(self.device)
