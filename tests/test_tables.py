@@ -16,7 +16,7 @@ from synthetic import CLAIMS, results
 from accel.errors import ConfigError
 from accel.gate import GateData, load_gate_data
 from accel.report.inject import inject, inject_file
-from accel.report.tables import render_tables
+from accel.report.tables import performance_table, render_tables, support_matrix
 
 GOLDEN = Path(__file__).parent / "golden"
 
@@ -37,7 +37,7 @@ def test_tables_match_golden_files(name):
 def test_support_matrix_marks():
     text = _tables()["support-matrix"]
     assert "| **flux** |" in text and "| **wan** |" in text
-    assert "✅ 1.5x · 1.00" in text  # compile on flux: speedup · SSIM
+    assert "✅ 1.50x [1.43–1.57] · 1.00" in text  # compile on flux: speedup [interval] · SSIM
     assert "⚠" in text and "❌" in text and "➖" in text
     assert "tea: tea_cache: TeaCache coefficients are published for FluxTransformer2DModel only" in text  # footnote
     assert text.count("|:-:") >= 1 and "Legend:" in text
@@ -57,7 +57,7 @@ def test_support_matrix_shows_every_setting_of_a_feature():
     # Regional compile passes on flux, full compile is refused: the refusal stays visible beside it.
     text = _tables()["support-matrix"]
     cell = _row(text, "flux")[_column(text, "compile")]
-    assert cell.startswith("compile: ✅ 1.5x · 1.00<br>compile-full: ❌<sup>")
+    assert cell.startswith("compile: ✅ 1.50x [1.43–1.57] · 1.00<br>compile-full: ❌<sup>")
     assert "compile-full: compile: full-graph compile breaks on this transformer's RoPE cache" in text
 
 
@@ -66,7 +66,7 @@ def test_support_matrix_labels_no_effect_and_cells_that_did_not_run():
     offload = _row(text, "wan")[_column(text, "enable_cpu_offload")]
     assert offload.startswith("⚪<sup>") and "✅" not in offload  # offload on a CPU: engaged, nothing moved
     assert "offload: enable_cpu_offload engaged, no effect on cpu: nothing moved off any device" in text
-    assert _row(text, "flux")[_column(text, "enable_cpu_offload")] == "✅ 0.5x · 1.00"  # on a GPU
+    assert _row(text, "flux")[_column(text, "enable_cpu_offload")] == "✅ 0.50x [0.47–0.53] · 1.00"  # on a GPU
     flash = _row(text, "flux")[_column(text, "attention_backend")]
     assert flash.startswith("➖<sup>")  # not measurable here, with the reason in the footnote
     assert "flash: not measured, attention_backend: package flash_attn not installed" in text
@@ -145,3 +145,22 @@ def test_check_detects_a_stale_block_and_writes_nothing(tmp_path, monkeypatch, c
 def test_unknown_block_name_is_bad_input():
     with pytest.raises(ConfigError, match=r"block 'nope' names no table\. Allowed: compatibility"):
         inject("<!-- omni-accel:begin nope -->\n<!-- omni-accel:end nope -->\n", _tables(), "x.md")
+
+
+def test_noise_is_never_published_as_a_speedup():
+    """A speedup inside the noise band reads ≈1.0x in the support matrix and the performance table."""
+    from synthetic import record
+
+    from accel.measure.speedup import NOISE
+
+    records = [
+        record("m", "baseline", {}, latency=0.2),
+        record("m", "cache", {"tea_cache": 0.4}, speedup=1.6, ssim=0.99, psnr=40.0, speedup_ci={
+            "ratio": 1.6, "low": 0.8, "high": 2.4, "confidence": 0.98, "n": 10, "method": "interleaved",
+            "verdict": NOISE, "reason": "interval overlaps the noise band", "band": [0.9, 1.1],
+        }),
+    ]  # fmt: skip
+    data = load_gate_data()
+    assert "≈1.0x" in support_matrix(records, data) and "1.6" not in support_matrix(records, data).split("\n")[2]
+    row = next(line for line in performance_table(records, "m", data).splitlines() if line.startswith("| cache "))
+    assert "≈1.0x" in row and "1.60" not in row

@@ -63,7 +63,7 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
         if verdict.no_effect:
             return "⚪", f"{variant}: " + "; ".join(verdict.notes)
-        return f"✅ {format_speedup(record.get('speedup_ci'), 1)} · {fmt(parity.get('ssim'), 2)}", None
+        return f"✅ {format_speedup(record.get('speedup_ci'))} · {fmt(parity.get('ssim'), 2)}", None
     engaged = all(state in ("engaged", "no effect", "excused") for state in verdict.feature_states.values())
     if record["status"] == "ok" and engaged and verdict.in_parity is False:
         claimed = " (claimed unsupported)" if verdict.skip_kind == EXPECTED else ""
