@@ -144,6 +144,30 @@ def required_parity(
     return ssim, psnr, f"lossless ({modality})"
 
 
+def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
+    """Bound a lossy variant's loss of prompt adherence (models with a ground truth) by ``adherence.lossy``.
+
+    The limit is by lossy family (a mix takes the loosest); None when the cell has no adherence loss, no
+    lossy feature or no limit for its families.
+    """
+    from accel.features import FEATURES
+
+    loss = record.get("adherence_loss")
+    limits = ((data.thresholds.get("adherence") or {}).get("lossy")) or {}
+    if loss is None or not limits:
+        return None
+    families = {
+        FEATURES[name].family
+        for name, raw in (record.get("features") or {}).items()
+        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+    }
+    bounds = [float(limits[f]) for f in families if f in limits]
+    if not bounds:
+        return None
+    limit = max(bounds)
+    return Check("adherence loss vs baseline", loss <= limit + 1e-9, loss, f"<= {limit:.4g} (lossy)")
+
+
 def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, str | None]:
     if not data.perf or record.get("warm") is None:
         return None, None
@@ -206,6 +230,9 @@ def gate_cell(record: dict[str, Any], data: GateData, noise_floor: dict[str, Any
     verdict.checks.append(
         Check(f"PSNR dB, {kind}", parity.get("psnr", 0) >= psnr_min, parity.get("psnr"), f">= {psnr_min:.4g}")
     )
+    adherence = adherence_check(data, record)
+    if adherence is not None:
+        verdict.checks.append(adherence)
     engaged = all(e.get("engaged") for e in (record.get("evidence") or {}).values())
     verdict.checks.append(Check("engagement evidence", engaged, engaged, "every feature engaged on every run"))
     if record.get("invalid_measurement"):

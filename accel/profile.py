@@ -58,6 +58,10 @@ class ModelSpec(StrictModel):
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when present.")
     load_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to from_pretrained.")
     call_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to every pipeline call.")
+    world: Literal["shapes"] | None = Field(
+        default=None,
+        description="The procedural world the model was trained on (scores prompt adherence); default: the zoo's.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -77,6 +81,22 @@ class Workload(StrictModel):
     num_frames: int = Field(default=5, gt=0, description="Video models only; Wan wants 4k+1.")
     guidance_scale: float = 3.5
     num_images_per_prompt: int = Field(default=1, gt=0, description="Batch per call; VAE slicing needs > 1.")
+    prompt_set: str | None = Field(
+        default=None,
+        description=(
+            "Prompts with expected attributes for adherence: 'shapes-held-out' or a YAML file of "
+            "{prompt, expect: {background, colour, shape, position}}; fills prompts when they are omitted."
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prompts_from_set(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("prompt_set") and "prompts" not in data:
+            from accel.sweep.adherence import load_prompt_set
+
+            data = {**data, "prompts": [entry["prompt"] for entry in load_prompt_set(str(data["prompt_set"]))]}
+        return data
 
     @field_validator("prompts")
     @classmethod

@@ -149,7 +149,15 @@ def render(
     from accel import zoo
 
     lines = [f"# omni-accel report: {profile.name}", ""]
-    if any(zoo.is_zoo_name(m.source) for m in profile.models):
+    if any(zoo.is_zoo_name(m.source) and zoo.ZOO[m.source].trained for m in profile.models):
+        lines += [
+            "> **Miniature models on a CPU.** mini-flux is a real FLUX pipeline trained by the project on a",
+            "> procedural shapes world: its images have a ground truth, scored as prompt adherence. The other",
+            "> zoo pipelines have random weights (mechanics only). None of the speeds is a real model's on a",
+            "> real accelerator.",
+            "",
+        ]
+    elif any(zoo.is_zoo_name(m.source) for m in profile.models):
         lines += [
             "> **Tiny random-weight models on a CPU.** These pipelines come from omni-accel's offline zoo: the",
             "> numbers show the mechanics (does each feature engage, does it keep parity, what the harness",
@@ -184,6 +192,7 @@ def render(
             model_table(measured),
             noise_floor_line(model_records),
             "",
+            *_adherence_section(measured),
             "### Stages (median per call, ms)",
             "",
             stage_table(measured),
@@ -203,6 +212,14 @@ def render(
         "",
     ]
     return "\n".join(lines)
+
+
+def _adherence_section(records: list[dict[str, Any]]) -> list[str]:
+    from accel.report.adherence import adherence_table, has_adherence
+
+    if not has_adherence(records):
+        return []
+    return ["### Prompt adherence (ground truth)", "", adherence_table(records)]
 
 
 def reference_table(records: list[dict[str, Any]]) -> list[str]:

@@ -19,6 +19,7 @@ import yaml
 from accel.errors import ConfigError
 from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, write_table
+from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records
 
@@ -235,6 +236,7 @@ def run_sweep(
             if cell.variant == NOISE_FLOOR:
                 record["role"] = "noise_floor"
             attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
+            attach_adherence(record, cell.model, profile.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
             check_engine_effect(record)
             if cell.variant == BASELINE and profile.measure.reference_model:
