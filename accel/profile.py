@@ -112,6 +112,9 @@ class Variant(StrictModel):
     name: str
     features: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
+    models: list[str] | None = Field(
+        default=None, description="Model names this variant runs on; default: every model of the profile."
+    )
 
     @field_validator("name")
     @classmethod
@@ -180,6 +183,18 @@ class Profile(StrictModel):
             self.combinations.features, f"{source}: combinations", self.combinations.prefix
         ).variants
         return [*self.variants, *(Variant(**v) for v in generated)]
+
+    @model_validator(mode="after")
+    def _variant_models_exist(self) -> Profile:
+        names = [m.name for m in self.models]
+        for index, variant in enumerate(self.variants):
+            for name in variant.models or []:
+                if name not in names:
+                    raise ValueError(
+                        f"variants[{index}].models: '{name}' is not a model name.{did_you_mean(name, names)} "
+                        f"Models: {', '.join(names)}"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _reference_exists(self) -> Profile:

@@ -47,7 +47,9 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
         if profile.measure.noise_floor:
             cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
-            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir)) for v in variants
+            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
+            for v in variants
+            if v.models is None or model.name in v.models
         )
     return cells
 
