@@ -69,6 +69,7 @@ def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path
         for r, x, y in zip(mine, xs, ys, strict=True):
             axis.annotate(r["variant"], (x, y), fontsize=7, alpha=0.7, xytext=(3, 3), textcoords="offset points")
     axis.axvline(1.0, color="grey", linewidth=0.8)
+    axis.set_ylim(-0.02, 1.05)
     axis.set(
         xlabel="speedup vs baseline (x)",
         ylabel="prompt adherence (share of attributes)",
