@@ -99,18 +99,10 @@ def held_out(pipe):
     return _held_out_scores(pipe)
 
 
-def test_plain_diffusers_call_places_and_draws_held_out_shapes(held_out):
-    # Both colours of the prompt appear (one as background, one as shape) and the shape is where the
-    # prompt puts it.
-    assert held_out["position"] >= 5 / 6, held_out
-    assert held_out["shape"] >= 4 / 6, held_out
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="known defect of the committed weights: on held-out combinations mini-flux swaps the shape's and "
-    "the background's colours about half of the time (background/colour adherence ~0.5)",
-)
-def test_plain_diffusers_call_gets_held_out_colours_right(held_out):
-    for kind in ("background", "colour"):
+def test_plain_diffusers_call_follows_held_out_prompts(held_out):
+    # Fixed before the weights were trained: six held-out combinations, one seed, the pipeline's defaults.
+    # On the whole held-out set (48 x 2 seeds) the colours' roles are swapped about half of the time
+    # (README, "What it learned"): these six are not a measure of that, only a regression check.
+    for kind in ("background", "colour", "position"):
         assert held_out[kind] >= 5 / 6, (kind, held_out)
+    assert held_out["shape"] >= 4 / 6, held_out
