@@ -24,7 +24,10 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 engines_app = typer.Typer(help="External engines (vLLM-Omni) in their own Python environments.", no_args_is_help=True)
-zoo_app = typer.Typer(help="The offline zoo of tiny, randomly initialised diffusers pipelines.", no_args_is_help=True)
+zoo_app = typer.Typer(
+    help="The offline zoo of tiny diffusers pipelines (random weights, and mini-flux trained by the project).",
+    no_args_is_help=True,
+)
 app.add_typer(zoo_app, name="zoo")
 app.add_typer(engines_app, name="engines")
 
@@ -229,6 +232,36 @@ def zoo_list() -> None:
         )
     Console().print(table)
     typer.echo(f"zoo directory: {zoo.zoo_root()}")
+
+
+@zoo_app.command("train")
+def zoo_train(
+    name: str = typer.Argument(..., help="A trainable zoo entry (mini-flux)."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Where to write weights, manifest and log; default: <zoo dir>/<name>-training."
+    ),
+    threads: int | None = typer.Option(
+        None, "--threads", help="Fix the torch thread count; default: 1 or 2, re-chosen as the load changes."
+    ),
+) -> None:
+    """Train a zoo entry from its seed (mini-flux: VAE, then transformer); compare with the committed losses."""
+    from accel import zoo
+    from accel.errors import ConfigError
+    from accel.zoo import mini_flux
+
+    _setup_logging(False)
+    entry = zoo.get_entry(name)
+    if not entry.trained:
+        trainable = ", ".join(n for n, e in zoo.ZOO.items() if e.trained)
+        raise ConfigError(f"zoo train: '{name}' has random weights, nothing to train. Trainable: {trainable}")
+    target = out or zoo.zoo_root() / f"{name}-training"
+    typer.echo(f"training {name} into {target} (log: {target / mini_flux.LOG_FILE})")
+    manifest = mini_flux.train(target, threads=threads)
+    committed = mini_flux.read_manifest()["final_losses"] if mini_flux.weights_hash() else {}
+    for part, loss in manifest["final_losses"].items():
+        reference = f" (committed: {committed[part]:.5f})" if part in committed else ""
+        typer.echo(f"{part}: final loss {loss:.5f}{reference}")
+    typer.echo(f"total {manifest['seconds']['total'] / 60:.1f} min; weights sha256 {manifest['sha256'][:16]}")
 
 
 @zoo_app.command("path")

@@ -249,6 +249,30 @@ def baseline_device(record: dict[str, Any], devices: dict[str, Any]) -> str | No
     return keys.get(kind)
 
 
+def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
+    """Bound a lossy variant's loss of prompt adherence (models with a ground truth) by ``adherence.lossy``.
+
+    The limit is by lossy family (a mix takes the loosest); None when the cell has no adherence loss, no
+    lossy feature or no limit for its families.
+    """
+    from accel.features import FEATURES
+
+    loss = record.get("adherence_loss")
+    limits = ((data.thresholds.get("adherence") or {}).get("lossy")) or {}
+    if loss is None or not limits:
+        return None
+    families = {
+        FEATURES[name].family
+        for name, raw in (record.get("features") or {}).items()
+        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+    }
+    bounds = [float(limits[f]) for f in families if f in limits]
+    if not bounds:
+        return None
+    limit = max(bounds)
+    return Check("adherence loss vs baseline", loss <= limit + 1e-9, loss, f"<= {limit:.4g} (lossy)")
+
+
 def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, str | None]:
     if not data.perf or record.get("warm") is None:
         return None, None
@@ -431,6 +455,9 @@ def gate_cell(
             verdict.reasons.append(
                 _excuse_note(claimed, unclaimed, "a combined cell cannot tell which feature lost parity: it counts for")
             )
+    adherence = adherence_check(data, record)
+    if adherence is not None:
+        verdict.checks.append(adherence)
     if record.get("invalid_measurement"):
         verdict.checks.append(Check("timing validity", False, record["invalid_measurement"], "no step below its floor"))
     perf, notice = _perf_check(data, record)

@@ -66,6 +66,10 @@ class ModelSpec(StrictModel):
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when present.")
     load_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to from_pretrained.")
     call_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to every pipeline call.")
+    world: Literal["shapes"] | None = Field(
+        default=None,
+        description="The procedural world the model was trained on (scores prompt adherence); default: the zoo's.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -89,6 +93,22 @@ class Workload(StrictModel):
     )
     guidance_scale: float = 3.5
     num_images_per_prompt: int = Field(default=1, gt=0, description="Batch per call; VAE slicing needs > 1.")
+    prompt_set: str | None = Field(
+        default=None,
+        description=(
+            "Prompts with expected attributes for adherence: 'shapes-held-out' or a YAML file of "
+            "{prompt, expect: {background, colour, shape, position}}; fills prompts when they are omitted."
+        ),
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _prompts_from_set(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("prompt_set") and "prompts" not in data:
+            from accel.sweep.adherence import load_prompt_set
+
+            data = {**data, "prompts": [entry["prompt"] for entry in load_prompt_set(str(data["prompt_set"]))]}
+        return data
 
     @field_validator("prompts")
     @classmethod
@@ -104,6 +124,9 @@ class Variant(StrictModel):
     name: str
     features: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
+    models: list[str] | None = Field(
+        default=None, description="Model names this variant runs on; default: every model of the profile."
+    )
 
     @field_validator("name")
     @classmethod
@@ -202,6 +225,18 @@ class Profile(StrictModel):
             self.combinations.features, f"{source}: combinations", self.combinations.prefix
         ).variants
         return [*self.variants, *(Variant(**v) for v in generated)]
+
+    @model_validator(mode="after")
+    def _variant_models_exist(self) -> Profile:
+        names = [m.name for m in self.models]
+        for index, variant in enumerate(self.variants):
+            for name in variant.models or []:
+                if name not in names:
+                    raise ValueError(
+                        f"variants[{index}].models: '{name}' is not a model name.{did_you_mean(name, names)} "
+                        f"Models: {', '.join(names)}"
+                    )
+        return self
 
     @model_validator(mode="after")
     def _reference_exists(self) -> Profile:

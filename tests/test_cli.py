@@ -40,9 +40,11 @@ def test_unknown_command_is_a_usage_error(monkeypatch, capsys):
     assert code == 2 and "No such command 'swep'" in err
 
 
-def test_embedded_default_profile_is_valid_and_covers_the_zoo():
+def test_embedded_default_profile_is_valid_and_covers_every_family():
     profile = load_profile(default_profile_path())
-    assert {m.source for m in profile.models} == set(zoo.ZOO)
+    # mini-flux first; random tiny models for the pipeline families it does not cover.
+    assert profile.models[0].source == "mini-flux"
+    assert {zoo.ZOO[m.source].pipeline_class for m in profile.models} == {e.pipeline_class for e in zoo.ZOO.values()}
     features = {name for v in profile.variants for name in v.features}
-    assert {"vae_use_tiling", "vae_use_slicing", "attention_backend"} <= features
+    assert {"vae_use_tiling", "vae_use_slicing", "attention_backend", "cache_dit", "tea_cache"} <= features
     assert profile.workload.num_images_per_prompt >= 2  # so that slicing has a batch to slice

@@ -180,6 +180,11 @@ def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str])
     scatter = speed_quality_scatter(run_dir, records)
     if scatter:
         figures["_all"].append(str(scatter.relative_to(run_dir)))
+    from accel.report.adherence import speed_adherence_figure
+
+    adherence = speed_adherence_figure(run_dir, records)
+    if adherence:
+        figures["_all"].append(str(adherence.relative_to(run_dir)))
     for model in dict.fromkeys(r["model"] for r in records):
         figures[model] = []
         bars = latency_memory_bars(run_dir, records, model)

@@ -187,7 +187,15 @@ def render(
     from accel import zoo
 
     lines = [f"# omni-accel report: {profile.name}", ""]
-    if any(zoo.is_zoo_name(m.source) for m in profile.models):
+    if any(zoo.is_zoo_name(m.source) and zoo.ZOO[m.source].trained for m in profile.models):
+        lines += [
+            "> **Miniature models on a CPU.** mini-flux is a real FLUX pipeline trained by the project on a",
+            "> procedural shapes world: its images have a ground truth, scored as prompt adherence. The other",
+            "> zoo pipelines have random weights (mechanics only). None of the speeds is a real model's on a",
+            "> real accelerator.",
+            "",
+        ]
+    elif any(zoo.is_zoo_name(m.source) for m in profile.models):
         lines += [
             "> **Tiny random-weight models on a CPU.** These pipelines come from omni-accel's offline zoo: the",
             "> numbers show the mechanics (does each feature engage, does it keep parity, what the harness",
@@ -224,6 +232,7 @@ def render(
             model_table(measured),
             noise_floor_line(model_records),
             "",
+            *_adherence_section(measured),
             "### Stages (median per call, ms)",
             "",
             stage_table(measured),
@@ -260,6 +269,14 @@ def _speedup_method(profile: Profile) -> str:
         f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it does "
         "not, `1.82x?` when unverified (no noise floor, too few pairs, engine or sequential timing)"
     )
+
+
+def _adherence_section(records: list[dict[str, Any]]) -> list[str]:
+    from accel.report.adherence import adherence_table, has_adherence
+
+    if not has_adherence(records):
+        return []
+    return ["### Prompt adherence (ground truth)", "", adherence_table(records)]
 
 
 def reference_table(records: list[dict[str, Any]]) -> list[str]:

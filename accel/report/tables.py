@@ -8,6 +8,8 @@
   by a rule (footnote), blank when not measured.
 - ``performance_table``: per model, every cell: latency, speedup, peak memory, memory reduction,
   SSIM, PSNR, status.
+- ``adherence-<model>`` (models with a ground truth only): per cell, prompt adherence per attribute kind
+  and overall with its interval, and its loss against the baseline (``accel.report.adherence``).
 
 Cells are centred (``:-:``), a legend and units follow each table, so a serving project can paste them.
 """
@@ -225,4 +227,10 @@ def render_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, st
     }
     for model in dict.fromkeys(r["model"] for r in records):
         tables[f"performance-{model}"] = performance_table(records, model, data)
+    from accel.report.adherence import adherence_table, has_adherence
+
+    for model in dict.fromkeys(r["model"] for r in records):
+        mine = [r for r in records if r["model"] == model]
+        if has_adherence(mine):
+            tables[f"adherence-{model}"] = adherence_table(mine)
     return tables

@@ -20,6 +20,7 @@ import yaml
 from accel.errors import ConfigError
 from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
+from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records
 
@@ -47,7 +48,9 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
         if profile.measure.noise_floor:
             cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
-            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir)) for v in variants
+            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
+            for v in variants
+            if v.models is None or model.name in v.models
         )
     return cells
 
@@ -427,6 +430,7 @@ def _run_sweep(
                 record, baselines.get(cell.model.name), noise_floors.get(cell.model.name), run_dir, keys, measure
             )
             record.setdefault("timing", {})["executor"] = executor or measure.executor
+            attach_adherence(record, cell.model, profile.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
             check_engine_effect(record)
             if cell.variant == BASELINE and profile.measure.reference_model:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import ConfigError, unknown_choice
-from accel.zoo import families
+from accel.zoo import families, mini_flux
 
 ZOO_FORMAT_VERSION = 1
 MARKER_FILE = "omni_accel_zoo.json"
@@ -38,6 +38,11 @@ class ZooEntry:
     builder: Callable[[dict[str, Any]], dict[str, Any]]
     # Call kwargs a tiny model needs (e.g. a short max_sequence_length); a profile's call_kwargs win.
     call_kwargs: dict[str, Any] = field(default_factory=dict)
+    # The procedural world the model was trained on (``accel.zoo.world``): its images have a ground
+    # truth, so sweeps score prompt adherence. None for random-weight models.
+    world: str | None = None
+    # Whether the weights come from training (committed under accel/zoo/weights) rather than a seed.
+    trained: bool = False
 
     def fingerprint(self) -> str:
         """Hash of everything that determines the saved weights."""
@@ -60,6 +65,18 @@ class ZooEntry:
 ZOO: dict[str, ZooEntry] = {
     entry.name: entry
     for entry in (
+        ZooEntry(
+            name="mini-flux",
+            pipeline_class="FluxPipeline",
+            modality="image",
+            description="FLUX layout trained by the project on the shapes world (8x VAE, CLIP + T5, 2.3M-param DiT)",
+            # The weights' hash is part of the config: retrained weights build a new directory.
+            config={"model": mini_flux.MINI_FLUX_CONFIG, "weights": mini_flux.weights_hash()},
+            builder=mini_flux.build_mini_flux,
+            call_kwargs={"max_sequence_length": mini_flux.MAX_SEQUENCE_LENGTH},
+            world="shapes",
+            trained=True,
+        ),
         ZooEntry(
             name="tiny-flux",
             pipeline_class="FluxPipeline",

@@ -1,0 +1,156 @@
+"""Ground-truth prompt adherence for the shapes world, by classical image analysis.
+
+From a generated image, ``analyse`` recovers the background colour (median of the border, nearest
+palette colour), the shape (the largest connected region that differs from the background), its colour
+(median of the region's interior), its position (the region's centroid, nearest anchor) and its class
+(nearest prototype in a small space of silhouette features). ``score`` compares that with the scene a
+prompt names: the share of the prompt's attributes the image has, per attribute kind and overall.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from accel.zoo import world
+
+ATTRIBUTES = ("background", "colour", "shape", "position")
+# A pixel belongs to the shape when it is this far (RGB, 0-255) from the estimated background.
+MASK_DISTANCE = 60.0
+MIN_SHAPE_PIXELS = 12
+
+
+@dataclass(frozen=True)
+class Analysis:
+    """What the analysis found in one image; shape fields are None when no shape was found."""
+
+    background: str
+    colour: str | None
+    shape: str | None
+    position: str | None
+
+    def as_dict(self) -> dict[str, str | None]:
+        """Plain dict keyed by attribute kind."""
+        return {"background": self.background, "colour": self.colour, "shape": self.shape, "position": self.position}
+
+
+def _nearest_colour(rgb: np.ndarray) -> str:
+    names = list(world.PALETTE)
+    table = np.array([world.PALETTE[n] for n in names], dtype=np.float32)
+    return names[int(np.argmin(((table - rgb[None, :]) ** 2).sum(axis=1)))]
+
+
+def _to_array(image: Any) -> np.ndarray:
+    """An HxWx3 float32 array in 0-255 from a PIL image or a uint8/float array."""
+    array = np.asarray(image.convert("RGB") if hasattr(image, "convert") else image)
+    if array.ndim == 3 and array.shape[0] == 3 and array.shape[-1] != 3:
+        array = array.transpose(1, 2, 0)
+    array = array.astype(np.float32)
+    if array.max() <= 1.0 + 1e-6:
+        array = array * 255.0
+    return array
+
+
+def _silhouette_features(mask: np.ndarray) -> np.ndarray:
+    """(fill of the bounding box, width near the top, width near the bottom), widths relative to the widest row."""
+    rows = np.flatnonzero(mask.any(axis=1))
+    top, bottom = rows[0], rows[-1]
+    cols = np.flatnonzero(mask.any(axis=0))
+    box = mask[top : bottom + 1, cols[0] : cols[-1] + 1]
+    widths = box.sum(axis=1).astype(np.float32)
+    widest = max(float(widths.max()), 1.0)
+    height = len(widths)
+    near_top = widths[min(height - 1, round(0.2 * (height - 1)))] / widest
+    near_bottom = widths[min(height - 1, round(0.8 * (height - 1)))] / widest
+    return np.array([float(box.mean()), near_top, near_bottom], dtype=np.float32)
+
+
+def _prototypes() -> dict[str, np.ndarray]:
+    """Silhouette features of each ideal shape (drawn large, unjittered)."""
+    protos = {}
+    for shape in world.SHAPES:
+        image = world.render(world.Scene("black", "white", shape, "centre"), size=128, jitter=False)
+        mask = np.asarray(image, dtype=np.float32).mean(axis=2) > 128
+        protos[shape] = _silhouette_features(mask)
+    return protos
+
+
+_PROTOTYPES: dict[str, np.ndarray] | None = None
+
+
+def _classify(mask: np.ndarray) -> str:
+    global _PROTOTYPES
+    if _PROTOTYPES is None:
+        _PROTOTYPES = _prototypes()
+    features = _silhouette_features(mask)
+    return min(_PROTOTYPES, key=lambda shape: float(((features - _PROTOTYPES[shape]) ** 2).sum()))
+
+
+def analyse(image: Any) -> Analysis:
+    """Recover background colour and the shape's colour, class and position from one image."""
+    from scipy import ndimage
+
+    pixels = _to_array(image)
+    height, width = pixels.shape[:2]
+    border = np.concatenate([pixels[:2].reshape(-1, 3), pixels[-2:].reshape(-1, 3)])
+    border = np.concatenate([border, pixels[:, :2].reshape(-1, 3), pixels[:, -2:].reshape(-1, 3)])
+    background_rgb = np.median(border, axis=0)
+    background = _nearest_colour(background_rgb)
+    distance = np.sqrt(((pixels - background_rgb[None, None, :]) ** 2).sum(axis=2))
+    labels, count = ndimage.label(distance > MASK_DISTANCE)
+    if count == 0:
+        return Analysis(background, None, None, None)
+    sizes = ndimage.sum_labels(np.ones_like(labels), labels, index=range(1, count + 1))
+    mask = labels == (int(np.argmax(sizes)) + 1)
+    if mask.sum() < MIN_SHAPE_PIXELS:
+        return Analysis(background, None, None, None)
+    mask = ndimage.binary_fill_holes(mask)
+    interior = ndimage.binary_erosion(mask, iterations=2)
+    if interior.sum() < 4:
+        interior = mask
+    colour = _nearest_colour(np.median(pixels[interior], axis=0))
+    ys, xs = np.nonzero(mask)
+    cx, cy = (xs.mean() + 0.5) / width, (ys.mean() + 0.5) / height
+    position = min(world.POSITIONS, key=lambda p: (world.POSITIONS[p][0] - cx) ** 2 + (world.POSITIONS[p][1] - cy) ** 2)
+    return Analysis(background, colour, _classify(mask), position)
+
+
+def score(expected: world.Scene, image: Any) -> dict[str, float]:
+    """Per attribute kind 1.0 (recovered) or 0.0, and ``overall`` (their mean) for one image."""
+    found = analyse(image).as_dict()
+    wanted = expected.attributes()
+    result = {kind: float(found[kind] == wanted[kind]) for kind in ATTRIBUTES}
+    result["overall"] = sum(result[kind] for kind in ATTRIBUTES) / len(ATTRIBUTES)
+    return result
+
+
+def _interval(values: list[float]) -> tuple[float, float]:
+    """A 95% Wilson interval for the share of successes among ``values`` (each in [0, 1])."""
+    n = len(values)
+    if n == 0:
+        return (math.nan, math.nan)
+    p = sum(values) / n
+    z = 1.96
+    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def summarise(scores: list[dict[str, float]]) -> dict[str, Any]:
+    """Mean per attribute kind and overall over images, each with a 95% interval and the image count.
+
+    ``overall`` counts each attribute of each image as one trial, so its interval covers the share of
+    attributes recovered.
+    """
+    summary: dict[str, Any] = {"n": len(scores)}
+    for kind in ATTRIBUTES:
+        values = [s[kind] for s in scores]
+        summary[kind] = sum(values) / len(values) if values else math.nan
+        summary[f"{kind}_ci"] = list(_interval(values))
+    trials = [s[kind] for s in scores for kind in ATTRIBUTES]
+    summary["overall"] = sum(trials) / len(trials) if trials else math.nan
+    summary["overall_ci"] = list(_interval(trials))
+    return summary

@@ -1,0 +1,118 @@
+"""Prompt adherence of a sweep's cells, scored by the runner from the saved outputs.
+
+A model has a ground truth when its source declares a world (a zoo entry's ``world``, or the profile's
+``models[].world``): each prompt of the workload then names a scene, from the profile's prompt set
+(``workload.prompt_set``) or parsed from the caption. Every output image of a cell is scored against its
+prompt's scene (``accel.measure.adherence``); the record gets the mean per attribute kind with a 95%
+interval over prompts and seeds, and a variant also its loss against the baseline. Models without a
+world get nothing.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel.zoo import world as shapes_world
+
+KNOWN_WORLDS = ("shapes",)
+BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shapes world (never seen in training)"}
+
+
+def model_world(model: Any) -> str | None:
+    """The world a profile model declares: its own ``world`` key, else its zoo entry's; None if neither."""
+    from accel import zoo
+
+    declared = getattr(model, "world", None)
+    if declared:
+        return declared
+    return zoo.ZOO[model.source].world if zoo.is_zoo_name(model.source) else None
+
+
+def load_prompt_set(name: str) -> list[dict[str, Any]]:
+    """Entries ``{prompt, expect: {background, colour, shape, position}}`` of a built-in set or a YAML file.
+
+    Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
+    """
+    import yaml
+
+    if name == "shapes-held-out":
+        return [{"prompt": s.caption(i), "expect": s.attributes()} for i, s in enumerate(shapes_world.HELD_OUT_SCENES)]
+    path = Path(name)
+    if not path.is_file():
+        raise ValueError(
+            f"prompt set '{name}' is neither a file nor a built-in set. Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
+        )
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from error
+    entries = data.get("prompts") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: expected a mapping with a non-empty list 'prompts'")
+    for index, entry in enumerate(entries):
+        expect = entry.get("expect") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or not isinstance(expect, dict):
+            raise ValueError(f"{path}: prompts[{index}]: expected {{prompt: <text>, expect: {{...}}}}")
+        try:
+            shapes_world.Scene(**expect)
+        except TypeError as error:
+            raise ValueError(
+                f"{path}: prompts[{index}].expect: keys must be background, colour, shape, position"
+            ) from error
+    return entries
+
+
+def expected_scenes(workload: Any) -> list[shapes_world.Scene | None]:
+    """Per prompt of the workload, the scene it names (from the prompt set, else the caption), or None."""
+    table: dict[str, shapes_world.Scene] = {}
+    if getattr(workload, "prompt_set", None):
+        table = {e["prompt"]: shapes_world.Scene(**e["expect"]) for e in load_prompt_set(workload.prompt_set)}
+    return [table.get(prompt) or shapes_world.parse_caption(prompt) for prompt in workload.prompts]
+
+
+def _to_image(array: np.ndarray) -> np.ndarray:
+    """An output array (C,H,W or F,C,H,W in [0, 1]) as one HxWx3 image (the first frame)."""
+    frame = array[0] if array.ndim == 4 else array
+    if frame.shape[0] in (1, 3) and frame.shape[-1] not in (1, 3):
+        frame = frame.transpose(1, 2, 0)
+    return np.clip(frame, 0.0, 1.0) * 255.0
+
+
+def score_outputs(outputs_file: Path, keys: list[str], scenes: list[shapes_world.Scene | None]) -> dict[str, Any]:
+    """Adherence summary of one cell's saved outputs (keys ``p<prompt>_s<seed>_n<image>``)."""
+    from accel.measure.adherence import score, summarise
+
+    scores = []
+    with np.load(outputs_file) as outputs:
+        for key in keys:
+            scene = scenes[int(key.split("_")[0][1:])]
+            if scene is not None and key in outputs:
+                scores.append(score(scene, _to_image(outputs[key])))
+    return summarise(scores)
+
+
+def attach_adherence(
+    record: dict[str, Any],
+    model: Any,
+    workload: Any,
+    baseline: dict[str, Any] | None,
+    run_dir: Path,
+    keys: list[str],
+) -> None:
+    """Add ``adherence`` (and, for a variant, ``adherence_loss`` vs the baseline) to a measured record."""
+    world = model_world(model)
+    if world is None or not record.get("outputs_file"):
+        return
+    scenes = expected_scenes(workload)
+    if not any(scenes):
+        record.setdefault("notes", []).append(f"world '{world}': no prompt of the workload names a scene")
+        return
+    summary = score_outputs(Path(run_dir) / record["outputs_file"], keys, scenes)
+    summary["world"] = world
+    record["adherence"] = summary
+    base = (baseline or {}).get("adherence")
+    if base and record is not baseline:
+        record["adherence_loss"] = base["overall"] - summary["overall"]

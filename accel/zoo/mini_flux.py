@@ -1,0 +1,666 @@
+"""mini-flux: a real ``FluxPipeline`` whose VAE and transformer the project trains on the shapes world.
+
+The layout is FLUX.1's (dual/single-stream DiT over 2x2-packed latents, AutoencoderKL with 8x spatial
+downsampling, CLIP + T5 text encoders, the flow-match Euler scheduler), at a size that trains on 2 CPU
+cores in well under an hour. The text encoders stay frozen at their seeded random initialisation: the
+transformer learns to read them. Training follows FLUX's objective (rectified flow: the transformer
+predicts ``noise - x0`` at a logit-normal time ``t``), after a VAE trained for reconstruction.
+
+The trained weights are committed under ``accel/zoo/weights/mini-flux`` (safetensors) with a manifest:
+the config, the world version, the final losses and each file's SHA-256. ``build_mini_flux`` assembles
+the pipeline from them without training and refuses weights whose hash does not match.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from accel.errors import ConfigError
+from accel.zoo import world
+
+WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "mini-flux"
+MANIFEST_FILE = "manifest.json"
+LOG_FILE = "train_log.txt"
+COMPONENT_FILES = {
+    "transformer": "transformer.safetensors",
+    "vae": "vae.safetensors",
+    "text_encoder": "text_encoder.safetensors",
+    "text_encoder_2": "text_encoder_2.safetensors",
+}
+MAX_SEQUENCE_LENGTH = 32
+
+MINI_FLUX_CONFIG: dict[str, Any] = {
+    "transformer": {
+        "patch_size": 1,
+        "in_channels": 64,
+        "num_layers": 2,
+        "num_single_layers": 4,
+        "attention_head_dim": 32,
+        "num_attention_heads": 4,
+        "joint_attention_dim": 64,
+        "pooled_projection_dim": 64,
+        "guidance_embeds": False,
+        "axes_dims_rope": [8, 12, 12],
+    },
+    # Four levels: 8x spatial downsampling (64x64 -> 8x8x16), as FLUX's VAE. sample_size 32 makes the
+    # VAE-tiling feature engage at 64x64.
+    "vae": {
+        "sample_size": 32,
+        "in_channels": 3,
+        "out_channels": 3,
+        "down_block_types": ["DownEncoderBlock2D"] * 4,
+        "up_block_types": ["UpDecoderBlock2D"] * 4,
+        "block_out_channels": [16, 32, 64, 64],
+        "layers_per_block": 1,
+        "latent_channels": 16,
+        "norm_num_groups": 8,
+        "use_quant_conv": False,
+        "use_post_quant_conv": False,
+    },
+    "clip": {
+        "bos_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 1,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 2,
+        "vocab_size": 256,
+        "projection_dim": 64,
+        "max_position_embeddings": 77,
+    },
+    "t5": {"vocab_size": 128, "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4},
+    "scheduler": {
+        "shift": 3.0,
+        "use_dynamic_shifting": True,
+        "base_shift": 0.5,
+        "max_shift": 1.15,
+        "base_image_seq_len": 256,
+        "max_image_seq_len": 4096,
+    },
+    "train": {
+        "seed": 0,
+        "images": 10000,
+        "vae": {"steps": 1200, "batch": 32, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 50},
+        "transformer": {
+            "steps": 4000,
+            "batch": 64,
+            "lr": 1e-3,
+            "warmup": 100,
+            "ema": 0.998,
+            "empty_caption": 0.1,
+        },
+        # Then transformer and T5 together (T5 learns the colours' roles), from the EMA weights above.
+        "joint": {"steps": 1500, "batch": 64, "lr": 5e-4, "warmup": 50, "ema": 0.995, "empty_caption": 0.1},
+    },
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizers: word level, so that each caption word is one token for both encoders.
+
+
+def clip_tokenizer():
+    """A CLIP BPE tokenizer whose merges rebuild each whole word of the world's vocabulary."""
+    vocab: dict[str, int] = {"<|startoftext|>": 0, "<|endoftext|>": 1}
+    merges: list[tuple[str, str]] = []
+    for letter in "abcdefghijklmnopqrstuvwxyz,":
+        vocab.setdefault(letter, len(vocab))
+        vocab.setdefault(letter + "</w>", len(vocab))
+    # Merges shared between words can cut a word into other words' pieces: add the merge of the first two
+    # pieces of every word that is not yet one token, until every word is.
+    for _ in range(200):
+        tokenizer = _clip_bpe(vocab, merges)
+        split = [pieces for word in world.vocabulary() if len(pieces := tokenizer.tokenize(word)) > 1]
+        if not split:
+            return tokenizer
+        for pieces in split:
+            merge = (pieces[0], pieces[1])
+            if merge not in merges:
+                merges.append(merge)
+                vocab.setdefault(pieces[0] + pieces[1], len(vocab))
+    raise RuntimeError("mini-flux CLIP merges did not converge")
+
+
+def _clip_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]):
+    from transformers import CLIPTokenizer
+
+    return CLIPTokenizer(
+        vocab=dict(vocab),
+        merges=list(merges),
+        model_max_length=77,
+        unk_token="<|endoftext|>",
+        bos_token="<|startoftext|>",
+        eos_token="<|endoftext|>",
+        pad_token="<|endoftext|>",
+    )
+
+
+def t5_tokenizer():
+    """A T5 (unigram) tokenizer with one piece per word of the world (letters as a fallback)."""
+    from transformers import T5Tokenizer
+
+    pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
+    pieces += [(letter, -2.0) for letter in "abcdefghijklmnopqrstuvwxyz"]
+    pieces += [("," if word == "," else "▁" + word, -1.0) for word in world.vocabulary()]
+    return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=128)
+
+
+# --------------------------------------------------------------------------------------------------
+# Components
+
+
+def build_components(config: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline's components at their seeded initialisation (untrained VAE and transformer)."""
+    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
+    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
+
+    torch.manual_seed(0)
+    transformer = FluxTransformer2DModel(**config["transformer"])
+    torch.manual_seed(1)
+    vae = AutoencoderKL(**config["vae"])
+    torch.manual_seed(2)
+    text_encoder = CLIPTextModel(CLIPTextConfig(**config["clip"])).eval()
+    torch.manual_seed(3)
+    text_encoder_2 = T5EncoderModel(T5Config(**config["t5"])).eval()
+    return {
+        "scheduler": FlowMatchEulerDiscreteScheduler(**config["scheduler"]),
+        "vae": vae,
+        "text_encoder": text_encoder,
+        "tokenizer": clip_tokenizer(),
+        "text_encoder_2": text_encoder_2,
+        "tokenizer_2": t5_tokenizer(),
+        "transformer": transformer,
+    }
+
+
+def file_sha256(path: Path) -> str:
+    """SHA-256 of a file's bytes."""
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_manifest(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
+    """The manifest of a weights directory; a ConfigError naming the fix when it is missing."""
+    path = weights_dir / MANIFEST_FILE
+    if not path.is_file():
+        raise ConfigError(f"{path}: mini-flux weights are missing; train them with `omni-accel zoo train mini-flux`")
+    return json.loads(path.read_text())
+
+
+def weights_hash(weights_dir: Path = WEIGHTS_DIR) -> str | None:
+    """The manifest's combined hash of the weights (None when there are no weights)."""
+    try:
+        return read_manifest(weights_dir)["sha256"]
+    except ConfigError:
+        return None
+
+
+def verify_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
+    """Check every weight file against the manifest's SHA-256; returns the manifest, ConfigError otherwise."""
+    manifest = read_manifest(weights_dir)
+    for name, filename in COMPONENT_FILES.items():
+        path = weights_dir / filename
+        if not path.is_file():
+            raise ConfigError(f"{path}: missing mini-flux weight file for '{name}'")
+        actual = file_sha256(path)
+        if actual != manifest["files"][filename]:
+            raise ConfigError(
+                f"{path}: SHA-256 {actual[:12]} does not match the manifest's {manifest['files'][filename][:12]}"
+            )
+    return manifest
+
+
+def build_mini_flux(config: dict[str, Any], weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
+    """Components of the trained mini-flux, loaded from the committed (hash-checked) weights."""
+    from safetensors.torch import load_model
+
+    manifest = verify_weights(weights_dir)
+    model_config = copy.deepcopy(config.get("model", config))
+    model_config["vae"].update(manifest["latent"])
+    components = build_components(model_config)
+    for name, filename in COMPONENT_FILES.items():
+        load_model(components[name], str(weights_dir / filename), strict=True)
+        components[name].eval()
+    return components
+
+
+# --------------------------------------------------------------------------------------------------
+# Training
+
+
+class ThreadPicker:
+    """Choose the torch thread count that is fastest right now, re-measured every ``every`` steps.
+
+    Under contention two threads can be several times slower than one (OpenMP barriers wait for a busy
+    core); on an idle machine two are faster. While the load average says the cores are busy it keeps
+    one thread; otherwise each probe times ``probe`` real training steps per candidate.
+    """
+
+    def __init__(self, candidates: list[int], every: int = 250, probe: int = 2):
+        self.candidates = candidates
+        self.every = every
+        self.probe = probe
+        self.current = candidates[0]
+        self._probing = False
+        self._times: dict[int, list[float]] = {}
+
+    def _busy(self) -> bool:
+        try:
+            return os.getloadavg()[0] >= max(self.candidates)
+        except OSError:
+            return False
+
+    def before_step(self, step: int) -> None:
+        """Set the thread count for ``step``."""
+        window = self.probe * len(self.candidates)
+        if len(self.candidates) > 1:
+            if step % self.every == 0:
+                self._probing = not self._busy()
+                if not self._probing:
+                    self.current = self.candidates[0]
+            if self._probing and step % self.every < window:
+                self.current = self.candidates[(step % self.every) % len(self.candidates)]
+        torch.set_num_threads(self.current)
+
+    def after_step(self, step: int, seconds: float) -> None:
+        """Record a probe step's time; pick the fastest candidate when the probe is complete."""
+        window = self.probe * len(self.candidates)
+        if not self._probing or step % self.every >= window:
+            return
+        self._times.setdefault(self.current, []).append(seconds)
+        if step % self.every == window - 1:
+            self.current = min(self._times, key=lambda n: statistics.median(self._times[n]))
+            self._times = {}
+            self._probing = False
+
+
+def _thread_candidates(threads: int | None) -> list[int]:
+    if threads:
+        return [threads]
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return [1, 2] if cores >= 2 else [1]
+
+
+def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def make_dataset(count: int, seed: int) -> tuple[np.ndarray, list[str]]:
+    """``count`` training images (float32, [-1, 1], NCHW) of held-in scenes with random captions."""
+    rng = np.random.default_rng(seed)
+    scenes = world.training_scenes()
+    picks = rng.integers(0, len(scenes), size=count)
+    templates = rng.integers(0, len(world.TEMPLATES), size=count)
+    images = np.empty((count, 3, world.IMAGE_SIZE, world.IMAGE_SIZE), dtype=np.float32)
+    captions = []
+    for index in range(count):
+        scene = scenes[int(picks[index])]
+        images[index] = world.render_array(scene, seed=seed * 1_000_003 + index)
+        captions.append(scene.caption(int(templates[index])))
+    return images, captions
+
+
+class TrainLog:
+    """Lines written to a log file (and kept) as training goes."""
+
+    def __init__(self, path: Path | None):
+        self.path = path
+        self.lines: list[str] = []
+        if path is not None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("")
+
+    def write(self, line: str) -> None:
+        """Append one line."""
+        self.lines.append(line)
+        if self.path is not None:
+            with self.path.open("a") as handle:
+                handle.write(line + "\n")
+
+
+def _loop(
+    name: str,
+    steps: int,
+    step_fn: Callable[[int], float],
+    picker: ThreadPicker,
+    log: TrainLog,
+    progress: bool,
+) -> dict[str, float]:
+    """Run ``step_fn`` for ``steps`` steps with a progress bar; returns the final loss and timing."""
+    from tqdm import tqdm
+
+    losses: list[float] = []
+    start = time.perf_counter()
+    bar = tqdm(total=steps, desc=f"mini-flux {name}", disable=not progress, dynamic_ncols=True)
+    for step in range(steps):
+        picker.before_step(step)
+        began = time.perf_counter()
+        loss = step_fn(step)
+        picker.after_step(step, time.perf_counter() - began)
+        losses.append(loss)
+        recent = sum(losses[-50:]) / len(losses[-50:])
+        bar.update(1)
+        bar.set_postfix(loss=f"{recent:.4f}", threads=picker.current)
+        if (step + 1) % 50 == 0 or step + 1 == steps:
+            log.write(
+                f"{name} step {step + 1}/{steps} loss {recent:.5f} threads {picker.current} "
+                f"elapsed {time.perf_counter() - start:.0f}s"
+            )
+    bar.close()
+    tail = losses[-50:]
+    return {"final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start}
+
+
+def _train_vae(vae, images: torch.Tensor, cfg: dict[str, Any], generator: torch.Generator, picker, log, progress):
+    optimizer = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.0)
+    vae.train()
+
+    def step_fn(step: int) -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
+        index = torch.randint(0, images.shape[0], (cfg["batch"],), generator=generator)
+        batch = images[index]
+        crop = cfg.get("crop")
+        if crop and crop < batch.shape[-1]:
+            # The VAE is convolutional: random crops (one offset per batch) cost a fraction of full images.
+            y, x = (int(v) for v in torch.randint(0, batch.shape[-1] - crop + 1, (2,), generator=generator))
+            batch = batch[:, :, y : y + crop, x : x + crop]
+        posterior = vae.encode(batch).latent_dist
+        latent = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, generator=generator)
+        reconstruction = vae.decode(latent).sample
+        loss = torch.nn.functional.mse_loss(reconstruction, batch) + cfg["kl_weight"] * posterior.kl().mean()
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    result = _loop("vae", cfg["steps"], step_fn, picker, log, progress)
+    vae.eval()
+    return result
+
+
+@torch.no_grad()
+def _encode_latents(vae, images: torch.Tensor, batch: int = 256) -> torch.Tensor:
+    return torch.cat([vae.encode(images[i : i + batch]).latent_dist.mean for i in range(0, len(images), batch)])
+
+
+@torch.no_grad()
+def _encode_captions(pipe, captions: list[str]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    unique = sorted(set(captions) | {""})
+    table: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+    for i in range(0, len(unique), 256):
+        chunk = unique[i : i + 256]
+        embeds, pooled, _ = pipe.encode_prompt(chunk, prompt_2=None, max_sequence_length=MAX_SEQUENCE_LENGTH)
+        for j, caption in enumerate(chunk):
+            table[caption] = (embeds[j], pooled[j])
+    return table
+
+
+def _train_joint(pipe, latents, captions, cfg, seed, picker, log, progress):
+    """Transformer and T5 together: T5 learns to mark which colour names the shape and which the background.
+
+    FLUX gives text tokens no position in the joint attention (``txt_ids`` are zeros), so with a frozen
+    random T5 a caption is close to a bag of words and the two colours' roles get confused.
+    """
+    from diffusers import FluxPipeline
+
+    generator = torch.Generator().manual_seed(seed + 1)
+    transformer, t5 = pipe.transformer, pipe.text_encoder_2
+    table = _encode_captions(pipe, captions)
+    order = sorted(table)
+    caption_index = {caption: i for i, caption in enumerate(order)}
+    pooled_table = torch.stack([table[c][1] for c in order])
+    ids_table = pipe.tokenizer_2(
+        order, padding="max_length", max_length=MAX_SEQUENCE_LENGTH, truncation=True, return_tensors="pt"
+    ).input_ids
+    image_caption = torch.tensor([caption_index[c] for c in captions])
+    empty = caption_index[""]
+    _, channels, height, width = latents.shape
+    packed = FluxPipeline._pack_latents(latents, latents.shape[0], channels, height, width)
+    img_ids = FluxPipeline._prepare_latent_image_ids(1, height // 2, width // 2, "cpu", torch.float32)
+    txt_ids = torch.zeros(MAX_SEQUENCE_LENGTH, 3)
+    modules = {"transformer": transformer, "t5": t5}
+    ema = {name: {k: v.detach().clone() for k, v in m.state_dict().items()} for name, m in modules.items()}
+    params = [p for m in modules.values() for p in m.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=0.0)
+    transformer.train()
+    t5.train()
+
+    def step_fn(step: int) -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
+        index = torch.randint(0, packed.shape[0], (cfg["batch"],), generator=generator)
+        x0 = packed[index]
+        which = image_caption[index]
+        drop = torch.rand(cfg["batch"], generator=generator) < cfg["empty_caption"]
+        which = torch.where(drop, torch.full_like(which, empty), which)
+        noise = torch.randn(x0.shape, generator=generator)
+        t = torch.sigmoid(torch.randn(cfg["batch"], generator=generator))
+        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+        embeds = t5(ids_table[which], output_hidden_states=False)[0]
+        prediction = transformer(
+            hidden_states=xt,
+            timestep=t,
+            guidance=None,
+            pooled_projections=pooled_table[which],
+            encoder_hidden_states=embeds,
+            txt_ids=txt_ids,
+            img_ids=img_ids,
+            return_dict=False,
+        )[0]
+        loss = torch.nn.functional.mse_loss(prediction, noise - x0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        decay = min(cfg["ema"], (1 + step) / (10 + step))
+        with torch.no_grad():
+            for name, module in modules.items():
+                for key, value in module.state_dict().items():
+                    if value.dtype.is_floating_point:
+                        ema[name][key].mul_(decay).add_(value.detach(), alpha=1 - decay)
+                    else:
+                        ema[name][key].copy_(value)
+        return loss.item()
+
+    result = _loop("joint", cfg["steps"], step_fn, picker, log, progress)
+    for name, module in modules.items():
+        module.load_state_dict(ema[name])
+        module.eval()
+        for p in module.parameters():
+            p.requires_grad_(False)
+    return result
+
+
+def _train_transformer(pipe, latents, captions, cfg, generator, picker, log, progress):
+    from diffusers import FluxPipeline
+
+    transformer = pipe.transformer
+    table = _encode_captions(pipe, captions)
+    caption_index = {caption: i for i, caption in enumerate(sorted(table))}
+    embeds_table = torch.stack([table[c][0] for c in sorted(table)])
+    pooled_table = torch.stack([table[c][1] for c in sorted(table)])
+    image_caption = torch.tensor([caption_index[c] for c in captions])
+    empty = caption_index[""]
+    _, channels, height, width = latents.shape
+    packed = FluxPipeline._pack_latents(latents, latents.shape[0], channels, height, width)
+    img_ids = FluxPipeline._prepare_latent_image_ids(1, height // 2, width // 2, "cpu", torch.float32)
+    txt_ids = torch.zeros(MAX_SEQUENCE_LENGTH, 3)
+    ema = {k: v.detach().clone() for k, v in transformer.state_dict().items()}
+    optimizer = torch.optim.AdamW(transformer.parameters(), lr=cfg["lr"], weight_decay=0.0)
+    transformer.train()
+
+    def step_fn(step: int) -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
+        index = torch.randint(0, packed.shape[0], (cfg["batch"],), generator=generator)
+        x0 = packed[index]
+        which = image_caption[index]
+        drop = torch.rand(cfg["batch"], generator=generator) < cfg["empty_caption"]
+        which = torch.where(drop, torch.full_like(which, empty), which)
+        noise = torch.randn(x0.shape, generator=generator)
+        t = torch.sigmoid(torch.randn(cfg["batch"], generator=generator))
+        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+        prediction = transformer(
+            hidden_states=xt,
+            timestep=t,
+            guidance=None,
+            pooled_projections=pooled_table[which],
+            encoder_hidden_states=embeds_table[which],
+            txt_ids=txt_ids,
+            img_ids=img_ids,
+            return_dict=False,
+        )[0]
+        loss = torch.nn.functional.mse_loss(prediction, noise - x0)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        decay = min(cfg["ema"], (1 + step) / (10 + step))
+        with torch.no_grad():
+            for key, value in transformer.state_dict().items():
+                if value.dtype.is_floating_point:
+                    ema[key].mul_(decay).add_(value.detach(), alpha=1 - decay)
+                else:
+                    ema[key].copy_(value)
+        return loss.item()
+
+    result = _loop("transformer", cfg["steps"], step_fn, picker, log, progress)
+    transformer.load_state_dict(ema)
+    transformer.eval()
+    return result
+
+
+def train(
+    out_dir: Path,
+    config: dict[str, Any] | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+    log_to: Path | None = None,
+    resume_from: Path | None = None,
+) -> dict[str, Any]:
+    """Train mini-flux from its seed and write the weights, manifest and log into ``out_dir``.
+
+    ``threads`` fixes the torch thread count; by default it is re-chosen during training (1 or 2,
+    whichever is faster at the moment). ``resume_from`` (a weights directory trained with the same
+    config before its joint stage existed) skips the VAE and transformer stages, takes their weights and
+    results from there and runs only the joint stage. Returns the manifest.
+    """
+    import diffusers
+    import transformers
+    from diffusers import FluxPipeline
+    from safetensors.torch import save_model
+
+    config = copy.deepcopy(config or MINI_FLUX_CONFIG)
+    train_cfg = config["train"]
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    log = TrainLog(log_to or out_dir / LOG_FILE)
+    picker = ThreadPicker(_thread_candidates(threads))
+    started = time.perf_counter()
+    seed = train_cfg["seed"]
+    torch.manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)
+
+    log.write(f"mini-flux training: world {world.WORLD_VERSION}, seed {seed}, {train_cfg['images']} images")
+    images_np, captions = make_dataset(train_cfg["images"], seed)
+    images = torch.from_numpy(images_np)
+    log.write(f"data: {len(captions)} images in {time.perf_counter() - started:.0f}s")
+
+    previous = read_manifest(Path(resume_from)) if resume_from else None
+    if previous is None:
+        components = build_components(config)
+        vae_result = _train_vae(components["vae"], images, train_cfg["vae"], generator, picker, log, progress)
+    else:
+        components = build_mini_flux(previous["config"], weights_dir=Path(resume_from))
+        vae_result = {"final_loss": previous["final_losses"]["vae"], "seconds": previous["seconds"]["vae"]}
+        log.write(f"resumed from {resume_from} (sha256 {previous['sha256'][:16]}): VAE and transformer stages reused")
+    torch.set_num_threads(picker.current)
+    latents = _encode_latents(components["vae"], images)
+    shift = float(latents.mean())
+    scale = float(1.0 / latents.std())
+    latent = {"shift_factor": round(shift, 6), "scaling_factor": round(scale, 6)}
+    components["vae"].register_to_config(**latent)
+    psnr = _reconstruction_psnr(components["vae"])
+    log.write(f"vae: held-out reconstruction PSNR {psnr:.2f} dB, latent shift {shift:.4f} scale {scale:.4f}")
+    del images
+
+    pipe = FluxPipeline(**components)
+    scaled = (latents - shift) * scale
+    if previous is None:
+        transformer_result = _train_transformer(
+            pipe, scaled, captions, train_cfg["transformer"], generator, picker, log, progress
+        )
+    else:
+        transformer_result = {
+            "final_loss": previous["final_losses"]["transformer"],
+            "seconds": previous["seconds"]["transformer"],
+        }
+    joint_result = None
+    if train_cfg.get("joint", {}).get("steps"):
+        joint_result = _train_joint(pipe, scaled, captions, train_cfg["joint"], seed, picker, log, progress)
+    total = time.perf_counter() - started
+    final_losses = {"vae": vae_result["final_loss"], "transformer": transformer_result["final_loss"]}
+    seconds = {"vae": vae_result["seconds"], "transformer": transformer_result["seconds"]}
+    if joint_result is not None:
+        final_losses["joint"] = joint_result["final_loss"]
+        seconds["joint"] = joint_result["seconds"]
+    if previous is not None:
+        total += previous["seconds"]["total"]
+    seconds["total"] = total
+
+    files = {}
+    for name, filename in COMPONENT_FILES.items():
+        save_model(components[name], str(out_dir / filename))
+        files[filename] = file_sha256(out_dir / filename)
+    combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    manifest = {
+        "name": "mini-flux",
+        "world_version": world.WORLD_VERSION,
+        "config": config,
+        "latent": latent,
+        "max_sequence_length": MAX_SEQUENCE_LENGTH,
+        "final_losses": final_losses,
+        "vae_reconstruction_psnr_db": psnr,
+        "seconds": seconds,
+        "versions": {
+            "torch": torch.__version__,
+            "diffusers": diffusers.__version__,
+            "transformers": transformers.__version__,
+        },
+        "files": files,
+        "sha256": combined,
+    }
+    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    losses = ", ".join(f"{k} {v:.5f}" for k, v in final_losses.items())
+    log.write(f"done in {total:.0f}s: final losses {losses}; sha256 {combined[:16]}")
+    return manifest
+
+
+@torch.no_grad()
+def _reconstruction_psnr(vae, count: int = 64) -> float:
+    """Mean PSNR (dB) of the VAE's reconstructions of held-out scenes."""
+    scenes = [world.HELD_OUT_SCENES[i % len(world.HELD_OUT_SCENES)] for i in range(count)]
+    images = torch.from_numpy(np.stack([world.render_array(s, seed=10_000 + i) for i, s in enumerate(scenes)]))
+    reconstruction = vae.decode(vae.encode(images).latent_dist.mean).sample.clamp(-1, 1)
+    mse = ((reconstruction - images) ** 2).mean(dim=(1, 2, 3))
+    return float((10 * torch.log10(4.0 / mse)).mean())

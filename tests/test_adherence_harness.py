@@ -1,0 +1,134 @@
+"""Adherence in the harness: which models are scored, prompt sets, the runner's scores from saved
+outputs, the gate's bound on a lossy variant's loss, and the report's table."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from accel.errors import ConfigError
+from accel.gate import load_gate_data
+from accel.profile import ModelSpec, Workload, parse_profile
+from accel.sweep.adherence import attach_adherence, expected_scenes, model_world
+from accel.sweep.cell import outputs_path
+from accel.zoo import world
+
+PROMPTS = ["a red circle on the left, on a white background", "blue background, a yellow square at the top"]
+
+
+def _profile(**changes):
+    data = {
+        "name": "t",
+        "models": [{"name": "mini-flux", "source": "mini-flux"}, {"name": "tiny-wan", "source": "tiny-wan"}],
+        "workload": {"prompts": PROMPTS},
+        "variants": [{"name": "fast", "features": {"cache_dit": {}}, "models": ["mini-flux"]}],
+    }
+    data.update(changes)
+    return parse_profile(data, "p.yaml")
+
+
+def test_worlds_come_from_the_zoo_or_the_profile():
+    assert model_world(ModelSpec(name="m", source="mini-flux")) == "shapes"
+    assert model_world(ModelSpec(name="m", source="tiny-flux")) is None
+    assert model_world(ModelSpec(name="m", source="/some/copy", world="shapes")) == "shapes"
+
+
+def test_variant_models_filter_the_plan(tmp_path):
+    from accel.sweep.runner import plan
+
+    cells = [c.key for c in plan(_profile(), tmp_path)]
+    assert "mini-flux/fast" in cells and "tiny-wan/fast" not in cells and "tiny-wan/baseline" in cells
+    bad = [{"name": "fast", "features": {"cache_dit": {}}, "models": ["mini-flx"]}]
+    with pytest.raises(ConfigError, match=r"variants\[0\]\.models: 'mini-flx' is not a model name\. Did you mean"):
+        _profile(variants=bad)
+
+
+def test_prompt_sets_fill_prompts_and_expectations(tmp_path):
+    held = Workload(prompt_set="shapes-held-out")
+    assert held.prompts == list(world.HELD_OUT_PROMPTS)
+    assert expected_scenes(held) == list(world.HELD_OUT_SCENES)
+    custom = tmp_path / "set.yaml"
+    custom.write_text(
+        "prompts:\n  - prompt: something red\n"
+        "    expect: {background: blue, colour: red, shape: circle, position: left}\n"
+    )
+    workload = Workload(prompt_set=str(custom))
+    assert workload.prompts == ["something red"]
+    assert expected_scenes(workload) == [world.Scene("blue", "red", "circle", "left")]
+    # Without a set, captions are parsed; a prompt of another world has no expectation.
+    assert expected_scenes(Workload(prompts=[PROMPTS[0], "a fox"])) == [world.parse_caption(PROMPTS[0]), None]
+
+
+def test_bad_prompt_sets_name_the_problem(tmp_path):
+    with pytest.raises(ConfigError, match=r"workload: .*prompt set 'nope' is neither a file nor a built-in set"):
+        parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "nope"}}, "p.yaml")
+    broken = tmp_path / "bad.yaml"
+    broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, hue: red}\n")
+    with pytest.raises(ConfigError, match=r"prompts\[0\]\.expect: keys must be background, colour, shape, position"):
+        parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": str(broken)}})
+
+
+def _write_outputs(run_dir, variant, images):
+    path = outputs_path(run_dir, "mini-flux", variant)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    arrays = {f"p{i}_s0_n0": np.asarray(im, dtype=np.float32)[None] / 255.0 for i, im in enumerate(images)}
+    np.savez_compressed(path, **arrays)
+    return {"model": "mini-flux", "variant": variant, "outputs_file": str(path.relative_to(run_dir))}
+
+
+def test_runner_scores_saved_outputs_and_the_loss_against_the_baseline(tmp_path):
+    workload = Workload(prompts=PROMPTS)
+    scenes = expected_scenes(workload)
+    model = ModelSpec(name="mini-flux", source="mini-flux")
+    keys = ["p0_s0_n0", "p1_s0_n0"]
+    baseline = _write_outputs(tmp_path, "baseline", [world.render(s, 0) for s in scenes])
+    attach_adherence(baseline, model, workload, None, tmp_path, keys)
+    assert baseline["adherence"]["overall"] == 1.0 and baseline["adherence"]["n"] == 2
+    assert "adherence_loss" not in baseline
+    wrong = world.Scene(scenes[1].background, scenes[1].colour, scenes[1].shape, "bottom")
+    variant = _write_outputs(tmp_path, "v", [world.render(scenes[0], 0), world.render(wrong, 0)])
+    attach_adherence(variant, model, workload, baseline, tmp_path, keys)
+    assert variant["adherence"]["position"] == 0.5
+    assert variant["adherence_loss"] == pytest.approx(1 / 8)
+    # A model without a world gets nothing.
+    other = {"model": "tiny-wan", "variant": "baseline", "outputs_file": baseline["outputs_file"]}
+    attach_adherence(other, ModelSpec(name="tiny-wan", source="tiny-wan"), workload, None, tmp_path, keys)
+    assert "adherence" not in other
+
+
+def _record(loss, features):
+    return {
+        "model": "mini-flux",
+        "variant": "v",
+        "status": "ok",
+        "features": features,
+        "parity": {"ssim": 0.99, "psnr": 40.0},
+        "evidence": {name: {"engaged": True} for name in features},
+        "adherence_loss": loss,
+    }
+
+
+def test_gate_bounds_a_lossy_variants_adherence_loss():
+    from accel.gate import adherence_check, gate_cell
+
+    data = load_gate_data()
+    limit = data.thresholds["adherence"]["lossy"]["cache"]
+    assert adherence_check(data, _record(limit / 2, {"cache_dit": {}})).ok
+    failing = gate_cell(_record(limit + 0.1, {"cache_dit": {}}), data, None, "image")
+    assert failing.outcome == "fail" and "adherence loss vs baseline" in failing.message()
+    # Lossless features and cells without a score are not bounded by adherence.
+    assert adherence_check(data, _record(0.5, {"attention_backend": "_native_math"})) is None
+    assert adherence_check(data, _record(None, {"cache_dit": {}})) is None
+
+
+def test_report_table_shows_each_attribute_and_the_loss():
+    from accel.report.adherence import adherence_table
+
+    summary = {"n": 8, "overall": 0.9, "overall_ci": [0.8, 0.95], "background": 1.0, "colour": 0.75}
+    summary |= {"shape": 0.875, "position": 1.0}
+    rows = [
+        {"model": "m", "variant": "baseline", "adherence": summary, "warm": {"median": 1}},
+        {"model": "m", "variant": "v", "adherence": summary, "adherence_loss": 0.05, "speedup": 1.5},
+    ]
+    table = adherence_table(rows)
+    assert "| v | 1.50x |" in table and "0.750" in table and "0.900 [0.80, 0.95] | 0.050 | 8 |" in table

@@ -1,0 +1,108 @@
+"""mini-flux: the committed weights (hash, size, config), a few steps of the training code, and the
+trained baseline's adherence on held-out prompts through plain diffusers. No training in CI."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+
+import pytest
+from conftest import invoke
+
+from accel import zoo
+from accel.errors import ConfigError
+from accel.zoo import mini_flux, world
+
+# Held-out combinations (never seen in training), one per position and template.
+PROMPTS = [
+    "a red circle on the left, on a white background",
+    "a yellow triangle at the top, on a cyan background",
+    "a blue square in the centre on yellow",
+    "purple background, a cyan triangle on the right",
+    "a blue circle at the bottom, on a white background",
+    "red background, a black circle at the bottom",
+]
+
+
+def test_prompts_are_held_out():
+    assert set(PROMPTS) <= set(world.HELD_OUT_PROMPTS)
+
+
+def test_committed_weights_match_their_hash_config_and_budget():
+    manifest = mini_flux.verify_weights()
+    assert manifest["config"] == mini_flux.MINI_FLUX_CONFIG, "config changed since training: retrain"
+    assert manifest["world_version"] == world.WORLD_VERSION
+    assert manifest["max_sequence_length"] == mini_flux.MAX_SEQUENCE_LENGTH == 32
+    total = sum((mini_flux.WEIGHTS_DIR / f).stat().st_size for f in mini_flux.COMPONENT_FILES.values())
+    assert total <= 25 * 2**20
+    assert all(math.isfinite(v) for v in manifest["final_losses"].values())
+    assert (mini_flux.WEIGHTS_DIR / mini_flux.LOG_FILE).read_text().strip()
+
+
+def test_tampered_weights_are_refused(tmp_path):
+    copy_dir = tmp_path / "weights"
+    shutil.copytree(mini_flux.WEIGHTS_DIR, copy_dir)
+    path = copy_dir / mini_flux.COMPONENT_FILES["transformer"]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"transformer\.safetensors: SHA-256 .* does not match"):
+        mini_flux.verify_weights(copy_dir)
+
+
+def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):
+    config = copy.deepcopy(mini_flux.MINI_FLUX_CONFIG)
+    config["train"]["images"] = 16
+    config["train"]["vae"] |= {"steps": 2, "batch": 4}
+    config["train"]["transformer"] |= {"steps": 3, "batch": 4, "warmup": 1}
+    config["train"]["joint"] |= {"steps": 2, "batch": 4, "warmup": 1}
+    manifest = mini_flux.train(tmp_path, config, threads=1, progress=False)
+    assert all(math.isfinite(v) for v in manifest["final_losses"].values())
+    log = (tmp_path / mini_flux.LOG_FILE).read_text()
+    assert "vae step 2/2" in log and "transformer step 3/3" in log and "joint step 2/2" in log
+    components = mini_flux.build_mini_flux(config, weights_dir=tmp_path)
+    assert components["vae"].config.scaling_factor == manifest["latent"]["scaling_factor"]
+
+
+def test_only_trained_entries_can_be_trained(monkeypatch, capsys):
+    code, _, err = invoke(monkeypatch, capsys, "zoo", "train", "tiny-flux")
+    assert code == 2 and "Trainable: mini-flux" in err
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    import torch
+    from diffusers import DiffusionPipeline
+
+    torch.set_num_threads(1)
+    pipeline = DiffusionPipeline.from_pretrained(str(zoo.build("mini-flux")))
+    pipeline.set_progress_bar_config(disable=True)
+    return pipeline
+
+
+def _held_out_scores(pipe):
+    import torch
+
+    from accel.measure.adherence import score, summarise
+
+    scores = []
+    for prompt in PROMPTS:
+        generator = torch.Generator().manual_seed(0)
+        image = pipe(prompt, height=64, width=64, max_sequence_length=32, generator=generator).images[0]
+        scores.append(score(world.parse_caption(prompt), image))
+    return summarise(scores)
+
+
+@pytest.fixture(scope="module")
+def held_out(pipe):
+    return _held_out_scores(pipe)
+
+
+def test_plain_diffusers_call_follows_held_out_prompts(held_out):
+    # Fixed before the weights were trained: six held-out combinations, one seed, the pipeline's defaults.
+    # On the whole held-out set (48 x 2 seeds) the colours' roles are swapped about half of the time
+    # (README, "What it learned"): these six are not a measure of that, only a regression check.
+    for kind in ("background", "colour", "position"):
+        assert held_out[kind] >= 5 / 6, (kind, held_out)
+    assert held_out["shape"] >= 4 / 6, held_out
