@@ -103,6 +103,7 @@ def _record(loss, features):
         "status": "ok",
         "features": features,
         "parity": {"ssim": 0.99, "psnr": 40.0},
+        "warm": {"median": 0.1, "cv": 0.01},
         "evidence": {name: {"engaged": True} for name in features},
         "adherence_loss": loss,
     }
