@@ -16,12 +16,27 @@ from typing import Any
 from pydantic import Field, field_validator
 
 from accel.errors import unknown_choice
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+    compute_dtype,
+)
 
 # Backends that run on a CPU (seen on CPU fp32 with diffusers 0.42). All others need an accelerator.
 CPU_BACKENDS = {"native", "_native_math", "_native_flash", "flex"}
 # Backends whose kernels quantise Q/K (and V): their output differs from exact attention.
 LOSSY_BACKENDS_PREFIX = ("sage", "_sage")
+# Kernels that only take float16/bfloat16 inputs (flash-attn, FlashAttention-3, sageattention; PyTorch's
+# flash and cuDNN SDPA kernels on CUDA). On a CPU, PyTorch's flash kernel also takes float32.
+HALF_ONLY_PREFIXES = ("flash", "_flash", "sage", "_sage")
+HALF_ONLY_CUDA = ("_native_flash", "_native_cudnn")
+HALF_DTYPES = ("float16", "bfloat16")
 # Optional packages by backend prefix, and the extra that installs them.
 PACKAGES = {
     "flash": "flash_attn",
@@ -160,13 +175,19 @@ class AttentionBackend(Feature):
                 return Support.no(
                     f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})"
                 )
-            return self.probe(device, options)
+            return self.probe(device, options, compute_dtype(pipeline))
         if transformer is None or not hasattr(transformer, "set_attention_backend"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
-        return self.probe(device, options)
+        return self.probe(device, options, compute_dtype(pipeline))
 
-    def probe(self, device: str, options: AttentionBackendConfig) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
         backend = options.backend
+        half_only = backend.startswith(HALF_ONLY_PREFIXES) or (device.startswith("cuda") and backend in HALF_ONLY_CUDA)
+        if dtype is not None and half_only and dtype not in HALF_DTYPES:
+            return Support.no(
+                f"backend {backend} needs float16 or bfloat16 inputs (the model computes in {dtype}); "
+                "set the model's dtype: bfloat16"
+            )
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:
             return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'")
