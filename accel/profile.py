@@ -92,6 +92,9 @@ class Variant(StrictModel):
     name: str
     features: dict[str, Any] = Field(default_factory=dict)
     description: str = ""
+    models: list[str] | None = Field(
+        default=None, description="Only for these models (names); default: every model of the profile."
+    )
 
     @field_validator("name")
     @classmethod
@@ -167,6 +170,18 @@ class Profile(StrictModel):
         names = [m.name for m in self.models]
         if reference is not None and reference not in names:
             raise ValueError(f"measure.reference_model: '{reference}' is not a model name ({', '.join(names)})")
+        return self
+
+    @model_validator(mode="after")
+    def _variant_models_exist(self) -> Profile:
+        names = [m.name for m in self.models]
+        for index, variant in enumerate(self.variants):
+            for name in variant.models or []:
+                if name not in names:
+                    raise ValueError(
+                        f"variants[{index}].models: '{name}' is not a model name.{did_you_mean(name, names)} "
+                        f"Models: {', '.join(names)}"
+                    )
         return self
 
     @model_validator(mode="after")

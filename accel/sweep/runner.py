@@ -46,7 +46,9 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
         if profile.measure.noise_floor:
             cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
-            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir)) for v in variants
+            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
+            for v in variants
+            if v.models is None or model.name in v.models
         )
     return cells
 
@@ -58,7 +60,7 @@ def check_inputs(profile: Profile, source: str) -> None:
     for index, model in enumerate(profile.models):
         where = f"{source}: models[{index}]"
         location = resolve_source(model, where)
-        factor = resolution_factor(location) if Path(location).is_dir() else None
+        factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None
         for key in ("height", "width"):
             value = getattr(profile.workload, key)
             if factor and value % factor:
