@@ -142,12 +142,13 @@ def peers_table(records: list[dict[str, Any]], roofline: Any, peers: dict[str, A
         ours = record["warm"]["median"] if record and record.get("warm") else None
         step = (record.get("stages") or {}).get("step_median_s") if record else None
         mfu = ((record.get("roofline") or {}).get("mfu")) if record else None
+        published = row["seconds"]
         status = "" if ours is not None else f" ({record['status']}: {record.get('error') or ''})" if record else ""
-        lines.append(
-            f"| {row['label']} | {f'{ours:.2f}' if ours is not None else 'not measured' + status} "
-            f"| {row['seconds']:.2f} | {f'{ours / row['seconds']:.2f}' if ours is not None else '–'} "
-            f"| {f'{step * 1e3:.1f}' if step else '–'} | {f'{mfu:.0%}' if mfu else '–'} |"
-        )
+        ours_text = f"{ours:.2f}" if ours is not None else "not measured" + status
+        ratio = f"{ours / published:.2f}" if ours is not None else "–"
+        step_text = f"{step * 1e3:.1f}" if step else "–"
+        mfu_text = f"{mfu:.0%}" if mfu else "–"
+        lines.append(f"| {row['label']} | {ours_text} | {published:.2f} | {ratio} | {step_text} | {mfu_text} |")
     if roofline is not None:
         lines += [
             "",
@@ -241,13 +242,15 @@ def main(argv: list[str] | None = None) -> int:
 
         records = read_results(run_dir)
     peers = yaml.safe_load(PEERS_FILE.read_text())
+    sweep_state = "stopped at the deadline" if code is None else "finished" if code == 0 else "failed"
+    cells = ", ".join(f"{r['model']}/{r['variant']}={r['status']}" for r in records) or "none"
     summary = [
         f"# GPU check: {args.profile.name}{' (CPU smoke run)' if args.smoke else ''}",
         "",
         f"- Device: {device_name}; torch {torch.__version__}",
-        f"- Sweep: exit {code} ({'stopped at the deadline' if code is None else 'finished' if code == 0 else 'failed'}); "
-        f"{len(records)} cell(s) recorded; gate exit {gate_code} (0 pass, 1 a cell failed, 2 bad input)",
-        f"- Cells: {', '.join(f'{r['model']}/{r['variant']}={r['status']}' for r in records) or 'none'}",
+        f"- Sweep: exit {code} ({sweep_state}); {len(records)} cell(s) recorded; gate exit {gate_code} "
+        "(0 pass, 1 a cell failed, 2 bad input)",
+        f"- Cells: {cells}",
         "- Synthetic weights: speed, memory and FLOPs are the real model's; parity is meaningful for lossless "
         "features only.",
         "",
