@@ -16,8 +16,8 @@ the profile's first model on this device, the comparison with ``peers.yaml``, an
     $OUT/figures.tar.gz     the report's figures (PNG)
     $OUT/run.tar.gz         the rest of the run directory (profile, gate junit; no images or outputs)
 
-``--smoke`` runs the same profile on the CPU at depth 1, widths divided by 4, 32x32 and 6 steps, with
-the inline executor and compile's ``eager`` backend (no C++ toolchain): the CPU test suite runs it
+``--smoke`` runs the same profile on the CPU at depth 1, widths divided by 4, 32x32, 6 steps, float32
+and one timed call per cell, with the inline executor and compile's ``eager`` backend (no C++ toolchain): the CPU test suite runs it
 (``tests/test_gpu_check.py``) so that every step of the GPU check is exercised in CI.
 """
 
@@ -47,7 +47,7 @@ SMOKE = {"source_options": "depth=1&width=4", "height": 32, "width": 32, "steps"
 
 
 def smoke_profile(data: dict[str, Any]) -> dict[str, Any]:
-    """The profile at CPU size: every synthetic source at depth 1 and widths / 4, 32x32, 6 steps, inline.
+    """The profile at CPU size: synthetic sources at depth 1 and widths / 4, 32x32, 6 steps, float32, inline.
 
     Feature options are kept except compile's backend (``eager``: dynamo and the regional plumbing run,
     inductor's C++ compilation does not) and the timeouts; cells that need CUDA report unsupported.
@@ -58,6 +58,7 @@ def smoke_profile(data: dict[str, Any]) -> dict[str, Any]:
             separator = "&" if "?" in model["source"] else "?"
             model["source"] = f"{model['source']}{separator}{SMOKE['source_options']}"
         model["device"] = "cpu"
+        model["dtype"] = "float32"  # bf16 matmuls and convolutions crawl on CPUs without bf16 units
         model.setdefault("call_kwargs", {})["max_sequence_length"] = SMOKE["max_sequence_length"]
     data["workload"].update(height=SMOKE["height"], width=SMOKE["width"], steps=SMOKE["steps"])
     for variant in data.get("variants", []):
@@ -65,7 +66,7 @@ def smoke_profile(data: dict[str, Any]) -> dict[str, Any]:
         if compile_options is not None:
             options = {"granularity": compile_options} if isinstance(compile_options, str) else dict(compile_options)
             variant["features"]["compile"] = {**options, "backend": "eager"}
-    data["measure"].update(executor="inline", timeout_s=300)
+    data["measure"].update(executor="inline", timeout_s=300, repeats=1)
     data["name"] = f"{data['name']}-smoke"
     return data
 
