@@ -26,7 +26,7 @@ SMALL = "synthetic:flux.1-dev?depth=1&width=4"
     ],
 )
 def test_bad_synthetic_sources_name_what_is_allowed(source, message):
-    with pytest.raises(ConfigError, match="models.source") as error:
+    with pytest.raises(ConfigError, match=r"models\.source") as error:
         synthetic.parse(source, "models.source")
     assert message in str(error.value)
 
@@ -79,8 +79,9 @@ def test_weights_are_made_on_the_target_device_and_dtype_and_reproduce():
     weights = [p for p in first["transformer"].parameters() if p.ndim == 2]
     assert all(torch.isfinite(w).all() and w.float().std() > 0 for w in weights)
     second = synthetic.build_components(synthetic.parse(SMALL), "cpu", "bfloat16")
-    for (name, a), b in zip(first["transformer"].state_dict().items(), second["transformer"].state_dict().values()):
-        assert torch.equal(a, b), name
+    again = second["transformer"].state_dict()
+    for name, tensor in first["transformer"].state_dict().items():
+        assert torch.equal(tensor, again[name]), name
     assert first["tokenizer_2"].model_max_length >= 512  # the published max_sequence_length fits
 
 
@@ -97,7 +98,7 @@ def test_sources_resolve_without_files_and_check_the_resolution(write_profile, t
         "workload": {"prompts": ["a fox"], "height": 40, "width": 32},
     }
     path = write_profile(profile)
-    with pytest.raises(ConfigError, match="workload.height: 40 is not a multiple of 16"):
+    with pytest.raises(ConfigError, match=r"workload\.height: 40 is not a multiple of 16"):
         check_inputs(load_profile(path), str(path))
 
 

@@ -17,8 +17,9 @@ the profile's first model on this device, the comparison with ``peers.yaml``, an
     $OUT/run.tar.gz         the rest of the run directory (profile, gate junit; no images or outputs)
 
 ``--smoke`` runs the same profile on the CPU at depth 1, widths divided by 4, 32x32, 6 steps, float32
-and one timed call per cell, with the inline executor and compile's ``eager`` backend (no C++ toolchain): the CPU test suite runs it
-(``tests/test_gpu_check.py``) so that every step of the GPU check is exercised in CI.
+and one timed call per cell, with the inline executor and compile's ``eager`` backend (no C++
+toolchain): the CPU test suite runs it (``tests/test_gpu_check.py``) so that every step of the GPU
+check is exercised in CI.
 """
 
 from __future__ import annotations
