@@ -15,7 +15,9 @@ fi
 out="${OUT:-runs/gpu-check-out}"
 mkdir -p "$out"
 echo "python: $py; wheels: ${GPU_WHEELS:-.gpu-wheels}; out: $out"
-if ! "$py" benchmarks/gpu/install_wheels.py "${GPU_WHEELS:-.gpu-wheels}" 2>&1 | tee "$out/install.log"; then
+# GPU_CHECK_INSTALL=dry prints the installation plan without installing (a CPU dry run of this script).
+dry=""; [ "${GPU_CHECK_INSTALL:-yes}" = "dry" ] && dry="--dry-run"
+if ! "$py" benchmarks/gpu/install_wheels.py "${GPU_WHEELS:-.gpu-wheels}" $dry 2>&1 | tee "$out/install.log"; then
     echo "installation failed: see $out/install.log" >&2
 fi
 "$py" -c "import torch, diffusers, cache_dit, torchao, pydantic; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'cache-dit', getattr(cache_dit, '__version__', '?'), 'torchao', torchao.__version__)" 2>&1 | tee -a "$out/install.log"
