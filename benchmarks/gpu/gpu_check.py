@@ -175,8 +175,13 @@ def pack(run_dir: Path, out: Path, log: Log) -> list[Path]:
             (out / name).write_bytes(source.read_bytes())
             written.append(out / name)
     figures = sorted((run_dir / "figures").glob("*.png")) if (run_dir / "figures").is_dir() else []
+    budget = MAX_OUT_BYTES - 1024 * 1024  # PNGs do not compress: keep the smallest that fit
     with tarfile.open(out / "figures.tar.gz", "w:gz") as archive:
-        for path in figures:
+        for path in sorted(figures, key=lambda p: p.stat().st_size):
+            if path.stat().st_size > budget:
+                log.write(f"figure {path.name} left out: {path.stat().st_size} bytes would exceed 16 MiB")
+                continue
+            budget -= path.stat().st_size
             archive.add(path, arcname=f"figures/{path.name}")
     written.append(out / "figures.tar.gz")
     with tarfile.open(out / "run.tar.gz", "w:gz") as archive:

@@ -20,6 +20,8 @@ dry=""; [ "${GPU_CHECK_INSTALL:-yes}" = "dry" ] && dry="--dry-run"
 if ! "$py" benchmarks/gpu/install_wheels.py "${GPU_WHEELS:-.gpu-wheels}" $dry 2>&1 | tee "$out/install.log"; then
     echo "installation failed: see $out/install.log" >&2
 fi
+# Without pip the wheels were unpacked into .gpu-site: importable from there.
+if [ -d .gpu-site ]; then export PYTHONPATH="$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}"; fi
 "$py" -c "import torch, diffusers, cache_dit, torchao, pydantic; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'cache-dit', getattr(cache_dit, '__version__', '?'), 'torchao', torchao.__version__)" 2>&1 | tee -a "$out/install.log"
 elapsed=$(( $(date +%s) - start ))
 budget=$(( ${GPU_CHECK_BUDGET_S:-420} ))

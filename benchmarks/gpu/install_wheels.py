@@ -4,6 +4,8 @@ Run on the GPU machine (no network) by ``gpu_check.sh``. diffusers, cache-dit an
 installed at the carried versions; the others (pydantic and friends, platformdirs) only where missing or
 older than the project needs. Everything goes through ``pip install --no-index --no-deps`` with a
 constraint pinning the torch that is installed, and the torch version is checked again afterwards.
+Where this Python has no pip, the chosen wheels are unpacked into ``--fallback-dir`` (a wheel is a zip
+of what site-packages would hold) and ``gpu_check.sh`` puts that folder on ``PYTHONPATH``.
 Exit codes: 0 installed, 3 something is wrong (message on stderr).
 """
 
@@ -14,6 +16,7 @@ import importlib.metadata
 import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 ALWAYS = ("diffusers", "cache-dit", "torchao")
@@ -77,10 +80,19 @@ def plan_install(wheels: list[Path], installed: dict[str, str | None]) -> tuple[
     return [by_name[name] for name in sorted(chosen)], notes
 
 
+def unpack(wheels: list[Path], target: Path) -> None:
+    """Extract wheels into ``target`` (importable once it is on ``PYTHONPATH``)."""
+    target.mkdir(parents=True, exist_ok=True)
+    for wheel in wheels:
+        with zipfile.ZipFile(wheel) as archive:
+            archive.extractall(target)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("wheels", type=Path, help="The folder of carried wheels (.gpu-wheels).")
     parser.add_argument("--dry-run", action="store_true", help="Print the plan, install nothing.")
+    parser.add_argument("--fallback-dir", type=Path, default=Path(".gpu-site"), help="Unpack here without pip.")
     args = parser.parse_args()
     wheels = sorted(args.wheels.glob("*.whl"))
     if not wheels:
@@ -94,6 +106,11 @@ def main() -> int:
     chosen, notes = plan_install(wheels, {name: installed_version(name) for name in names})
     print("\n".join(notes))
     if args.dry_run or not chosen:
+        return 0
+    has_pip = subprocess.run([sys.executable, "-m", "pip", "--version"], capture_output=True, check=False)
+    if has_pip.returncode:
+        unpack(chosen, args.fallback_dir)
+        print(f"no pip in {sys.executable}: unpacked {len(chosen)} wheel(s) into {args.fallback_dir}")
         return 0
     constraints = args.wheels / "constraints.txt"
     constraints.write_text(f"torch=={torch_before}\n")
