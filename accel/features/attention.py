@@ -182,12 +182,6 @@ class AttentionBackend(Feature):
 
     def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
         backend = options.backend
-        half_only = backend.startswith(HALF_ONLY_PREFIXES) or (device.startswith("cuda") and backend in HALF_ONLY_CUDA)
-        if dtype is not None and half_only and dtype not in HALF_DTYPES:
-            return Support.no(
-                f"backend {backend} needs float16 or bfloat16 inputs (the model computes in {dtype}); "
-                "set the model's dtype: bfloat16"
-            )
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:
             return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'")
@@ -197,6 +191,12 @@ class AttentionBackend(Feature):
             return Support.no(f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}")
         if backend in ("_native_npu", "_native_xla"):
             return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device")
+        half_only = backend.startswith(HALF_ONLY_PREFIXES) or (device.startswith("cuda") and backend in HALF_ONLY_CUDA)
+        if dtype is not None and half_only and dtype not in HALF_DTYPES:
+            return Support.no(
+                f"backend {backend} needs float16 or bfloat16 inputs (the model computes in {dtype}); "
+                "set the model's dtype: bfloat16"
+            )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> Handle:
