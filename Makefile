@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: sweep test setup clean report report-engines
+.PHONY: sweep test setup clean report report-engines gpu-check gpu-wheels roofline
 
 setup: $(STAMP)
 
@@ -40,3 +40,16 @@ report-engines: $(STAMP)
 	$(VENV)/bin/omni-accel engines create vllm-omni
 	rm -rf reports/engines-flux
 	$(VENV)/bin/omni-accel sweep profiles/engines-flux.yaml --out reports/engines-flux
+
+# The GPU check (benchmarks/gpu/): `make gpu-wheels` on a machine with PyPI downloads the wheels the GPU
+# machine lacks into .gpu-wheels/ (ignored, ~12 MiB); `make gpu-check` on the GPU machine (no network,
+# no .venv: its own Python and torch) installs them and writes report.md, results and figures into $OUT.
+gpu-wheels:
+	PIP="$(if $(wildcard $(VENV)/bin/python),$(VENV)/bin/python -m pip,$(PYTHON) -m pip)" bash benchmarks/gpu/download_wheels.sh
+
+gpu-check:
+	bash benchmarks/gpu/gpu_check.sh
+
+# FLUX.1-dev's FLOPs and floors on an H200, counted on the meta device (no GPU needed).
+roofline: $(STAMP)
+	$(VENV)/bin/omni-accel roofline synthetic:flux.1-dev --height 1024 --width 1024 --steps 28 --device h200

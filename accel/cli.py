@@ -298,6 +298,44 @@ def features() -> None:
     typer.echo("A pipeline can still refuse a feature here (no VAE, no _repeated_blocks, ...): sweeps report why.")
 
 
+@app.command()
+def roofline(
+    source: str = typer.Argument(..., help="A synthetic source, e.g. synthetic:flux.1-dev."),
+    height: int | None = typer.Option(None, "--height", help="Pixels; default: the model's published default."),
+    width: int | None = typer.Option(None, "--width", help="Pixels; default: the model's published default."),
+    steps: int | None = typer.Option(None, "--steps", help="Denoising steps; default: the published default."),
+    frames: int | None = typer.Option(None, "--frames", help="Video models: frames (default: published)."),
+    text_tokens: int | None = typer.Option(None, "--text-tokens", help="Text sequence length (default: published)."),
+    device: str = typer.Option("h200", "--device", help="h200 | h100 | b200 | a100 | l40s | l20 | h20 | 4090."),
+    dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp8 (fp8: linear layers at the fp8 peak)."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write the numbers as JSON here."),
+) -> None:
+    """FLOPs per forward, step and image of a real-shape model, counted on the meta device (no GPU, nothing
+    allocated), its floor on a named device and what each feature family can at most save."""
+    import json
+
+    from accel.measure.roofline import compute, format_text
+    from accel.zoo import synthetic
+
+    _setup_logging(False)
+    defaults = {}
+    if synthetic.is_synthetic(source):
+        defaults = synthetic.parse(source, "roofline").architecture.default_workload
+    result = compute(
+        source,
+        height=height or defaults.get("height", 1024),
+        width=width or defaults.get("width", 1024),
+        steps=steps or defaults.get("steps", 28),
+        device=device,
+        dtype=dtype,
+        frames=frames,
+        text_tokens=text_tokens,
+    )
+    typer.echo(format_text(result))
+    if json_out is not None:
+        json_out.write_text(json.dumps(result.to_dict(), indent=2))
+
+
 def main() -> None:
     """Console entry point: run the app, turning AccelError and usage errors into exit code 2."""
     try:  # typer >= 0.2x vendors click; older releases use click itself

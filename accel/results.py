@@ -234,8 +234,16 @@ def to_frame(records: list[dict[str, Any]]):
     return pd.DataFrame([flatten(r) for r in records], columns=COLUMNS)
 
 
-def write_table(records: list[dict[str, Any]], run_dir: str | Path) -> Path:
-    """Write ``results.parquet`` next to the log and return its path."""
+def write_table(records: list[dict[str, Any]], run_dir: str | Path) -> Path | None:
+    """Write ``results.parquet`` next to the log and return its path; None without a parquet engine.
+
+    pandas writes parquet through pyarrow (a dependency here); a machine without it (the GPU check's,
+    where a 40 MB wheel does not fit the carried files) keeps ``results.jsonl``, the same records.
+    """
+    import importlib.util
+
+    if importlib.util.find_spec("pyarrow") is None and importlib.util.find_spec("fastparquet") is None:
+        return None
     path = Path(run_dir) / TABLE_FILE
     to_frame(records).to_parquet(path, index=False)
     return path

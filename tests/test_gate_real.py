@@ -25,7 +25,9 @@ VARIANTS = [
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("gate-real")
-    profile = parse_profile(small_profile(["tiny-flux"], VARIANTS, steps=8))
+    data = small_profile(["tiny-flux"], VARIANTS, steps=8)
+    data["models"][0]["device"] = "cpu"  # the same cells (fp8 dynamic skipped) on a CUDA host too
+    profile = parse_profile(data)
     run_sweep(profile, "t.yaml", run_dir, show_progress=False)
     return run_dir
 

@@ -29,12 +29,18 @@ from accel.features.base import (
     Support,
     Tally,
     Verdict,
+    compute_dtype,
 )
 
 # Backends that run on a CPU (seen on CPU fp32 with diffusers 0.42). All others need an accelerator.
 CPU_BACKENDS = {"native", "_native_math", "_native_flash", "flex"}
 # Backends whose kernels quantise Q/K (and V): their output differs from exact attention.
 LOSSY_BACKENDS_PREFIX = ("sage", "_sage")
+# Kernels that only take float16/bfloat16 inputs (flash-attn, FlashAttention-3, sageattention; PyTorch's
+# flash and cuDNN SDPA kernels on CUDA). On a CPU, PyTorch's flash kernel also takes float32.
+HALF_ONLY_PREFIXES = ("flash", "_flash", "sage", "_sage")
+HALF_ONLY_CUDA = ("_native_flash", "_native_cudnn")
+HALF_DTYPES = ("float16", "bfloat16")
 # Optional packages by backend prefix, and the extra that installs them.
 PACKAGES = {
     "flash": "flash_attn",
@@ -197,12 +203,12 @@ class AttentionBackend(Feature):
                 return Support.no(
                     f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})"
                 )
-            return self.probe(device, options)
+            return self.probe(device, options, compute_dtype(pipeline))
         if transformer is None or not hasattr(transformer, "set_attention_backend"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
-        return self.probe(device, options)
+        return self.probe(device, options, compute_dtype(pipeline))
 
-    def probe(self, device: str, options: AttentionBackendConfig) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
         backend = options.backend
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:
@@ -213,6 +219,12 @@ class AttentionBackend(Feature):
             return Support.no(f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}")
         if backend in ("_native_npu", "_native_xla"):
             return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device")
+        half_only = backend.startswith(HALF_ONLY_PREFIXES) or (device.startswith("cuda") and backend in HALF_ONLY_CUDA)
+        if dtype is not None and half_only and dtype not in HALF_DTYPES:
+            return Support.no(
+                f"backend {backend} needs float16 or bfloat16 inputs (the model computes in {dtype}); "
+                "set the model's dtype: bfloat16"
+            )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> Handle:

@@ -152,6 +152,16 @@ class Handle(ABC):
         """Undo ``apply``: the pipeline behaves as before."""
 
 
+def compute_dtype(pipeline: Any) -> str | None:
+    """The dtype the pipeline's denoiser computes in (``bfloat16``, ``float32``, ...), or None if unknown."""
+    module = getattr(pipeline, "transformer", None) or getattr(pipeline, "unet", None)
+    try:
+        parameter = next(module.parameters())
+    except (AttributeError, StopIteration, TypeError):
+        return None
+    return str(parameter.dtype).removeprefix("torch.")
+
+
 class Feature(ABC):
     """One acceleration feature. Subclasses set the class attributes and implement the three methods."""
 
@@ -186,10 +196,13 @@ class Feature(ABC):
         """Extra ``from_pretrained`` kwargs when the feature acts at load time (default: none)."""
         return {}
 
-    def probe(self, device: str, options: FeatureConfig) -> Support:
-        """Whether the feature can run on this device and installation, before any pipeline is loaded.
+    def probe(self, device: str, options: FeatureConfig, dtype: str | None = None) -> Support:
+        """Whether the feature can run on this device, installation and compute dtype (``None``: not known
+        yet), before any pipeline is loaded.
 
-        ``check`` calls it first; ``omni-accel features`` lists it. Default: nothing device-specific.
+        ``check`` calls it again with the loaded pipeline's dtype (``compute_dtype``), so a kernel that
+        needs bf16 is reported unsupported with the reason before anything runs, never mid-cell.
+        ``omni-accel features`` lists it. Default: nothing device-specific.
         """
         return Support.yes()
 

@@ -178,7 +178,7 @@ class CacheDit(Feature):
     config_cls = CacheDitConfig
     description = "Cache-DiT DBCache (+ TaylorSeer, SCM)"
 
-    def probe(self, device: str, options: CacheDitConfig) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: CacheDitConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
         import importlib.util
 
         if importlib.util.find_spec("cache_dit") is None:

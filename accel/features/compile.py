@@ -107,7 +107,7 @@ class Compile(Feature):
             return Support.no(f"transformer {type(transformer).__name__} has no _repeated_blocks")
         return self.probe(device, options)
 
-    def probe(self, device: str, options: CompileConfig) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: CompileConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
         if options.mode == "reduce-overhead" and not device.startswith("cuda"):
             return Support.no(f"mode reduce-overhead uses CUDA graphs (found: {device})")
         return Support.yes()

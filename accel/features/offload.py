@@ -178,7 +178,7 @@ class SequentialOffload(Feature):
     config_cls = SequentialOffloadConfig
     description = "sequential (leaf-level) CPU offload (pipe.enable_sequential_cpu_offload)"
 
-    def probe(self, device: str, options: FeatureConfig) -> Support:
+    def probe(self, device: str, options: FeatureConfig, dtype: str | None = None) -> Support:
         if not device.startswith("cuda"):
             return Support.no(f"sequential offload needs an accelerator to offload from (found: {device})")
         return Support.yes()
@@ -219,7 +219,7 @@ class _GroupOffloadFeature(Feature):
     def _kwargs(self, options: Any, device: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def probe(self, device: str, options: Any) -> Support:
+    def probe(self, device: str, options: Any, dtype: str | None = None) -> Support:
         if self._kwargs(options, device).get("use_stream") and not device.startswith("cuda"):
             return Support.no(f"use_stream needs CUDA streams (found: {device}); set use_stream: false")
         return Support.yes()

@@ -17,7 +17,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+    compute_dtype,
+)
 
 Method = Literal["int8wo", "int8dq", "fp8wo", "fp8dq", "fp8dq_row", "int4wo"]
 
@@ -197,19 +207,32 @@ class Quantization(Feature):
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
 
-    def probe(self, device: str, options: QuantizationConfig) -> Support:
+    def probe(self, device: str, options: QuantizationConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
         import importlib.util
 
         if importlib.util.find_spec("torchao") is None:
             return Support.no("package torchao not installed: pip install torchao")
         if options.method in ("fp8dq", "fp8dq_row"):
-            return _needs_sm89(device)
-        if options.method == "int4wo" and not device.startswith("cuda"):
-            return Support.no(f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})")
+            support = _needs_sm89(device)
+            if not support.supported:
+                return support
+        if options.method == "fp8dq_row" and dtype is not None and dtype != "bfloat16":
+            return Support.no(
+                f"fp8dq_row (per-row float8) needs bfloat16 weights (torchao asserts it; the model is {dtype}): "
+                "set the model's dtype: bfloat16"
+            )
+        if options.method == "int4wo":
+            if not device.startswith("cuda"):
+                return Support.no(f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})")
+            package = _int4_packing_package()
+            if package is not None:
+                return Support.no(f"int4wo needs torchao's int4 packing package {package}: pip install {package}")
+            if dtype is not None and dtype != "bfloat16":
+                return Support.no(f"int4wo needs bfloat16 weights (the model is {dtype}): set the model's dtype")
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: QuantizationConfig) -> Support:
-        probed = self.probe(device, options)
+        probed = self.probe(device, options, compute_dtype(pipeline))
         if not probed.supported:
             return probed
         if options.at_load and not hasattr(pipeline, "save_pretrained"):
@@ -300,6 +323,22 @@ class Quantization(Feature):
                 evidence,
             )
         return Verdict(True, f"{'partial quantization: ' if worst < 1 else ''}{counted}{why}", evidence)
+
+
+def _int4_packing_package() -> str | None:
+    """The package torchao's int4 weight-only tensors pack with, when it is missing; None when present.
+
+    torchao >= 0.17 packs with ``mslk``; earlier releases with ``fbgemm-gpu-genai`` (``fbgemm_gpu``).
+    """
+    import importlib.util
+
+    try:
+        import torchao.utils as ao_utils
+    except ImportError:
+        return "torchao"
+    if hasattr(ao_utils, "_is_mslk_available"):
+        return None if importlib.util.find_spec("mslk") is not None else "mslk"
+    return None if importlib.util.find_spec("fbgemm_gpu") is not None else "fbgemm-gpu-genai"
 
 
 def _needs_sm89(device: str) -> Support:

@@ -13,17 +13,51 @@ from __future__ import annotations
 import time
 from typing import Any
 
-# Dense tensor-core peaks in FLOP/s, from the vendors' datasheets (without structured sparsity).
+# Dense peaks in FLOP/s from the vendors' datasheets (without structured sparsity; datasheets print
+# sparse tensor-core numbers at twice these). Keys: "bfloat16"/"float16"/"float8" (tensor cores),
+# "tfloat32" (float32 matmuls on tensor cores, used when torch allows TF32) and "float32" (CUDA
+# cores: what a float32 matmul gets with torch's default, TF32 off). A dtype missing here has no
+# known peak: no floor is claimed rather than another dtype's.
 PEAK_FLOPS: dict[str, dict[str, float]] = {
-    "B200": {"bfloat16": 2.25e15, "float16": 2.25e15, "float8": 4.5e15},
-    "H200": {"bfloat16": 989e12, "float16": 989e12, "float8": 1979e12},
-    "H100": {"bfloat16": 989e12, "float16": 989e12, "float8": 1979e12},
-    "H20": {"bfloat16": 148e12, "float16": 148e12, "float8": 296e12},
-    "A100": {"bfloat16": 312e12, "float16": 312e12, "float32": 156e12},
-    "L40S": {"bfloat16": 362e12, "float16": 362e12, "float8": 733e12},
+    # NVIDIA B200 datasheet (HGX B200, per GPU): FP8 4.5 PF, BF16 2.25 PF, TF32 1.1 PF dense.
+    "B200": {"bfloat16": 2.25e15, "float16": 2.25e15, "float8": 4.5e15, "tfloat32": 1.1e15},
+    # H100/H200 SXM datasheets: FP8 1979, BF16/FP16 989, TF32 494.5 (dense), FP32 67 TFLOP/s.
+    "H200": {"bfloat16": 989e12, "float16": 989e12, "float8": 1979e12, "tfloat32": 494.5e12, "float32": 67e12},
+    "H100": {"bfloat16": 989e12, "float16": 989e12, "float8": 1979e12, "tfloat32": 494.5e12, "float32": 67e12},
+    # H20 datasheet: FP8 296, BF16 148, TF32 74, FP32 44 TFLOP/s.
+    "H20": {"bfloat16": 148e12, "float16": 148e12, "float8": 296e12, "tfloat32": 74e12, "float32": 44e12},
+    # A100 SXM datasheet: BF16/FP16 312, TF32 156 (dense), FP32 19.5 TFLOP/s; no FP8.
+    "A100": {"bfloat16": 312e12, "float16": 312e12, "tfloat32": 156e12, "float32": 19.5e12},
+    # L40S datasheet: FP8 733, BF16 362, TF32 183 (dense), FP32 91.6 TFLOP/s.
+    "L40S": {"bfloat16": 362e12, "float16": 362e12, "float8": 733e12, "tfloat32": 183e12, "float32": 91.6e12},
+    # L20 datasheet: FP8 239, BF16 119.5 TFLOP/s dense.
     "L20": {"bfloat16": 119.5e12, "float16": 119.5e12, "float8": 239e12},
-    "4090": {"bfloat16": 165.2e12, "float16": 165.2e12, "float8": 330.3e12},
+    # RTX 4090 (Ada whitepaper, FP32 accumulate): FP8 330.3, BF16 165.2, TF32 82.6, FP32 82.6 TFLOP/s.
+    "4090": {"bfloat16": 165.2e12, "float16": 165.2e12, "float8": 330.3e12, "tfloat32": 82.6e12, "float32": 82.6e12},
 }
+
+
+def _tf32_enabled() -> bool:
+    """Whether torch runs float32 matmuls on tensor cores (TF32); torch leaves it off by default."""
+    import torch
+
+    return bool(torch.backends.cuda.matmul.allow_tf32) or torch.get_float32_matmul_precision() != "highest"
+
+
+def peak_for(device_name: str, dtype: str, tf32: bool = False) -> tuple[float | None, str]:
+    """Datasheet peak of a named accelerator for ``dtype`` and the label saying which peak it is.
+
+    float32 maps to the TF32 tensor-core peak when ``tf32`` (torch's matmul precision allows it), else to
+    the float32 CUDA-core peak; a dtype the table lacks gives no peak rather than another dtype's.
+    """
+    for key, peaks in PEAK_FLOPS.items():
+        if key in device_name:
+            entry = "tfloat32" if dtype == "float32" and tf32 else dtype
+            peak = peaks.get(entry)
+            if peak is None:
+                return None, f"no datasheet {entry} peak known for {key}"
+            return peak, f"datasheet {key} {entry} dense"
+    return None, f"no peak known for {device_name}"
 
 
 def _cpu_attention_mapping() -> dict[Any, Any]:
@@ -81,12 +115,7 @@ def device_peak(device: str, dtype: str, recorded: float | None = None) -> tuple
     if device.startswith("cuda"):
         import torch
 
-        name = torch.cuda.get_device_name()
-        for key, peaks in PEAK_FLOPS.items():
-            if key in name:
-                peak = peaks.get(dtype) or peaks.get("bfloat16")
-                return peak, f"datasheet {key} {dtype} dense"
-        return None, f"no peak known for {name}"
+        return peak_for(torch.cuda.get_device_name(), dtype, tf32=_tf32_enabled())
     if recorded:
         return recorded, f"{dtype} GEMM measured once per sweep on this CPU (environment.json)"
     return measure_cpu_peak(dtype), f"{dtype} GEMM measured in this cell on this CPU (no per-sweep value)"

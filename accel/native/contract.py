@@ -59,9 +59,18 @@ def native_for(checkpoint: str | Path, override: str | None = None) -> type[Nati
         return import_native(override)
     index = Path(checkpoint) / "model_index.json"
     class_name = json.loads(index.read_text()).get("_class_name", "?")
+    return native_for_class(class_name, where=str(index))
+
+
+def native_for_class(class_name: str, override: str | None = None, where: str = "source") -> type[NativePipeline]:
+    """The native pipeline class registered for a diffusers pipeline class name (or ``override``)."""
+    import accel.native.flux  # noqa: F401  (registers the in-tree pipelines)
+
+    if override:
+        return import_native(override)
     if class_name not in NATIVE_PIPELINES:
         raise ConfigError(
-            f"{index}: {unknown_choice('native pipeline for _class_name', class_name, NATIVE_PIPELINES)}; "
+            f"{where}: {unknown_choice('native pipeline for _class_name', class_name, NATIVE_PIPELINES)}; "
             "use target: adapter, or register one with native_pipeline: package.module:ClassName"
         )
     return NATIVE_PIPELINES[class_name]
@@ -83,6 +92,14 @@ class NativePipeline(torch.nn.Module):
         self.stage_times: dict[str, Any] = {}
         self._progress_disabled = True
         self._offload_hooks: list[Any] = []
+        # Where the pipeline computes: set by ``to()`` and kept by offload, which moves weights to the CPU.
+        self._execution_device: torch.device | None = None
+
+    @classmethod
+    def from_components(cls, components: dict[str, Any], dtype: torch.dtype = torch.float32) -> NativePipeline:
+        """A pipeline from in-memory components (a ``synthetic:`` source's); subclasses that support it
+        override this."""
+        raise ConfigError(f"native pipeline {cls.__name__} cannot be built from in-memory components")
 
     # --- components -----------------------------------------------------------------------------------
     def _resolve(self, dotted: str) -> Any:
@@ -103,7 +120,25 @@ class NativePipeline(torch.nn.Module):
 
     @property
     def execution_device(self) -> torch.device:
+        """The device the stages compute on: the one the pipeline was moved to with ``to()``.
+
+        Not the first transformer parameter's device: after model, group or layerwise offload that is
+        the CPU, which would put latents on the wrong device and make ``synchronize`` a no-op.
+        """
+        if self._execution_device is not None:
+            return self._execution_device
         return next(self._resolve(self._dit_modules[0]).parameters()).device
+
+    def to(self, *args: Any, **kwargs: Any) -> NativePipeline:
+        """``nn.Module.to``; a device argument also becomes the execution device."""
+        device = kwargs.get("device")
+        for arg in args:
+            if isinstance(arg, (str, torch.device)):
+                device = arg
+        moved = super().to(*args, **kwargs)
+        if device is not None:
+            self._execution_device = torch.device(device)
+        return moved
 
     @property
     def device(self) -> torch.device:
@@ -141,6 +176,7 @@ class NativePipeline(torch.nn.Module):
         """Encoders and DiT live on the CPU and move to ``device`` while they run; resident modules stay."""
         from accelerate import cpu_offload_with_hook
 
+        self._execution_device = torch.device(device)
         previous = None
         for name in (*self._encoder_modules, *self._dit_modules):
             module = self._resolve(name)

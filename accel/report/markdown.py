@@ -202,6 +202,16 @@ def render(
             "> measures), not model quality and not the speed of a real model on a real accelerator.",
             "",
         ]
+    synthetic = [m for m in profile.models if m.source.startswith("synthetic:")]
+    if synthetic:
+        sources = ", ".join(sorted({f"`{m.source}`" for m in synthetic}))
+        lines += [
+            f"> **Synthetic models** ({sources}): the published architectures with random weights made on the",
+            "> device. Speed, memory and FLOPs are those of the real shapes (reduced where the source says",
+            "> `depth` or `width`); the images are noise, so parity against the baseline is meaningful for",
+            "> lossless features only.",
+            "",
+        ]
     lines += [
         profile.description.strip(),
         "",

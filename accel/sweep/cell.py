@@ -178,6 +178,17 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     options = validate_variant_features(spec.features, f"variant '{spec.variant}'.features")
     features = ordered(list(options))
     target = make_target(spec.model)
+    for feature in features:  # what this device, installation or dtype cannot run: said before loading
+        support = feature.probe(target.device, options[feature.name], dtype=spec.model.dtype)
+        if not support.supported:
+            reason = f"{feature.name}: {support.reason}"
+            return {
+                "device": target.device,
+                "dtype": spec.model.dtype,
+                "status": "unsupported",
+                "unsupported_scope": "environment",
+                "error": reason,
+            }
     load_kwargs: dict[str, Any] = {}
     for feature in features:
         extra = feature.load_kwargs(options[feature.name])

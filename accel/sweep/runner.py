@@ -65,7 +65,7 @@ def check_inputs(profile: Profile, source: str) -> None:
         location = resolve_source(model, where)
         if Path(location).is_dir() and check_model_files(profile, index, location, source) is False:
             image_models.append(model.name)
-        factor = resolution_factor(location) if Path(location).is_dir() else None
+        factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None
         for key in ("height", "width"):
             value = getattr(profile.workload, key)
             if factor and value % factor:

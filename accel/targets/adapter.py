@@ -19,6 +19,7 @@ import numpy as np
 from accel import zoo
 from accel.errors import ConfigError, UnavailableError, did_you_mean
 from accel.profile import ModelSpec
+from accel.zoo import synthetic
 
 DTYPES = {"float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
@@ -54,7 +55,13 @@ def _looks_like_path(source: str) -> bool:
 
 
 def resolve_source(spec: ModelSpec, where: str = "models") -> str:
-    """A loadable location for ``spec.source``: a built zoo directory, an existing path or a hub id."""
+    """A loadable location for ``spec.source``: a built zoo directory, an existing path or a hub id.
+
+    A ``synthetic:`` source is checked (name and options) and returned as is: it is built in memory.
+    """
+    if synthetic.is_synthetic(spec.source):
+        synthetic.parse(spec.source, f"{where}.source")
+        return spec.source
     if zoo.is_zoo_name(spec.source):
         return str(zoo.build(spec.source))
     path = Path(spec.source).expanduser()
@@ -93,8 +100,11 @@ def _check_hub_id(repo_id: str, where: str) -> str:
 def resolution_factor(source_dir: str) -> int | None:
     """Height and width must be multiples of this: VAE downsampling x the 2x2 latent patchify.
 
-    Read from the checkpoint's configs (no weights loaded); None when the layout is not recognised.
+    Read from the checkpoint's configs (no weights loaded), or from a ``synthetic:`` source's
+    architecture; None when the layout is not recognised.
     """
+    if synthetic.is_synthetic(source_dir):
+        return synthetic.parse(source_dir).architecture.resolution_factor
     vae_config = Path(source_dir) / "vae" / "config.json"
     if not vae_config.is_file():
         return None
@@ -115,7 +125,7 @@ class AdapterTarget:
         self.spec = spec
         self.device = resolve_device(spec.device)
         self.pipeline: Any = None
-        self.default_call_kwargs = dict(zoo.ZOO[spec.source].call_kwargs) if zoo.is_zoo_name(spec.source) else {}
+        self.default_call_kwargs = default_call_kwargs(spec.source)
 
     def load(self, extra_kwargs: dict[str, Any] | None = None) -> Any:
         """Load the pipeline onto its device; errors name the model and say what to do.
@@ -127,6 +137,17 @@ class AdapterTarget:
         from diffusers import DiffusionPipeline
 
         source = resolve_source(self.spec, f"model '{self.spec.name}'")
+        if synthetic.is_synthetic(source):
+            if extra_kwargs or self.spec.load_kwargs:
+                keys = sorted({**self.spec.load_kwargs, **(extra_kwargs or {})})
+                raise UnavailableError(
+                    f"model '{self.spec.name}': load-time options {keys} need a checkpoint; "
+                    f"'{source}' is built in memory (apply the feature after loading instead)"
+                )
+            pipeline = synthetic.build_pipeline(source, self.device, DTYPES[self.spec.dtype])
+            pipeline.set_progress_bar_config(disable=True)
+            self.pipeline = pipeline
+            return pipeline
         try:
             pipeline = DiffusionPipeline.from_pretrained(
                 source,
@@ -176,6 +197,16 @@ class AdapterTarget:
         """Run one request; one float32 array (frames, H, W, 3) in [0, 1] per generated image or video."""
         output = self.pipeline(**self.call_kwargs(request))
         return normalise_output(output)
+
+
+def default_call_kwargs(source: str) -> dict[str, Any]:
+    """Call kwargs a source needs by default (a zoo entry's short sequences, an architecture's published
+    ``max_sequence_length``); a profile's ``call_kwargs`` win."""
+    if zoo.is_zoo_name(source):
+        return dict(zoo.ZOO[source].call_kwargs)
+    if synthetic.is_synthetic(source):
+        return dict(synthetic.parse(source).architecture.call_kwargs)
+    return {}
 
 
 def _own_cpu_weights(pipeline: Any) -> None:

@@ -8,10 +8,10 @@ from typing import Any
 
 import numpy as np
 
-from accel import zoo
 from accel.errors import UnavailableError
 from accel.profile import ModelSpec
-from accel.targets.adapter import DTYPES, Request, resolve_device, resolve_source
+from accel.targets.adapter import DTYPES, Request, default_call_kwargs, resolve_device, resolve_source
+from accel.zoo import synthetic
 
 
 @dataclass(frozen=True)
@@ -38,19 +38,25 @@ class NativeTarget:
         self.spec = spec
         self.device = resolve_device(spec.device)
         self.pipeline: Any = None
-        defaults = dict(zoo.ZOO[spec.source].call_kwargs) if zoo.is_zoo_name(spec.source) else {}
-        self.call_defaults = {**defaults, **spec.call_kwargs}
+        self.call_defaults = {**default_call_kwargs(spec.source), **spec.call_kwargs}
 
     def load(self, extra_kwargs: dict[str, Any] | None = None) -> Any:
         import torch
 
-        from accel.native import native_for
+        from accel.native.contract import native_for, native_for_class
 
         if extra_kwargs:
             raise UnavailableError(f"native target: load-time options {sorted(extra_kwargs)} are adapter-only")
         source = resolve_source(self.spec, f"model '{self.spec.name}'")
-        cls = native_for(source, self.spec.native_pipeline)
-        pipeline = cls(source, dtype=getattr(torch, DTYPES[self.spec.dtype]))
+        dtype = getattr(torch, DTYPES[self.spec.dtype])
+        if synthetic.is_synthetic(source):
+            parsed = synthetic.parse(source)
+            cls = native_for_class(parsed.architecture.pipeline_class, self.spec.native_pipeline)
+            components = synthetic.build_components(parsed, self.device, DTYPES[self.spec.dtype])
+            pipeline = cls.from_components(components, dtype=dtype)
+        else:
+            cls = native_for(source, self.spec.native_pipeline)
+            pipeline = cls(source, dtype=dtype)
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline.to(self.device)
         return self.pipeline

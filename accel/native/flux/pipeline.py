@@ -35,8 +35,16 @@ class NativeFluxPipeline(NativePipeline):
     _vae_modules = ("vae",)
     _resident_modules = ("vae",)
 
-    def __init__(self, checkpoint: str | Path, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        checkpoint: str | Path | None,
+        dtype: torch.dtype = torch.float32,
+        components: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
+        if components is not None:
+            self._init_from_components(components, dtype)
+            return
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
         from safetensors.torch import load_file
         from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
@@ -55,6 +63,34 @@ class NativeFluxPipeline(NativePipeline):
             weights.update(load_file(shard))
         self.transformer.load_weights(weights.items())
         self.transformer.to(dtype).eval()
+        self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
+        self.dtype = dtype
+
+    @classmethod
+    def from_components(cls, components: dict[str, Any], dtype: torch.dtype = torch.float32) -> NativeFluxPipeline:
+        """From in-memory FluxPipeline components (a ``synthetic:`` source): the native transformer takes
+        the diffusers transformer's weights through ``load_weights``, on the same device, then the
+        diffusers one is dropped, so native and adapter run the same weights."""
+        return cls(None, dtype=dtype, components=components)
+
+    def _init_from_components(self, components: dict[str, Any], dtype: torch.dtype) -> None:
+        self.tokenizer = components["tokenizer"]
+        self.tokenizer_2 = components["tokenizer_2"]
+        self.text_encoder = components["text_encoder"].eval()
+        self.text_encoder_2 = components["text_encoder_2"].eval()
+        self.vae = components["vae"].eval()
+        self.scheduler = components["scheduler"]
+        library = components.pop("transformer")
+        config = {k: v for k, v in dict(library.config).items() if not k.startswith("_")}
+        device = next(library.parameters()).device
+        from accel.zoo.synthetic import default_dtype
+
+        with torch.device("meta"), default_dtype(dtype):
+            transformer = NativeFluxTransformer(**config)
+        transformer.to_empty(device=device)
+        transformer.load_weights(library.state_dict().items())
+        del library
+        self.transformer = transformer.to(dtype).eval().requires_grad_(False)
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.dtype = dtype
 
