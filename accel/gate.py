@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from accel.errors import ConfigError
+from accel.results import declared_tag
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 
@@ -177,17 +178,18 @@ def gate_cell(record: dict[str, Any], data: GateData, noise_floor: dict[str, Any
     claims = {name: claim_for(data, record["model"], name) for name in features}
     claimed_unsupported = [n for n, c in claims.items() if c is False]
     status = record["status"]
+    declared = declared_tag(record)
     if status == "unsupported":
         if record.get("unsupported_scope") == "environment":
             verdict.outcome = SKIP
-            verdict.reasons.append(f"unsupported here: {record.get('error')}")
+            verdict.reasons.append(f"unsupported here: {record.get('error')}{declared}")
         elif claimed_unsupported:
-            verdict.reasons.append(f"unsupported, as claimed: {record.get('error')}")
+            verdict.reasons.append(f"unsupported, as claimed: {record.get('error')}{declared}")
         elif any(claims.values()):
             verdict.outcome = FAIL
-            verdict.reasons.append(f"claimed supported but unsupported: {record.get('error')}")
+            verdict.reasons.append(f"claimed supported but unsupported: {record.get('error')}{declared}")
         else:
-            verdict.reasons.append(f"unsupported: {record.get('error')}")
+            verdict.reasons.append(f"unsupported: {record.get('error')}{declared}")
         return verdict
     if status != "ok":
         if claimed_unsupported:

@@ -2,7 +2,8 @@
 
 - ``support_matrix``: models (bold) x features grouped by family. ``✅ 1.8x · 0.97`` (speedup and SSIM of
   the best passing single-feature cell), ``⚠`` engaged but out of parity, ``❌`` with a numbered footnote
-  (failed, not engaged, or unsupported, with the reason), ``➖`` not measured on that model.
+  (failed, not engaged, or unsupported, with the reason; "declared, not measured" when an engine's feature
+  mapping decided it without running the engine), ``➖`` not measured on that model.
 - ``compatibility_matrix``: lower-triangular, feature x feature, from measured combinations and the
   conflict rules: ``✅`` a combination passed, ``⚠`` it ran but out of parity, ``❌`` failed or excluded
   by a rule (footnote), blank when not measured.
@@ -18,6 +19,7 @@ from typing import Any
 
 from accel.gate import PASS, GateData, gate_records
 from accel.report.markdown import fmt
+from accel.results import declared_tag
 
 
 class Footnotes:
@@ -66,7 +68,7 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[float, str, str | None]
             claimed = " (claimed unsupported)" if verdict.outcome == PASS else ""
             failed = [f"SSIM {fmt(parity.get('ssim'), 3)}, PSNR {fmt(parity.get('psnr'), 1)} dB{claimed}"]
         return 2, "⚠", f"{variant}: engaged but {'; '.join(failed)}"
-    return 1, "❌", f"{variant}: {record.get('error')}"
+    return 1, "❌", f"{variant}: {record.get('error')}{declared_tag(record)}"
 
 
 def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
@@ -121,7 +123,7 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
                     else (
                         "⚠"
                         if record["status"] == "ok"
-                        else "❌" + notes.ref(f"{record['variant']}: {record.get('error')}")
+                        else "❌" + notes.ref(f"{record['variant']}: {record.get('error')}{declared_tag(record)}")
                     )
                 )
                 key = frozenset((a, b))
@@ -169,6 +171,7 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
         status = "baseline" if r["variant"] == "baseline" else (verdict.outcome if verdict else r["status"])
         if verdict is not None and verdict.outcome == PASS and verdict.in_parity is False:
             status = "out of parity (as claimed)"
+        status += declared_tag(r)
         speedup = 1.0 if r["variant"] == "baseline" and warm else r.get("speedup")
         rows.append(
             f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {fmt(speedup, 2)}{'x' if speedup else ''} "
