@@ -105,7 +105,8 @@ def test_the_engines_log_is_the_evidence():
     outcome = read_engine_log({"tea_cache": 0.4}, "vllm-omni", "cpu", TEA_LOG, failed=False)
     assert outcome.evidence["tea_cache"] == {
         "engaged": True,
-        "summary": "vLLM-Omni logged: TeaCache applied with rel_l1_thresh=0.4, transformer_class=FluxTransformer2DModel",
+        "summary": "vLLM-Omni logged: TeaCache applied with rel_l1_thresh=0.4, "
+        "transformer_class=FluxTransformer2DModel",
         "engine_log": "TeaCache applied with rel_l1_thresh=0.4, transformer_class=FluxTransformer2DModel",
     }
     silent = read_engine_log({"vae_use_tiling": True}, "vllm-omni", "cpu", TEA_LOG, failed=False)
