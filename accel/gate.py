@@ -179,6 +179,8 @@ def gate_cell(record: dict[str, Any], data: GateData, noise_floor: dict[str, Any
     claimed_unsupported = [n for n, c in claims.items() if c is False]
     status = record["status"]
     declared = declared_tag(record)
+    if declared:
+        verdict.findings.append(f"{record['model']}/{record['variant']}{declared}: {record.get('error')}")
     if status == "unsupported":
         if record.get("unsupported_scope") == "environment":
             verdict.outcome = SKIP

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from accel.engines.vllm_omni import MARKER, VERSION
-from accel.gate import GateData, gate_records, load_gate_data
+from accel.gate import GateData, gate_records, load_gate_data, markdown_summary
 from accel.profile import Measure, ModelSpec, Workload
 from accel.report.markdown import model_table
 from accel.report.tables import performance_table, support_matrix
@@ -143,7 +143,9 @@ def test_declared_cells_never_run_the_engine_and_every_table_says_so(tmp_path, f
     assert label in support_matrix(records, data)
     assert label in performance_table(records, "omni", data)
     assert label in model_table(records)
-    assert label in gate_records(records, data).verdicts[0].message()  # the gate's reason, in gate.md and JUnit
+    report = gate_records(records, data)
+    assert label in report.verdicts[0].message()  # the gate's reason (JUnit)
+    assert f"omni/int8wo {label}: quantization: method=int8wo cannot be told apart" in markdown_summary(report)
 
 
 @pytest.mark.parametrize(
