@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from accel.errors import ConfigError
+from accel.results import declared_tag
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # Why a cell was skipped: it could not run here, the model does not support it, or it failed as claimed.
@@ -392,8 +393,13 @@ def gate_cell(
     verdict = CellVerdict(record["model"], record["variant"], PASS)
     features = list(record.get("features") or {})
     claims = {name: claim_for(data, record["model"], name) for name in features}
+    declared = declared_tag(record)
+    if declared:
+        verdict.findings.append(f"{record['model']}/{record['variant']}{declared}: {record.get('error')}")
     if record["status"] == "unsupported":
-        return _gate_unsupported(verdict, record, claims)
+        verdict = _gate_unsupported(verdict, record, claims)
+        verdict.reasons = [reason + declared for reason in verdict.reasons]
+        return verdict
     if record.get("warm") is None:
         return _gate_crashed(verdict, record, claims)
 

@@ -20,7 +20,7 @@ TABLE_FILE = "results.parquet"
 
 # Flat columns of the results table, in report order.
 COLUMNS = [
-    "model", "variant", "status", "feature_names", "device", "device_name", "dtype",
+    "model", "variant", "status", "decided", "feature_names", "device", "device_name", "dtype",
     "warm_median_s", "warm_cv", "speedup", "load_s", "first_call_s", "cold_s",
     "peak_host_rss_bytes", "peak_device_allocated_bytes",
     "ssim", "ssim_min", "psnr", "psnr_min", "mean_abs_diff", "max_abs_diff", "bit_identical",
@@ -32,6 +32,12 @@ def peak_memory_bytes(record: dict[str, Any]) -> int | None:
     """The peak memory every table and ratio uses: device allocated on a GPU, host RSS on a CPU."""
     device = record.get("peak_device_allocated_bytes")
     return device if device is not None else record.get("peak_host_rss_bytes")
+
+
+def declared_tag(record: dict[str, Any]) -> str:
+    """ " (declared, not measured)" for a cell decided from an engine's feature mapping without running the
+    engine (``decided: declared``); "" for a measured one. Every table and the gate print it."""
+    return " (declared, not measured)" if record.get("decided") == "declared" else ""
 
 
 class ResultsLog:

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -135,22 +137,41 @@ def _engine_env() -> dict[str, str]:
     return env
 
 
+@dataclass
+class EngineRun:
+    """One run of the runner: its report and outputs file, or the failure; always the engine's output."""
+
+    log: str
+    report: dict[str, Any] | None = None
+    outputs: Path | None = None
+    failure: str | None = None  # the engine's own error line, when the run produced no result
+
+
+def _failure_line(lines: list[str]) -> str:
+    """The engine's last error line ("...Error: ..."), else the last line."""
+    errors = [ln for ln in lines if re.search(r"\w+(Error|Exception): ", ln)]
+    tail = errors[-1:] or [ln for ln in lines if "error" in ln.lower()][-1:] or lines[-1:]
+    return " ".join(tail).strip()[:400] or "no output"
+
+
 def run_engine_cell(
     checkpoint: str,
+    dtype: str,
     engine_kwargs: dict[str, Any],
     requests: list[dict[str, Any]],
     warmup: int,
     repeats: int,
     timeout_s: float,
-) -> tuple[dict[str, Any], Path]:
-    """Run the runner in the engine's environment; its timings, the harness's wall time, the outputs file."""
+) -> EngineRun:
+    """Run the runner in the engine's environment: its timings and the harness's wall time, the outputs
+    file, and everything the engine printed (the evidence of what it did)."""
     if environment_info() is None:
         raise UnavailableError(f"the vLLM-Omni environment is not installed: run '{CREATE_COMMAND}'")
     workdir = Path(tempfile.mkdtemp(prefix="omni-accel-engine-"))
     outputs = workdir / "outputs.npz"
     spec = {
-        "checkpoint": checkpoint, "engine_kwargs": engine_kwargs, "requests": requests, "warmup": warmup,
-        "repeats": repeats, "outputs": str(outputs),
+        "checkpoint": checkpoint, "dtype": dtype, "engine_kwargs": engine_kwargs, "requests": requests,
+        "warmup": warmup, "repeats": repeats, "outputs": str(outputs),
     }  # fmt: skip
     (workdir / "spec.json").write_text(json.dumps(spec))
     # Run a copy: beside the original, this package's vllm_omni.py would shadow the real vllm_omni.
@@ -165,11 +186,11 @@ def run_engine_cell(
     except subprocess.TimeoutExpired as error:
         raise RuntimeError(f"timeout: vLLM-Omni ran longer than {timeout_s:g} s") from error
     wall = time.perf_counter() - started
+    log = result.stderr + result.stdout
     line = next((ln for ln in result.stdout.splitlines() if "OMNI_ACCEL_RESULT " in ln), None)
     if line is None or not outputs.is_file():
-        lines = (result.stderr + result.stdout).splitlines()
-        tail = [ln for ln in lines if "Error" in ln or "error" in ln][-1:] or lines[-1:]
-        raise RuntimeError(f"vLLM-Omni failed (exit {result.returncode}): {' '.join(tail)[:300] or 'no output'}")
+        failure = f"vLLM-Omni failed (exit {result.returncode}): {_failure_line(log.splitlines())}"
+        return EngineRun(log=log, failure=failure)
     report = json.loads(line.split("OMNI_ACCEL_RESULT ", 1)[1])
     report["process_wall_s"] = wall
-    return report, outputs
+    return EngineRun(log=log, report=report, outputs=outputs)

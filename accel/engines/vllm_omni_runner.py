@@ -2,7 +2,7 @@
 
     python vllm_omni_runner.py SPEC.json
 
-SPEC: {"checkpoint", "engine_kwargs", "requests": [{"prompt", "seed", "steps", "height", "width",
+SPEC: {"checkpoint", "dtype", "engine_kwargs", "requests": [{"prompt", "seed", "steps", "height", "width",
 "guidance_scale", "max_sequence_length"}], "warmup", "repeats", "outputs"}. Writes the last pass's
 images (float32 in [0, 1], one array per request) to ``outputs`` (.npz) and prints one JSON line on
 stdout prefixed with ``OMNI_ACCEL_RESULT `` holding the timings measured here.
@@ -23,7 +23,7 @@ def main() -> None:
     from vllm_omni.inputs.data import OmniDiffusionSamplingParams
 
     started = time.perf_counter()
-    omni = Omni(model=spec["checkpoint"], dtype="float32", **spec["engine_kwargs"])
+    omni = Omni(model=spec["checkpoint"], dtype=spec["dtype"], **spec["engine_kwargs"])
     init_s = time.perf_counter() - started
     samples: list[float] = []
     calls: list[float] = []

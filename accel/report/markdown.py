@@ -9,6 +9,7 @@ from typing import Any
 from accel.measure.parity import PARITY_DEFINITION
 from accel.measure.speedup import NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
+from accel.results import declared_tag
 
 REPORT_FILE = "report.md"
 
@@ -45,7 +46,7 @@ def _beside(r: dict[str, Any]) -> str:
 
 
 def _status(r: dict[str, Any]) -> str:
-    status = r["status"] if not r.get("error") else f"{r['status']}: {r['error']}"
+    status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}") + declared_tag(r)
     flags = []
     claim = r.get("speedup_ci") or {}
     if claim.get("verdict") in (NOISE, UNVERIFIED):
@@ -307,7 +308,8 @@ def reference_table(records: list[dict[str, Any]]) -> list[str]:
         parity = r.get("parity_vs_reference") or ({"ssim": 1.0, "psnr": math.inf, "max_abs_diff": 0.0}
                                                  if r["model"] == reference else {})  # fmt: skip
         warm = (r.get("warm") or {}).get("median")
-        status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}").replace("|", "/")
+        status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}") + declared_tag(r)
+        status = status.replace("|", "/")
         rows.append(
             f"| {r['model']} | {r.get('target')} | {fmt(parity.get('ssim'), 4)} | {fmt(parity.get('psnr'), 2)} "
             f"| {fmt(parity.get('max_abs_diff'), 4)} | {_ms(warm)} | {fmt(r.get('cold_s'), 2)} | {status} |"

@@ -2,7 +2,8 @@
 
 - ``support_matrix``: models (bold) x features grouped by family. ``✅ 1.8x · 0.97`` (speedup and SSIM of
   the best passing single-feature cell), ``⚠`` engaged but out of parity, ``❌`` with a numbered footnote
-  (failed, not engaged, or unsupported, with the reason), ``➖`` not measured on that model.
+  (failed, not engaged, or unsupported, with the reason; "declared, not measured" when an engine's feature
+  mapping decided it without running the engine), ``➖`` not measured on that model.
 - ``compatibility_matrix``: lower-triangular, feature x feature, from measured combinations and the
   conflict rules: ``✅`` a combination passed, ``⚠`` it ran but out of parity, ``❌`` failed or excluded
   by a rule (footnote), blank when not measured.
@@ -21,7 +22,7 @@ from typing import Any
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.measure.speedup import format_speedup
 from accel.report.markdown import fmt
-from accel.results import peak_memory_bytes
+from accel.results import declared_tag, peak_memory_bytes
 
 
 class Footnotes:
@@ -75,7 +76,7 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
         return "⚠", f"{variant}: engaged but {measured}{claimed}"
     if record["status"] == "ok":
         return "❌", f"{variant}: " + "; ".join(verdict.message().splitlines())
-    return "❌", f"{variant}: {record.get('error')}"
+    return "❌", f"{variant}: {record.get('error')}{declared_tag(record)}"
 
 
 def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
@@ -145,7 +146,7 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
                 elif record["status"] == "ok":
                     mark = "⚠"
                 else:
-                    mark = "❌" + notes.ref(f"{record['variant']}: {record.get('error')}")
+                    mark = "❌" + notes.ref(f"{record['variant']}: {record.get('error')}{declared_tag(record)}")
                 key = frozenset((a, b))
                 if key not in pairs or mark == "✅":
                     pairs[key] = mark
@@ -202,7 +203,7 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
         parity = r.get("parity") or {}
         memory = peak_memory_bytes(r)
         verdict = verdicts.get((model, r["variant"]))
-        status = "baseline" if r["variant"] == "baseline" else _status(verdict, r)
+        status = "baseline" if r["variant"] == "baseline" else _status(verdict, r) + declared_tag(r)
         speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
             f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {speedup} "

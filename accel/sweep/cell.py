@@ -105,10 +105,20 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
 ENGINE_TARGETS = ("vllm-omni", "vllm-omni-adapter")
 
 
+def engine_log_path(run_dir: str | Path, model: str, variant: str) -> Path:
+    """Where everything an engine printed during a cell is kept (the evidence behind its verdict)."""
+    return Path(run_dir) / "engine-logs" / model / f"{variant}.log"
+
+
 def _measure_engine(spec: CellSpec) -> dict[str, Any]:
-    """A cell on an external engine: features become its kwargs; it runs in its own environment."""
+    """A cell on an external engine: features become its kwargs; it runs in its own environment.
+
+    ``decided`` says how the cell's outcome was reached: ``declared`` from the mapping alone (vLLM-Omni never
+    ran), ``measured`` from a run of vLLM-Omni. A feature engages only on evidence from the engine's own
+    output (or, for a lossy feature, an effect on the image: ``runner.check_engine_effect``).
+    """
     from accel import zoo
-    from accel.engines.mapping import map_variant
+    from accel.engines.mapping import DECLARED, MEASURED, map_variant, read_engine_log
     from accel.engines.vllm_omni import CREATE_COMMAND, environment_info, run_engine_cell
     from accel.measure.timing import summarize
     from accel.targets.adapter import resolve_device, resolve_source
@@ -122,9 +132,9 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         reason = "engine targets generate one image per request: set workload.num_images_per_prompt: 1"
         return {**result, "status": "unsupported", "unsupported_scope": "model", "error": reason}
     call = map_variant(spec.features, spec.model.target, device)
-    problem = call.unsupported or "; ".join(call.skipped)
-    if problem:
-        return {**result, "status": "unsupported", "unsupported_scope": "model", "error": problem}
+    if call.unsupported:
+        return {**result, "status": "unsupported", "unsupported_scope": "model", "error": call.unsupported,
+                "decided": DECLARED}  # fmt: skip
     defaults = dict(zoo.ZOO[spec.model.source].call_kwargs) if zoo.is_zoo_name(spec.model.source) else {}
     max_sequence_length = {**defaults, **spec.model.call_kwargs}.get("max_sequence_length", 512)
     requests = [
@@ -134,20 +144,32 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         }
         for r in build_requests(spec.workload)
     ]  # fmt: skip
-    report, engine_outputs = run_engine_cell(
-        resolve_source(spec.model), call.kwargs, requests, spec.measure.warmup, spec.measure.repeats,
-        spec.measure.timeout_s,
+    run = run_engine_cell(
+        resolve_source(spec.model), spec.model.dtype, call.kwargs, requests, spec.measure.warmup,
+        spec.measure.repeats, spec.measure.timeout_s,
     )  # fmt: skip
+    log_path = engine_log_path(spec.run_dir, spec.model.name, spec.variant)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    log_path.write_text(run.log)
+    result.update(engine_kwargs=call.kwargs, decided=MEASURED, engine_log=str(log_path.relative_to(spec.run_dir)))
+    outcome = read_engine_log(spec.features, spec.model.target, device, run.log, failed=run.report is None)
+    if run.report is None or run.outputs is None:
+        if outcome.refused:
+            return {**result, "status": "unsupported", "unsupported_scope": outcome.refused_scope,
+                    "error": outcome.refused}  # fmt: skip
+        return {**result, "status": "failed", "error": run.failure}
+    if outcome.skipped:
+        # Accepted, then not applied on this device, in the engine's words: not a measurement of the feature.
+        return {**result, "status": "unsupported", "unsupported_scope": "environment", "error": outcome.skipped}
+    report = run.report
     samples = report["warm_samples"]
     warm = summarize(samples)
     path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with np.load(engine_outputs) as produced:
+    with np.load(run.outputs) as produced:
         np.savez_compressed(path, **{key: produced[f"r{i}"] for i, key in enumerate(sample_keys(spec.workload))})
-    engaged = {name: {"engaged": True, "summary": "accepted by vLLM-Omni"} for name in spec.features}
     return {
         **result,
-        "engine_kwargs": call.kwargs,
         "load_s": report["init_s"],
         "first_call_s": report["first_call_s"],
         # From outside: process start (imports, engine start with its fixed warm-up) to the first image.
@@ -160,7 +182,7 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         "warm_samples": samples,
         "noisy": warm.cv > spec.measure.max_cv,
         "modality": "image",
-        "evidence": engaged,
+        "evidence": outcome.evidence,
         "outputs_file": str(path.relative_to(spec.run_dir)),
     }
 

@@ -194,23 +194,36 @@ def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -
 
 
 def check_engine_effect(record: dict[str, Any]) -> None:
-    """An engine accepted a lossy feature: without a visible effect on the output it did not engage."""
+    """An engine cell's features engage only on evidence: the engine's own log line, or, for a lossy
+    feature, an output that differs from the engine's baseline (an effect its default path cannot produce).
+    A lossy feature whose output is identical did not engage whatever the engine logged. Without evidence
+    for every feature the cell fails with the reason; acceptance alone is never engagement."""
     from accel.features import FEATURES
 
-    if not record.get("engine") or record["status"] != "ok" or not record.get("parity"):
+    if not record.get("engine") or record["status"] != "ok":
         return
-    lossy = [
-        name for name, raw in (record.get("features") or {}).items()
-        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
-    ]  # fmt: skip
-    if lossy and record["parity"]["bit_identical"]:
+    evidence = record.setdefault("evidence", {})
+    parity = record.get("parity") or {}
+    missing = []
+    for name, raw in (record.get("features") or {}).items():
+        entry = evidence.setdefault(name, {"engaged": False, "summary": "accepted by vLLM-Omni"})
+        lossy = FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+        if lossy and parity.get("bit_identical") is False:
+            entry["engaged"] = True
+            entry["summary"] = "; ".join(
+                [*([entry["summary"]] if entry.get("engine_log") else []), "output differs from the engine's baseline"]
+            )
+        elif lossy and parity.get("bit_identical"):
+            entry["engaged"] = False
+            entry["summary"] = f"{entry['summary']}; but the output is identical to the engine's baseline"
+        elif lossy:
+            entry["engaged"] = False
+            entry["summary"] = f"{entry['summary']}; no baseline output to show an effect"
+        if not entry["engaged"]:
+            missing.append(f"{name}: {entry['summary']}")
+    if missing:
         record["status"] = "failed"
-        record["error"] = f"{', '.join(lossy)}: accepted by the engine but the output is identical to its baseline"
-        for name in lossy:
-            record["evidence"][name] = {"engaged": False, "summary": "no effect on the output"}
-    else:
-        for name in lossy:
-            record["evidence"][name]["summary"] = "accepted by vLLM-Omni; output changed"
+        record["error"] = "no evidence of engagement: " + "; ".join(missing)
 
 
 def attach_reference_parity(record: dict[str, Any], reference: str, run_dir: Path, keys: list[str]) -> None:
