@@ -6,6 +6,7 @@ import pytest
 
 from accel.measure.speedup import (
     FASTER,
+    INCONCLUSIVE,
     NOISE,
     SLOWER,
     UNVERIFIED,
@@ -54,14 +55,17 @@ def test_claims_need_the_whole_interval_outside_the_noise_band():
     assert band == (pytest.approx(0.9), pytest.approx(1.12))
     assert classify(_estimate(1.5, 1.3, 1.7), band, 0.95).verdict == FASTER
     assert classify(_estimate(0.6, 0.5, 0.7), band, 0.95).verdict == SLOWER
-    assert classify(_estimate(1.3, 1.1, 1.5), band, 0.95).verdict == NOISE  # interval reaches into the band
+    # excludes 1.0 but reaches into the band: not a claim, and not shown as ≈1.0x either
+    assert classify(_estimate(1.3, 1.1, 1.5), band, 0.95).verdict == INCONCLUSIVE
+    assert classify(_estimate(0.3, 0.26, 0.61), (0.28, 6.3), 0.95).verdict == INCONCLUSIVE
     assert classify(_estimate(1.0, 0.97, 1.03), band, 0.95).verdict == NOISE
+    assert classify(_estimate(1.6, 0.8, 2.4), band, 0.95).verdict == NOISE  # includes 1.0
 
 
 def test_the_band_is_never_narrower_than_min_effect():
     low, high = noise_band(_estimate(1.0, 1.0, 1.0), min_effect=0.05)
     assert low == pytest.approx(1 / 1.05) and high == pytest.approx(1.05)
-    assert classify(_estimate(1.04, 1.03, 1.045), (low, high), 0.95).verdict == NOISE
+    assert classify(_estimate(1.04, 1.03, 1.045), (low, high), 0.95).verdict == INCONCLUSIVE  # never a claim
 
 
 def test_unverified_without_noise_floor_pairs_or_interleaving():
@@ -87,4 +91,5 @@ def test_format_speedup_everywhere_the_same():
     assert format_speedup(claim) == "1.82x [1.61–2.03]"
     assert format_speedup({**claim, "verdict": NOISE}) == "≈1.0x"
     assert format_speedup({**claim, "verdict": UNVERIFIED}) == "1.82x?"
+    assert format_speedup({**claim, "verdict": INCONCLUSIVE}) == "1.82x?"
     assert format_speedup(None) == "–"

@@ -112,13 +112,50 @@ def test_sequential_timing_is_unverified(tmp_path):
     assert records["same"]["speedup_ci"]["verdict"] == "unverified"
 
 
-def test_reference_stays_unaccelerated_when_a_feature_sets_global_state(tmp_path):
-    """``set_attention_backend`` changes diffusers' process-global backend; the reference must not use it."""
+def test_reference_stays_unaccelerated_when_a_feature_sets_global_state(tmp_path, monkeypatch):
+    """``set_attention_backend`` changes diffusers' process-global backend; every call of the interleaved
+    reference must see the default one (its output alone cannot tell: _native_math gives the same image)."""
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+
+    seen: list[tuple[int, str]] = []
+    original = AdapterTarget.generate
+
+    def generate(self, request):
+        seen.append((id(self), _AttentionBackendRegistry._active_backend.value))
+        return original(self, request)
+
+    monkeypatch.setattr(AdapterTarget, "generate", generate)
     raw = small_profile(["tiny-flux"], [{"name": "math", "features": {"attention_backend": "_native_math"}}])
-    raw["measure"].update(pairs=6)
+    raw["measure"].update(pairs=6, noise_floor=False)
     records = {r["variant"]: r for r in run_sweep(parse_profile(raw), "t.yaml", tmp_path, show_progress=False).records}
     assert records["math"]["status"] == "ok"
-    assert records["math"]["speedup_ci"]["reference_problem"] is None
+    targets = list(dict.fromkeys(target for target, _ in seen))  # baseline, math variant, math reference
+    assert len(targets) == 3
+    variant = [backend for target, backend in seen if target == targets[1]]
+    reference = [backend for target, backend in seen if target == targets[2]]
+    assert set(variant) == {"_native_math"} and len(reference) == 1 + 6  # cold call + the pairs
+    assert "_native_math" not in reference, reference
+
+
+def test_caches_keep_caching_in_the_interleaved_calls(tmp_path, monkeypatch):
+    """TeaCache resets its per-call state in ``begin_run``: the interleaved variant calls must skip steps too
+    (they are the ones the speedup comes from), not only the calls the evidence was read from."""
+    from accel.features import teacache
+
+    skipped: list[int] = []
+    original = teacache._TeaCacheHandle
+    end_run = original.end_run
+
+    def counting_end_run(self):
+        end_run(self)
+        skipped.append(len(self.current.get("cached_steps", [])))
+
+    monkeypatch.setattr(original, "end_run", counting_end_run)
+    raw = small_profile(["tiny-flux"], [{"name": "tea", "features": {"tea_cache": 0.8}}], steps=4)
+    raw["measure"].update(pairs=6, noise_floor=False)
+    run_sweep(parse_profile(raw), "t.yaml", tmp_path, show_progress=False)
+    # cold + 1 timed + 1 stage pass + 6 interleaved calls, every one with its evidence window
+    assert len(skipped) == 9 and all(n > 0 for n in skipped), skipped
 
 
 def test_attention_handle_pauses_the_global_backend_for_the_reference():

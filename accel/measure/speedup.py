@@ -10,7 +10,8 @@ which needs no assumption about the shape of the noise and is not dragged by a s
 
 A speedup is a claim (``faster`` or ``slower``) only when its whole interval lies outside the **noise band**:
 the interval the noise-floor cell measured for two identical configurations on the same model and target,
-widened to at least ``1 ± min_effect``. Anything else is ``noise`` (shown as ``≈1.0x``); a speedup without
+widened to at least ``1 ± min_effect``. An interval that includes 1.0 is ``noise`` (shown as ``≈1.0x``); one
+that excludes 1.0 but reaches into the band is ``inconclusive`` (shown ``0.29x?``); a speedup without
 a noise floor, with too few pairs for the requested confidence, or from sequential timing is
 ``unverified``. Numbers only: no I/O, no policy beyond this rule.
 """
@@ -28,6 +29,8 @@ SEQUENTIAL = "sequential"
 FASTER = "faster"
 SLOWER = "slower"
 NOISE = "noise"
+# The interval excludes 1.0 but reaches into the noise band: the machine cannot tell it from noise.
+INCONCLUSIVE = "inconclusive"
 UNVERIFIED = "unverified"
 
 
@@ -134,18 +137,23 @@ def classify(
         return SpeedupClaim(FASTER, f"interval {interval} above the {noise}", band)
     if estimate.high < low:
         return SpeedupClaim(SLOWER, f"interval {interval} below the {noise}", band)
-    return SpeedupClaim(NOISE, f"interval {interval} overlaps the {noise}", band)
+    if estimate.low <= 1.0 <= estimate.high:
+        return SpeedupClaim(NOISE, f"interval {interval} includes 1.0 ({noise})", band)
+    side = "faster" if estimate.low > 1.0 else "slower"
+    return SpeedupClaim(
+        INCONCLUSIVE, f"interval {interval} excludes 1.0 ({side}) but reaches into the {noise}: not a claim", band
+    )
 
 
 def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
-    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for noise,
-    ``1.82x?`` for an unverified one, an en dash when there is none."""
+    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for noise (its interval
+    includes 1.0), ``1.82x?`` for an unverified or inconclusive one, an en dash when there is none."""
     if not claim or claim.get("ratio") is None:
         return "–"
     ratio = claim["ratio"]
     verdict = claim.get("verdict")
     if verdict == NOISE:
         return "≈1.0x"
-    if verdict == UNVERIFIED:
+    if verdict in (UNVERIFIED, INCONCLUSIVE):
         return f"{ratio:.{digits}f}x?"
     return f"{ratio:.{digits}f}x [{claim['low']:.{digits}f}–{claim['high']:.{digits}f}]"

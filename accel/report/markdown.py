@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.measure.parity import PARITY_DEFINITION
-from accel.measure.speedup import NOISE, UNVERIFIED, format_speedup
+from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
 from accel.results import declared_tag
 
@@ -49,7 +49,7 @@ def _status(r: dict[str, Any]) -> str:
     status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}") + declared_tag(r)
     flags = []
     claim = r.get("speedup_ci") or {}
-    if claim.get("verdict") in (NOISE, UNVERIFIED):
+    if claim.get("verdict") in (NOISE, INCONCLUSIVE, UNVERIFIED):
         flags.append(f"speedup {claim['verdict']}: {claim['reason']}")
     if r.get("noisy"):
         flags.append("noisy (CV above measure.max_cv)")
@@ -277,8 +277,9 @@ def _speedup_method(profile: Profile) -> str:
         f"median of {m.pairs} ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
         f"alike), with its {m.confidence:.0%} order-statistic interval: `1.82x [1.61–2.03]` when the interval lies "
-        f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it does "
-        "not, `1.82x?` when unverified (no noise floor, too few pairs, engine or sequential timing)"
+        f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it "
+        "includes 1.0, `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (no "
+        "noise floor, too few pairs, engine or sequential timing)"
     )
 
 

@@ -269,7 +269,7 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
         stages = _stage_pass(target, handles, requests)
         verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
         if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
-            paired = _measure_interleaved(spec, target, [h for _, h in handles], requests)
+            paired = _measure_interleaved(spec, target, handles, requests)
     finally:
         for _, handle in reversed(handles):
             handle.remove()
@@ -358,10 +358,14 @@ def _stage_pass(target: Any, handles: list[tuple[Any, Any]], requests: list[Any]
     return {"calls": calls, "outer_s": outer}
 
 
-def _measure_interleaved(spec: CellSpec, target: Any, handles: list[Any], requests: list[Any]) -> dict[str, Any]:
+def _measure_interleaved(
+    spec: CellSpec, target: Any, applied: list[tuple[Any, Any]], requests: list[Any]
+) -> dict[str, Any]:
     """The variant's speedup measured side by side with a freshly loaded, unaccelerated reference pipeline in
     this process: ``measure.pairs`` pairs of calls in ABBA order (reference first on even pairs), so drift and
-    background load hit both alike. Features that set process-global state pause it around reference calls."""
+    background load hit both alike. The variant's calls keep their evidence windows (a cache resets its
+    per-call state in ``begin_run``: without it TeaCache computed every step); features that set
+    process-global state pause it around reference calls."""
     import gc
     from contextlib import ExitStack
 
@@ -369,6 +373,7 @@ def _measure_interleaved(spec: CellSpec, target: Any, handles: list[Any], reques
     from accel.measure.timing import timed
     from accel.targets.native import make_target
 
+    handles = [handle for _, handle in applied]
     reference = make_target(spec.model)
     load: list[float] = []
 
@@ -396,8 +401,7 @@ def _measure_interleaved(spec: CellSpec, target: Any, handles: list[Any], reques
             request = requests[index % len(requests)]
             if index % 2 == 0:
                 run_reference(request, reference_s)
-            with timed(target.device, variant_s):
-                target.generate(request)
+            _generate(target, applied, request, variant_s)
             if index % 2 == 1:
                 run_reference(request, reference_s)
     reference.pipeline = None  # free the reference's weights before the cell returns
