@@ -135,10 +135,11 @@ def gate(
 ) -> None:
     """Check every cell: parity, engagement, claimed support, performance. Exit 1 when a gate fails."""
     from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
+    from accel.sweep.runner import unmeasured_cells
 
     records = _read_records(results)
-    report = gate_records(records, load_gate_data(thresholds, claims, baseline))
     run_dir = results if results.is_dir() else results.parent
+    report = gate_records(records, load_gate_data(thresholds, claims, baseline), unmeasured_cells(run_dir, records))
     (junit or run_dir / "gate.junit.xml").write_text(junit_xml(report))
     text = markdown_summary(report)
     (summary or run_dir / "gate.md").write_text(text)

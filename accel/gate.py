@@ -529,8 +529,11 @@ def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["model"]: r["parity"] for r in records if r.get("role") == "noise_floor" and r.get("parity")}
 
 
-def gate_records(records: list[dict[str, Any]], data: GateData) -> GateReport:
-    """Verdicts on every measured cell of a results file."""
+def gate_records(
+    records: list[dict[str, Any]], data: GateData, unmeasured: list[tuple[str, str]] | None = None
+) -> GateReport:
+    """Verdicts on every measured cell of a results file; ``unmeasured`` cells (planned by the run's profile,
+    missing from its results) fail: an interrupted sweep or a lost record never passes a gate."""
     floors = noise_floors(records)
     baselines = {r["model"]: r for r in records if r["variant"] == "baseline"}
     verdicts = []
@@ -540,6 +543,13 @@ def gate_records(records: list[dict[str, Any]], data: GateData) -> GateReport:
         verdicts.append(
             gate_cell(record, data, floors.get(record["model"]), _modality(record), baselines.get(record["model"]))
         )
+    for model, variant in unmeasured or []:
+        missing = CellVerdict(model, variant, FAIL)
+        missing.reasons.append(
+            "planned by the run's profile but not in its results: never measured (an interrupted sweep or a lost "
+            "record); continue it with 'omni-accel sweep --resume RUN_DIR'"
+        )
+        verdicts.append(missing)
     claims = [
         (f"{r['model']}/{r['variant']}", r["speedup_ci"])
         for r in records

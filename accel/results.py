@@ -152,7 +152,27 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
                     raise ConfigError(f"{where}: {key}.{metric} should be a number, got {_json_type(value)}")
     if record.get("warm") and not _is_number(record["warm"].get("median")):
         raise ConfigError(f"{where}: warm.median should be a number, got {record['warm'].get('median')!r}")
+    _check_speedup(record.get("speedup_ci"), where)
     return record
+
+
+def _check_speedup(claim: Any, where: str) -> None:
+    """``speedup_ci`` as the gate and tables print it: numbers ratio/low/high and a known verdict."""
+    from accel.measure.speedup import VERDICTS
+
+    if claim is None:
+        return
+    if not isinstance(claim, dict):
+        raise ConfigError(f"{where}: 'speedup_ci' should be an object or null, got {_json_type(claim)}")
+    for key in ("ratio", "low", "high"):
+        if not _is_number(claim.get(key)):
+            raise ConfigError(f"{where}: speedup_ci.{key} should be a number, got {claim.get(key)!r}")
+    if claim.get("verdict") not in VERDICTS:
+        raise ConfigError(
+            f"{where}: speedup_ci.verdict should be one of {', '.join(VERDICTS)}, got {claim.get('verdict')!r}"
+        )
+    if not isinstance(claim.get("reason"), str):
+        raise ConfigError(f"{where}: speedup_ci.reason should be a string, got {_json_type(claim.get('reason'))}")
 
 
 def _json_type(value: Any) -> str:

@@ -10,6 +10,7 @@ from conftest import invoke, small_profile
 
 from accel.profile import parse_profile
 from accel.results import read_results
+from accel.sweep.cell import REFERENCE_OUTPUT_KEY
 from accel.sweep.runner import attach_parity, run_sweep
 
 VARIANTS = [
@@ -56,9 +57,24 @@ def test_a_corrupted_output_fails_the_gate_and_names_the_cell(measured, tmp_path
     np.savez(copy / victim["outputs_file"], **corrupted)
     np.savez(copy / "outputs" / "tiny-flux" / "baseline.npz", **np.load(measured / "outputs/tiny-flux/baseline.npz"))
     baseline = next(r for r in records if r["variant"] == "baseline")
-    keys = list(corrupted)
+    keys = [k for k in corrupted if k != REFERENCE_OUTPUT_KEY]  # the samples, not the interleaved reference
     attach_parity(victim, baseline, copy, keys)  # the parity the runner would have computed
     (copy / "results.jsonl").write_text("\n".join(json.dumps(r) for r in records) + "\n")
     code, out = _gate(monkeypatch, capsys, copy)
     assert code == 1
     assert "**tiny-flux/attn-math**" in out and "SSIM, lossless (image, float32): measured 0." in out
+
+
+def test_a_planned_cell_missing_from_the_results_fails_the_gate(measured, tmp_path, monkeypatch, capsys):
+    """An interrupted sweep (or a lost line) never passes: the run's profile says which cells are missing."""
+    import shutil
+
+    copy = tmp_path / "run"
+    shutil.copytree(measured, copy)
+    lines = (copy / "results.jsonl").read_text().splitlines(keepends=True)
+    dropped = next(line for line in lines if '"variant": "attn-math"' in line)
+    (copy / "results.jsonl").write_text("".join(line for line in lines if line is not dropped))
+    code, out = _gate(monkeypatch, capsys, copy)
+    assert code == 1, out
+    assert "tiny-flux/attn-math" in out and "not in its results: never measured" in out
+    assert 'name="attn-math"><failure' in (copy / "gate.junit.xml").read_text().replace("\n    ", "")

@@ -32,6 +32,7 @@ NOISE = "noise"
 # The interval excludes 1.0 but reaches into the noise band: the machine cannot tell it from noise.
 INCONCLUSIVE = "inconclusive"
 UNVERIFIED = "unverified"
+VERDICTS = (FASTER, SLOWER, NOISE, INCONCLUSIVE, UNVERIFIED)
 
 
 @dataclass(frozen=True)

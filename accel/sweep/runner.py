@@ -22,7 +22,7 @@ from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
-from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records
+from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
 
 ENVIRONMENT_FILE = "environment.json"
 
@@ -53,6 +53,16 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
             if v.models is None or model.name in v.models
         )
     return cells
+
+
+def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple[str, str]]:
+    """(model, variant) of every cell the run's profile plans that ``records`` lack (an interrupted sweep, a
+    lost line); empty when the directory holds no resolved profile (a bare results file)."""
+    if not (run_dir / RESOLVED_PROFILE_FILE).is_file():
+        return []
+    measured = {(r["model"], r["variant"]) for r in records}
+    planned = [(c.model.name, c.variant) for c in plan(resolved_profile(run_dir), run_dir)]
+    return [cell for cell in planned if cell not in measured]
 
 
 def check_inputs(profile: Profile, source: str) -> None:
