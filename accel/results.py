@@ -152,8 +152,14 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
                     raise ConfigError(f"{where}: {key}.{metric} should be a number, got {_json_type(value)}")
     if record.get("warm") and not _is_number(record["warm"].get("median")):
         raise ConfigError(f"{where}: warm.median should be a number, got {record['warm'].get('median')!r}")
+    if record.get("dtype") is not None and record["dtype"] not in DTYPES:
+        raise ConfigError(f"{where}: 'dtype' should be one of {', '.join(DTYPES)}, got {record['dtype']!r}")
     _check_speedup(record.get("speedup_ci"), where)
     return record
+
+
+# What a cell can compute in (the profile's dtypes; uint8 for engines' 8-bit outputs).
+DTYPES = ("float32", "bfloat16", "float16", "uint8")
 
 
 def _check_speedup(claim: Any, where: str) -> None:

@@ -46,7 +46,8 @@ def test_plugin_gates_an_existing_results_file(pytester):
 
     from synthetic import results
 
-    pytester.makefile(".jsonl", results="\n".join(json.dumps(r) for r in results()))
+    # written directly: pytester.makefile strips the final newline, and a last line without one is cut short
+    (pytester.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results()))
     result = pytester.runpytest("--accel-results", "results.jsonl")
     # 20 records, 18 items (the noise floors are none). The shipped claims say nothing about these models:
     # 2 baselines and 6 cells pass; 7 fail (fbc-loose and int8+tiling out of parity, tiling unclaimed,

@@ -18,7 +18,7 @@ from accel.results import load_results
 
 GOOD = [
     record("flux", "baseline", {}, latency=0.2),
-    record("flux", "compile", {"compile": "regional"}, speedup=1.5, ssim=0.9995, psnr=52.0),
+    record("flux", "compile", {"compile": "regional"}, speedup=1.5, ssim=0.9995, psnr=52.0, dtype="bfloat16"),
     record("flux", "tiling", {"vae_use_tiling": {"tile_size": 32}}, speedup=0.9, ssim=0.99, psnr=40.0),
 ]
 
@@ -33,7 +33,10 @@ def _run_dir(tmp_path, content: bytes):
     run.mkdir()
     from accel.profile import parse_profile
 
-    profile = parse_profile(small_profile())
+    raw = small_profile(["tiny-flux"], [{"name": r["variant"], "features": r["features"]} for r in GOOD[1:]])
+    raw["models"][0]["name"] = "flux"  # the cells GOOD holds, and nothing else
+    raw["measure"]["noise_floor"] = False
+    profile = parse_profile(raw)
     (run / "profile.resolved.yaml").write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
     (run / "results.jsonl").write_bytes(content)
     return run
@@ -91,12 +94,14 @@ def test_gate_and_table_treat_a_cut_off_last_line_as_resume_does(reader, tmp_pat
     good = _lines(GOOD)
     run = _run_dir(tmp_path, good[0] + good[1] + good[2][:30])  # a crash mid-write: no newline
     code, out, err = invoke(monkeypatch, capsys, reader, str(run))
-    assert code == 0, err
     assert err.startswith(f"note: {run / 'results.jsonl'}:3: last line cut short")
     assert f"'omni-accel sweep --resume {run}' measures it again" in err
-    if reader == "gate":  # the cut record is not a record: one cell gated
-        assert "1 passed, 0 failed" in out
+    if reader == "gate":  # the cut record is not a record: its cell was never measured, which fails the gate
+        assert code == 1 and "1 passed, 1 failed" in out and "flux/tiling" in out, out
+        assert "not in its results: never measured" in out
     else:
+        assert code == 0, err
+    if reader == "table":
         assert "tiling" not in out and "| compile |" in out
     assert [r["variant"] for r in load_results(run).records] == ["baseline", "compile"]
 
