@@ -52,13 +52,16 @@ class FeatureConfig(BaseModel):
     def _lists_as_tuples(cls, data: Any) -> Any:
         if isinstance(data, dict):
             fields = cls.model_fields
-            return {
-                key: tuple(value)
-                if isinstance(value, list) and key in fields and typing.get_origin(fields[key].annotation) is tuple
-                else value
-                for key, value in data.items()
-            }
+            tuples = {key for key, field in fields.items() if _takes_tuple(field.annotation)}
+            return {key: tuple(value) if isinstance(value, list) and key in tuples else value for key, value in data.items()}
         return data
+
+
+def _takes_tuple(annotation: Any) -> bool:
+    """A tuple option, optional or not (``tuple[str, ...] | None``)."""
+    if typing.get_origin(annotation) is tuple:
+        return True
+    return any(typing.get_origin(arg) is tuple for arg in typing.get_args(annotation))
 
 
 @dataclass(frozen=True)
