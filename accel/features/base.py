@@ -53,7 +53,7 @@ class FeatureConfig(BaseModel):
         if isinstance(data, dict):
             fields = cls.model_fields
             tuples = {key for key, field in fields.items() if _takes_tuple(field.annotation)}
-            return {key: tuple(value) if isinstance(value, list) and key in tuples else value for key, value in data.items()}
+            return {k: tuple(v) if isinstance(v, list) and k in tuples else v for k, v in data.items()}
         return data
 
 
