@@ -32,7 +32,8 @@ clean:
 report: $(STAMP)
 	rm -rf reports/quickstart
 	$(VENV)/bin/omni-accel sweep --out reports/quickstart
-	$(VENV)/bin/omni-accel gate reports/quickstart
+	# The ladders are meant to break at their aggressive end: the gate's verdicts are committed in gate.md.
+	-$(VENV)/bin/omni-accel gate reports/quickstart
 
 # Regenerate reports/engines-flux (library vs adapter vs native vs vLLM-Omni; builds vLLM-Omni's
 # environment first when missing: a few minutes, ~4.4 GB).

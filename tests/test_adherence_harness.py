@@ -129,7 +129,14 @@ def test_report_table_shows_each_attribute_and_the_loss():
     summary |= {"shape": 0.875, "position": 1.0}
     rows = [
         {"model": "m", "variant": "baseline", "adherence": summary, "warm": {"median": 1}},
-        {"model": "m", "variant": "v", "adherence": summary, "adherence_loss": 0.05, "speedup": 1.5},
+        {
+            "model": "m",
+            "variant": "v",
+            "adherence": summary,
+            "adherence_loss": 0.05,
+            "speedup": 1.5,
+            "speedup_ci": {"ratio": 1.5, "low": 0.9, "high": 2.0, "verdict": "unverified"},
+        },
     ]
     table = adherence_table(rows)
-    assert "| v | 1.50x |" in table and "0.750" in table and "0.900 [0.80, 0.95] | 0.050 | 8 |" in table
+    assert "| v | 1.50x? |" in table and "0.750" in table and "0.900 [0.80, 0.95] | 0.050 | 8 |" in table

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.measure.adherence import ATTRIBUTES
+from accel.measure.speedup import format_speedup
 from accel.report.markdown import fmt
 
 ADHERENCE_DEFINITION = (
@@ -34,11 +35,11 @@ def adherence_table(records: list[dict[str, Any]]) -> str:
         score = r.get("adherence")
         if not score or r.get("role") == "noise_floor":
             continue
-        speedup = r.get("speedup", 1.0 if r["variant"] == "baseline" else None)
+        speedup = "1.00x" if r["variant"] == "baseline" else format_speedup(r.get("speedup_ci"))
         low, high = score.get("overall_ci") or (None, None)
         ssim = (r.get("parity") or {}).get("ssim")
         rows.append(
-            f"| {r['variant']} | {fmt(speedup, 2)}{'x' if speedup else ''} | {fmt(ssim, 3)} | "
+            f"| {r['variant']} | {speedup} | {fmt(ssim, 3)} | "
             + " | ".join(fmt(score.get(k), 3) for k in ATTRIBUTES)
             + f" | {fmt(score.get('overall'), 3)} [{fmt(low, 2)}, {fmt(high, 2)}] | {fmt(r.get('adherence_loss'), 3)} "
             f"| {score.get('n')} |"
