@@ -42,7 +42,7 @@ class StrictModel(BaseModel):
             for key in data:
                 if key not in allowed:
                     raise ValueError(
-                        f"unknown key '{key}'.{did_you_mean(key, allowed)} Allowed keys: {', '.join(sorted(allowed))}"
+                        f"unknown key {key!r}.{did_you_mean(key, allowed)} Allowed keys: {', '.join(sorted(allowed))}"
                     )
         return data
 

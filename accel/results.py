@@ -136,7 +136,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
                 raise ConfigError(f"{where}: '{key}' should be {kind} or null, got {_json_type(record[key])}")
     for name, raw in (record.get("features") or {}).items():
         if name not in FEATURES:
-            raise ConfigError(f"{where}: features: unknown feature '{name}'")
+            raise ConfigError(f"{where}: features: unknown feature {name!r}")
         parse_feature_options(name, raw, f"{where}: features")
     for name, evidence in (record.get("evidence") or {}).items():
         if not isinstance(evidence, dict):
