@@ -63,14 +63,14 @@ def sweep(
         raise ConfigError(f"--executor: unknown executor '{executor}'. Allowed: {', '.join(EXECUTORS)}")
     if resume is not None and out is not None and out != resume:
         raise ConfigError("--out and --resume name different directories; --resume continues its own directory")
-    _setup_logging(verbose)
     if resume is not None and profile is None:
         path = resume / RESOLVED_PROFILE_FILE
         if not path.is_file():
             raise ConfigError(f"{resume}: not a run directory (no {RESOLVED_PROFILE_FILE}); nothing to resume")
     else:
         path = profile or default_profile_path()
-    loaded = load_profile(path)
+    loaded = load_profile(path)  # before the heavy imports: a bad profile is refused in well under a second
+    _setup_logging(verbose)  # imports torch and diffusers (accel.sweep.preload)
     run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from accel.sweep.runner import failed_models, run_sweep
 
