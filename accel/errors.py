@@ -16,7 +16,14 @@ class AccelError(Exception):
 
 
 class ConfigError(AccelError):
-    """Bad input: a profile, a path, an option. The message names the file, the key and what is allowed."""
+    """Bad input: a profile, a path, an option. The message names the file, the key and what is allowed.
+
+    Always one line: a key or value that holds a line break (fuzzing found YAML keys such as ``"\\n"``) is
+    shown with the break escaped.
+    """
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(str(message).replace("\r", "\\r").replace("\n", "\\n"))
 
 
 class Interrupted(AccelError):
