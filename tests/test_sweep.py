@@ -69,7 +69,9 @@ def test_images_and_report(inline_run):
     assert image.size == (5 * 64, 64)  # a 5-frame strip
     report = inline_run.report_path.read_text()
     assert "## tiny-flux" in report and "## tiny-wan" in report
-    assert "| tiling | vae_use_tiling |" in report and "tiled decode ran on 1/1 runs" in report
+    assert (
+        "| tiling | vae_use_tiling |" in report and "tiled decode ran on 2/2 runs" in report
+    )  # the timed pass and the stage pass
     assert "| inf |" in report  # PSNR of the bit-identical variant
     assert "5-pixel border excluded" in report  # the pinned parity definition
     environment = json.loads((run_dir / "environment.json").read_text())
