@@ -124,6 +124,20 @@ def test_a_device_refusal_is_the_engines_error_on_that_device_only():
     assert on_gpu.refused is None
 
 
+def test_diffusers_model_offload_on_a_cpu_host_is_refused_there_not_failed():
+    # What the diffusers path printed for enable_cpu_offload in `make report-engines` (vLLM-Omni 0.30, CPU).
+    log = (
+        "(DiffusionWorker pid=23030) ERROR 11-30 21:05:09 [omni_engine_base.py:478] RuntimeError: "
+        "`enable_model_cpu_offload` requires accelerator, but not found\n"
+    )
+    outcome = read_engine_log({"enable_cpu_offload": True}, "vllm-omni-adapter", "cpu", log, failed=True)
+    assert outcome.refused_scope == "environment"
+    assert outcome.refused.endswith("on this cpu host: `enable_model_cpu_offload` requires accelerator, but not found")
+    assert (
+        read_engine_log({"enable_cpu_offload": True}, "vllm-omni-adapter", "cuda:0", log, failed=True).refused is None
+    )
+
+
 def test_features_without_an_equivalent_are_unsupported_with_the_reason():
     assert "no FirstBlockCache backend" in map_variant({"first_block_cache": 0.1}, "vllm-omni").unsupported
     assert "not diffusers group offload" in map_variant({"group_offload": {}}, "vllm-omni").unsupported
