@@ -171,7 +171,7 @@ class Feature(ABC):
     name: ClassVar[str]
     family: ClassVar[str]
     feature_class: ClassVar[FeatureClass]
-    stage: ClassVar[Stage]
+    stage: ClassVar[Stage | int]  # application order; a plugin may use any int between the stages
     config_cls: ClassVar[type[FeatureConfig]]
     description: ClassVar[str]
     # Option filled by a scalar shorthand in a profile (``attention_backend: _native_math``).
@@ -180,6 +180,8 @@ class Feature(ABC):
     # Why the feature cannot have its intended effect on a CPU-only device (None: it can). It may engage
     # there (hooks run) while doing nothing useful: the gate and tables label it "engaged, no effect on cpu".
     no_effect_on_cpu: ClassVar[str | None] = None
+    # Plans by denoising step (needs ``RunContext.steps`` to match the calls): ``apply`` refuses other steps.
+    needs_steps: ClassVar[bool] = False
 
     def parse_options(self, raw: Any) -> FeatureConfig:
         """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""

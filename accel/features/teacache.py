@@ -149,6 +149,7 @@ class TeaCache(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
     config_cls = TeaCacheConfig
+    needs_steps = True  # the last step is always computed
     primary_option = "rel_l1_thresh"
     description = "TeaCache (timestep-embedding-aware step skipping), implemented as hooks"
 
