@@ -192,6 +192,37 @@ def _lossy_families(record: dict[str, Any]) -> list[str]:
     return sorted({FEATURES[name].family for name in _lossy_features(record)})
 
 
+def declared_lossy_limits() -> dict[str, dict[str, float]]:
+    """Per family, the parity limits its features declare (``Feature.lossy_limits``; the loosest when they
+    differ): the defaults ``thresholds.yaml``'s ``lossy`` section overrides."""
+    from accel.features import FEATURES
+
+    limits: dict[str, dict[str, float]] = {}
+    for feature in FEATURES.values():
+        own = feature.lossy_limits
+        if own is None:
+            continue
+        known = limits.get(feature.family)
+        if known is None:
+            limits[feature.family] = {"ssim": own.ssim, "psnr": own.psnr}
+        else:
+            limits[feature.family] = {"ssim": min(known["ssim"], own.ssim), "psnr": min(known["psnr"], own.psnr)}
+    return limits
+
+
+def declared_adherence_limits() -> dict[str, float]:
+    """Per family, the most adherence loss its features declare (the loosest), overridden by
+    ``thresholds.yaml``'s ``adherence.lossy``."""
+    from accel.features import FEATURES
+
+    limits: dict[str, float] = {}
+    for feature in FEATURES.values():
+        own = feature.lossy_limits
+        if own is not None and own.adherence_loss is not None:
+            limits[feature.family] = max(limits.get(feature.family, 0.0), own.adherence_loss)
+    return limits
+
+
 def required_parity(
     data: GateData, record: dict[str, Any], noise_floor: dict[str, Any] | None, modality: str
 ) -> tuple[float, float, str]:
@@ -202,10 +233,17 @@ def required_parity(
     ``lossless_minimum`` (nor below the dtype's own threshold when that is lower).
     """
     overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
-    lossy = {**data.thresholds["lossy"], **(overrides.get("lossy") or {})}
+    lossy = {**declared_lossy_limits(), **data.thresholds["lossy"], **(overrides.get("lossy") or {})}
     lossy_families = _lossy_families(record)
     if lossy_families:
-        limits = [lossy[f] for f in lossy_families if f in lossy] or [lossy.get("cache", {"ssim": 0.9, "psnr": 25})]
+        missing = [f for f in lossy_families if f not in lossy]
+        if missing:
+            raise ConfigError(
+                f"{data.source}: lossy: no parity thresholds for family '{missing[0]}' "
+                f"({record['model']}/{record['variant']} is lossy through it): add lossy.{missing[0]}: "
+                "{ssim: ..., psnr: ...} or declare lossy_limits on its feature"
+            )
+        limits = [lossy[f] for f in lossy_families]
         ssim = min(float(x["ssim"]) for x in limits)
         psnr = min(float(x["psnr"]) for x in limits)
         return ssim, psnr, f"lossy ({', '.join(lossy_families)})"
@@ -259,7 +297,7 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     from accel.features import FEATURES
 
     loss = record.get("adherence_loss")
-    limits = ((data.thresholds.get("adherence") or {}).get("lossy")) or {}
+    limits = {**declared_adherence_limits(), **(((data.thresholds.get("adherence") or {}).get("lossy")) or {})}
     if loss is None or not limits:
         return None
     families = {

@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from accel.features.base import (
+    LOSSY_LIMITS,
     Feature,
     FeatureClass,
     FeatureConfig,
@@ -29,6 +30,9 @@ from accel.features.base import (
     Tally,
     Verdict,
 )
+from accel.features.dispatch import native_attention_layers, tallied
+
+SKIPS_WORK = "a cache skips work on cached steps"
 
 
 class WorkCounter(Handle):
@@ -42,11 +46,9 @@ class WorkCounter(Handle):
         super().__init__()
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        from accel.features.attention import _native_layers, _tallied
-
         self.undo = undo
         self.registry = _AttentionBackendRegistry
-        self.native_layers = _native_layers(transformer)
+        self.native_layers = native_attention_layers(transformer)
         for layer in self.native_layers:  # the native attention layer counts its own computations
             layer.count_calls = True
         self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
@@ -55,7 +57,7 @@ class WorkCounter(Handle):
         self.start = (0, 0)
         self.originals = dict(self.registry._backends)
         for name, function in self.originals.items():
-            self.registry._backends[name] = _tallied(function, self.computed)
+            self.registry._backends[name] = tallied(function, self.computed)
         self.hook = transformer.register_forward_pre_hook(self._count_call)
 
     def begin_run(self) -> None:
@@ -176,6 +178,8 @@ class CacheDit(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
     config_cls = CacheDitConfig
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = SKIPS_WORK
     needs_steps = True  # the step mask and the transformer-only mode count steps
     description = "Cache-DiT DBCache (+ TaylorSeer, SCM)"
 
@@ -265,6 +269,9 @@ class _DiffusersHookFeature(Feature):
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = SKIPS_WORK
+    global_state = ("attention_backends",)  # the work counter wraps diffusers' registered backends
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
 
@@ -275,16 +282,14 @@ class _DiffusersHookFeature(Feature):
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "enable_cache"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
-        from accel.features.attention import _native_layers
-
-        if self.needs_diffusers_attention and _native_layers(transformer):
+        if self.needs_diffusers_attention and native_attention_layers(transformer):
             return Support.no(
                 f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
                 "attention layer"
             )
         if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
             return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule")
-        if not _native_layers(transformer) and not count_attention_modules(transformer):
+        if not native_attention_layers(transformer) and not count_attention_modules(transformer):
             return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
         return Support.yes()
 
