@@ -124,7 +124,7 @@ def load_gate_data(
     thresholds: Path | None = None, claims: Path | None = None, baseline: Path | None = None
 ) -> GateData:
     """Read the gate's data files (defaults: the shipped ``feature_matrix/`` files)."""
-    from accel.profile import data_dir
+    from accel.data import data_dir
 
     matrix = data_dir("feature_matrix")
     threshold_path = thresholds or matrix / "thresholds.yaml"

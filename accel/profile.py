@@ -16,6 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from accel.data import data_dir
 from accel.errors import ConfigError, did_you_mean
 
 DEFAULT_PROFILE_NAME = "quickstart"
@@ -105,7 +106,7 @@ class Workload(StrictModel):
     @classmethod
     def _prompts_from_set(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("prompt_set") and "prompts" not in data:
-            from accel.sweep.adherence import load_prompt_set
+            from accel.zoo.prompt_sets import load_prompt_set
 
             data = {**data, "prompts": [entry["prompt"] for entry in load_prompt_set(str(data["prompt_set"]))]}
         return data
@@ -219,7 +220,7 @@ class Profile(StrictModel):
         """The explicit variants, then those the ``combinations`` section generates."""
         if self.combinations is None:
             return list(self.variants)
-        from accel.sweep.combinations import plan_pairwise
+        from accel.features.combinations import plan_pairwise
 
         generated = plan_pairwise(
             self.combinations.features, f"{source}: combinations", self.combinations.prefix
@@ -387,14 +388,6 @@ def check_plain(data: Any, source: str, where: str = "") -> None:
             f"{source}: {where or '(top level)'}: a YAML {type(data).__name__} value is not allowed "
             "(use strings, numbers, booleans, lists and mappings; quote dates)"
         )
-
-
-def data_dir(name: str) -> Path:
-    """A top-level data folder (profiles, feature_matrix): the source tree's, else the installed copy."""
-    source_tree = Path(__file__).resolve().parent.parent / name
-    if source_tree.is_dir():
-        return source_tree
-    return Path(__file__).resolve().parent / "_data" / name
 
 
 def default_profile_path() -> Path:

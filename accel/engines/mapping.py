@@ -47,7 +47,7 @@ class EngineOutcome:
 
 
 def _mapping_file(engine: str) -> Path:
-    from accel.profile import data_dir
+    from accel.data import data_dir
 
     return data_dir("feature_matrix") / "engines" / f"{engine}.yaml"
 

@@ -26,7 +26,7 @@ class MatchItem:
     options: tuple[tuple[str, Any], ...] = ()
 
     def matches(self, name: str, options: Any) -> bool:
-        from accel.features import FEATURES
+        from accel.features.registry import FEATURES
 
         if self.feature is not None and name != self.feature:
             return False
@@ -59,7 +59,7 @@ class ConflictRule:
 
 def parse_rules(data: dict, where: str) -> list[ConflictRule]:
     """Rules from the YAML document ``data``; every named feature and family must be registered."""
-    from accel.features import FEATURES
+    from accel.features.registry import FEATURES
 
     families = {f.family for f in FEATURES.values()}
     rules = []
@@ -87,7 +87,7 @@ def _file_rules(path: Path) -> tuple[ConflictRule, ...]:
 
 def declared_rules() -> tuple[ConflictRule, ...]:
     """The conflicts features declare themselves (``Feature.conflicts``), as rules."""
-    from accel.features import FEATURES
+    from accel.features.registry import FEATURES
 
     families = {f.family for f in FEATURES.values()}
     rules = []
@@ -107,7 +107,7 @@ def declared_rules() -> tuple[ConflictRule, ...]:
 
 def load_rules(path: Path | None = None) -> tuple[ConflictRule, ...]:
     """The rule table shipped in ``feature_matrix/rules.yaml`` (or ``path``), then the features' own."""
-    from accel.profile import data_dir
+    from accel.data import data_dir
 
     return _file_rules(path or data_dir("feature_matrix") / "rules.yaml") + declared_rules()
 

@@ -9,22 +9,10 @@ from typing import Any
 from accel.measure.parity import PARITY_DEFINITION
 from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
+from accel.report.format import fmt
 from accel.results import declared_tag
 
 REPORT_FILE = "report.md"
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """Fixed decimals; ``inf`` for infinity and an en dash for a missing value."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf"
-        if math.isnan(value):
-            return "nan"
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def _mib(value: int | None) -> str:

@@ -21,7 +21,7 @@ from typing import Any
 
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.measure.speedup import format_speedup
-from accel.report.markdown import fmt
+from accel.report.format import fmt
 from accel.results import declared_tag, peak_memory_bytes
 
 

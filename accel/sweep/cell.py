@@ -17,6 +17,7 @@ import numpy as np
 
 from accel.errors import AccelError
 from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
+from accel.results import outputs_path
 
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
@@ -72,11 +73,6 @@ def sample_keys(workload: Workload) -> list[str]:
         for seed in workload.seeds
         for n in range(workload.num_images_per_prompt)
     ]
-
-
-def outputs_path(run_dir: str | Path, model: str, variant: str) -> Path:
-    """Where a cell's float32 outputs are kept (``.npz``, one array per sample key)."""
-    return Path(run_dir) / "outputs" / model / f"{variant}.npz"
 
 
 def run_cell(spec: CellSpec) -> dict[str, Any]:

@@ -43,7 +43,7 @@ class NativeTarget:
     def load(self, extra_kwargs: dict[str, Any] | None = None) -> Any:
         import torch
 
-        from accel.native.contract import native_for, native_for_class
+        from accel.native.registry import native_for, native_for_class
 
         if extra_kwargs:
             raise UnavailableError(f"native target: load-time options {sorted(extra_kwargs)} are adapter-only")
