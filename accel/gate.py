@@ -25,7 +25,6 @@ never runs a pipeline. Each measured cell (not the baseline or its noise-floor r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import yaml
 
 from accel.errors import ConfigError
+from accel.report.format import fmt, table_lines
 from accel.results import declared_tag
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -53,7 +53,7 @@ class Check:
     required: str
 
     def line(self) -> str:
-        return f"{self.name}: measured {_fmt(self.measured)}, required {self.required}"
+        return f"{self.name}: measured {fmt(self.measured, 4, significant=True)}, required {self.required}"
 
 
 @dataclass
@@ -100,12 +100,6 @@ class GateData:
     claims: dict[str, Any]
     perf: dict[str, Any] | None = None
     source: str = "feature_matrix/thresholds.yaml"
-
-
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.4g}"
-    return str(value)
 
 
 def _read_yaml(path: Path, what: str) -> dict[str, Any]:
@@ -490,7 +484,7 @@ def gate_cell(
         verdict.checks += [c for c in parity_checks if c.ok]
         verdict.reasons.append(
             "engaged but out of parity, as claimed unsupported ("
-            + ", ".join(f"{c.name}: measured {_fmt(c.measured)}" for c in parity_checks if not c.ok)
+            + ", ".join(f"{c.name}: measured {fmt(c.measured, 4, significant=True)}" for c in parity_checks if not c.ok)
             + ")"
         )
     else:
@@ -657,10 +651,9 @@ def _speed_claims(report: GateReport) -> list[str]:
         ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
         + " (a claim needs its whole interval outside the model's noise band)",
         "",
-        "| cell | speedup | verdict | why |",
-        "|---|---|---|---|",
     ]
-    lines += [f"| {key} | {format_speedup(c)} | {c['verdict']} | {c['reason'].replace('|', '/')} |" for key, c in rows]
+    cells = [(key, format_speedup(c), c["verdict"], c["reason"].replace("|", "/")) for key, c in rows]
+    lines += table_lines(("cell", "speedup", "verdict", "why"), ("left",) * 4, cells)
     return [*lines, ""]
 
 

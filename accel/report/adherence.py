@@ -10,7 +10,7 @@ from typing import Any
 
 from accel.measure.adherence import ATTRIBUTES
 from accel.measure.speedup import format_speedup
-from accel.report.format import fmt
+from accel.report.format import fmt, table_lines
 
 ADHERENCE_DEFINITION = (
     "share of the prompt's attributes (background colour, shape colour, shape class, position) that "
@@ -25,10 +25,9 @@ def has_adherence(records: list[dict[str, Any]]) -> bool:
 
 def adherence_table(records: list[dict[str, Any]]) -> str:
     """One row per cell with an adherence score: speedup, SSIM, each attribute kind, overall and loss."""
-    header = (
-        "| variant | speedup | SSIM ↑ | " + " | ".join(f"{k} ↑" for k in ATTRIBUTES) + " | overall ↑ [95% CI] "
-        "| loss vs baseline ↓ | images |\n|---|--:|--:|" + "--:|" * len(ATTRIBUTES) + ":-:|--:|--:|"
-    )
+    header = ("variant", "speedup", "SSIM ↑", *(f"{k} ↑" for k in ATTRIBUTES), "overall ↑ [95% CI]",
+              "loss vs baseline ↓", "images")  # fmt: skip
+    align = ("left", "right", "right", *("right",) * len(ATTRIBUTES), "center", "right", "right")
     rows = []
     for r in records:
         score = r.get("adherence")
@@ -38,9 +37,10 @@ def adherence_table(records: list[dict[str, Any]]) -> str:
         low, high = score.get("overall_ci") or (None, None)
         ssim = (r.get("parity") or {}).get("ssim")
         rows.append(
-            f"| {r['variant']} | {speedup} | {fmt(ssim, 3)} | "
-            + " | ".join(fmt(score.get(k), 3) for k in ATTRIBUTES)
-            + f" | {fmt(score.get('overall'), 3)} [{fmt(low, 2)}, {fmt(high, 2)}] | {fmt(r.get('adherence_loss'), 3)} "
-            f"| {score.get('n')} |"
-        )
-    return header + "\n" + "\n".join(rows) + f"\n\nAdherence: {ADHERENCE_DEFINITION}.\n"
+            (
+                r["variant"], speedup, fmt(ssim, 3), *(fmt(score.get(k), 3) for k in ATTRIBUTES),
+                f"{fmt(score.get('overall'), 3)} [{fmt(low, 2)}, {fmt(high, 2)}]", fmt(r.get("adherence_loss"), 3),
+                score.get("n"),
+            )
+        )  # fmt: skip
+    return "\n".join(table_lines(header, align, rows)) + f"\n\nAdherence: {ADHERENCE_DEFINITION}.\n"

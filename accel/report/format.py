@@ -6,11 +6,14 @@ The lowest module of ``accel/report``: the others import it, it imports none of 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 
-def fmt(value: Any, digits: int = 3) -> str:
-    """Fixed decimals; ``inf`` for infinity and an en dash for a missing value."""
+def fmt(value: Any, digits: int = 3, *, significant: bool = False) -> str:
+    """A number as every table and summary shows it: ``digits`` fixed decimals (or, with ``significant``,
+    significant digits: the gate's measured values), ``inf`` for an infinity, ``nan``, and an en dash for a
+    missing value; anything else as ``str``."""
     if value is None:
         return "–"
     if isinstance(value, float):
@@ -18,5 +21,26 @@ def fmt(value: Any, digits: int = 3) -> str:
             return "inf"
         if math.isnan(value):
             return "nan"
-        return f"{value:.{digits}f}"
+        return f"{value:.{digits}g}" if significant else f"{value:.{digits}f}"
     return str(value)
+
+
+ALIGN = {"left": "---", "right": "--:", "center": ":-:"}
+
+
+def row(cells: Iterable[Any]) -> str:
+    """One markdown table row (cells as given: escape ``|`` in free text before)."""
+    return "|" + "|".join(f" {cell} " for cell in cells) + "|"
+
+
+def table_lines(header: Sequence[Any], align: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    """A markdown table as lines: the header, the alignment rule (``left``, ``right``, ``center`` per column),
+    then one line per row."""
+    if len(align) != len(header):
+        raise ValueError(f"{len(header)} columns but {len(align)} alignments")
+    return [row(header), "|" + "|".join(ALIGN[a] for a in align) + "|", *(row(cells) for cells in rows)]
+
+
+def table(header: Sequence[Any], align: Sequence[str], rows: Iterable[Sequence[Any]]) -> str:
+    """A markdown table (no trailing line break); ``table_lines`` joined."""
+    return "\n".join(table_lines(header, align, rows))
