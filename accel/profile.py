@@ -17,7 +17,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from accel.data import data_dir
-from accel.errors import ConfigError, did_you_mean
+from accel.errors import ConfigError, did_you_mean, unknown_choice
+from accel.targets.registry import TARGETS, describe_targets
 
 DEFAULT_PROFILE_NAME = "quickstart"
 # Frames a video model generates when the workload does not say (Wan wants 4k+1).
@@ -53,13 +54,7 @@ class ModelSpec(StrictModel):
 
     name: str = Field(description="Label used in results, file names and reports.")
     source: str = Field(description="A zoo name (tiny-flux, ...), a local checkpoint directory or a hub id.")
-    target: Literal["adapter", "native", "vllm-omni", "vllm-omni-adapter"] = Field(
-        default="adapter",
-        description=(
-            "adapter: any diffusers DiffusionPipeline as a black box; native: omni-accel's own pipeline; "
-            "vllm-omni / vllm-omni-adapter: vLLM-Omni's native pipeline or its diffusers backend."
-        ),
-    )
+    target: str = Field(default="adapter", description=f"The target kind ({describe_targets()}).")
     native_pipeline: str | None = Field(
         default=None, description="native only: an out-of-tree pipeline as package.module:ClassName."
     )
@@ -76,6 +71,13 @@ class ModelSpec(StrictModel):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         return _safe_label(value)
+
+    @field_validator("target")
+    @classmethod
+    def _registered_target(cls, value: str) -> str:
+        if value not in TARGETS:  # the registry, read at validation: a kind registered later is accepted
+            raise ValueError(unknown_choice("target", value, TARGETS))
+        return value
 
 
 class Workload(StrictModel):

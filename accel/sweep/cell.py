@@ -18,6 +18,7 @@ import numpy as np
 from accel.errors import AccelError
 from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
 from accel.results import outputs_path
+from accel.targets.registry import engine_targets
 
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
@@ -98,7 +99,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     return record
 
 
-ENGINE_TARGETS = ("vllm-omni", "vllm-omni-adapter")
+ENGINE_TARGETS = engine_targets()
 
 
 def engine_log_path(run_dir: str | Path, model: str, variant: str) -> Path:
