@@ -1,4 +1,5 @@
-"""Known-incompatible feature combinations, read from ``feature_matrix/rules.yaml``.
+"""Known-incompatible feature combinations: ``feature_matrix/rules.yaml``'s, then those features declare
+themselves (``Feature.conflicts``), checked before anything runs (profiles, ``apply``, pairwise planning).
 
 A rule matches a variant when every item of its ``match`` list is met by a different feature of the
 variant: an item names a feature or a family, optionally with options the feature must have.

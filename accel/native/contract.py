@@ -1,11 +1,12 @@
-"""The native pipeline contract and the registry of native pipelines.
+"""The native pipeline contract and the table native pipelines register in (``register_native``).
 
 A native pipeline is an ``nn.Module`` with explicit stages, ``encode_prompt`` -> ``prepare_latents`` ->
 ``denoise`` (one transformer call per step and CFG branch, with a progress bar) -> ``decode``, and a
 ``forward(request)`` that runs them and records each stage's synchronised time. Components are declared
 on the class (``_dit_modules``, ``_encoder_modules``, ``_vae_modules``, ``_resident_modules``; dotted paths
 allowed) so that features find them without guessing. Native pipelines register under the
-``model_index.json`` ``_class_name`` they implement; out-of-tree ones register by import path.
+``model_index.json`` ``_class_name`` they implement; out-of-tree ones are named by import path.
+``registry.py`` finds the pipeline for a checkpoint.
 """
 
 from __future__ import annotations
