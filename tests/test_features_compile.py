@@ -6,22 +6,20 @@ import numpy as np
 import pytest
 from features_helpers import CONTEXT, generate, loaded
 
-from accel.features import FEATURES
+from accel import apply
+from accel.features import FEATURES, CompileConfig
 
 
 @pytest.mark.parametrize("granularity", ["regional", "full"])
 def test_compile_engages_and_remove_restores(granularity):
     target = loaded("tiny-flux")
     baseline = generate(target)[0]
-    feature = FEATURES["compile"]
     # aot_eager traces and runs the same dynamo/AOT graphs as inductor without generating C++: fast.
-    options = feature.parse_options({"granularity": granularity, "backend": "aot_eager"})
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    generate(target, [handle])  # the cold call compiles; the timed runs after it must not
-    handle.runs.clear()
-    compiled = generate(target, [handle])[0]
-    verdict = feature.verify(handle)
-    handle.remove()
+    with apply(target.pipeline, CompileConfig(granularity=granularity, backend="aot_eager")) as applied:
+        generate(target)  # the cold call compiles; the timed runs after it must not
+        applied.reset_evidence()
+        compiled = generate(target)[0]
+        verdict = applied.verdicts()["compile"]
     assert verdict.engaged, verdict.summary
     assert verdict.evidence["unique_graphs"] >= 1 and verdict.evidence["compiled_calls_per_run"][0] > 0
     expected_modules = 4 if granularity == "regional" else 1  # 2 double + 2 single blocks, or the transformer
@@ -36,13 +34,11 @@ def test_inductor_regional_compile_keeps_parity():
 
     target = loaded("tiny-flux")
     baseline = generate(target)[0]
-    feature = FEATURES["compile"]
-    handle = feature.apply(target.pipeline, feature.parse_options("regional"), CONTEXT)
-    generate(target, [handle])  # the cold call compiles
-    handle.runs.clear()
-    compiled = generate(target, [handle])[0]
-    verdict = feature.verify(handle)
-    handle.remove()
+    with apply(target.pipeline, CompileConfig(granularity="regional")) as applied:
+        generate(target)  # the cold call compiles
+        applied.reset_evidence()
+        compiled = generate(target)[0]
+        verdict = applied.verdicts()["compile"]
     parity = compare(compiled, baseline)
     assert verdict.engaged and parity.ssim >= 0.999 and parity.psnr >= 40
 
@@ -60,9 +56,6 @@ def test_compile_options_that_cannot_run_here_say_why():
 def _apply_with_compile(target, name, raw):
     """``name`` and regional compile through ``apply`` (compile goes last, by stage), with dynamo's cheapest
     backend: tracing and guards are dynamo's (where recompiles come from) without generating any kernel."""
-    from accel import apply
-    from accel.features import CompileConfig
-
     config = FEATURES[name].parse_options(raw)
     return apply(target.pipeline, config, CompileConfig(granularity="regional", backend="eager"), device="cpu")
 
