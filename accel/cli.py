@@ -93,8 +93,8 @@ def sweep(
 @app.command()
 def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
     """Print the cells a sweep of PROFILE would run, without running anything."""
+    from accel.features.combinations import plan_pairwise
     from accel.profile import load_profile
-    from accel.sweep.combinations import plan_pairwise
     from accel.sweep.runner import plan as plan_cells
 
     loaded = load_profile(profile)

@@ -25,7 +25,6 @@ never runs a pipeline. Each measured cell (not the baseline or its noise-floor r
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +32,7 @@ from typing import Any
 import yaml
 
 from accel.errors import ConfigError
+from accel.report.format import fmt, table_lines
 from accel.results import declared_tag
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -53,7 +53,7 @@ class Check:
     required: str
 
     def line(self) -> str:
-        return f"{self.name}: measured {_fmt(self.measured)}, required {self.required}"
+        return f"{self.name}: measured {fmt(self.measured, 4, significant=True)}, required {self.required}"
 
 
 @dataclass
@@ -102,12 +102,6 @@ class GateData:
     source: str = "feature_matrix/thresholds.yaml"
 
 
-def _fmt(value: Any) -> str:
-    if isinstance(value, float):
-        return "inf" if math.isinf(value) else f"{value:.4g}"
-    return str(value)
-
-
 def _read_yaml(path: Path, what: str) -> dict[str, Any]:
     if not path.is_file():
         raise ConfigError(f"{path}: {what} file not found")
@@ -124,7 +118,7 @@ def load_gate_data(
     thresholds: Path | None = None, claims: Path | None = None, baseline: Path | None = None
 ) -> GateData:
     """Read the gate's data files (defaults: the shipped ``feature_matrix/`` files)."""
-    from accel.profile import data_dir
+    from accel.data import data_dir
 
     matrix = data_dir("feature_matrix")
     threshold_path = thresholds or matrix / "thresholds.yaml"
@@ -192,6 +186,37 @@ def _lossy_families(record: dict[str, Any]) -> list[str]:
     return sorted({FEATURES[name].family for name in _lossy_features(record)})
 
 
+def declared_lossy_limits() -> dict[str, dict[str, float]]:
+    """Per family, the parity limits its features declare (``Feature.lossy_limits``; the loosest when they
+    differ): the defaults ``thresholds.yaml``'s ``lossy`` section overrides."""
+    from accel.features import FEATURES
+
+    limits: dict[str, dict[str, float]] = {}
+    for feature in FEATURES.values():
+        own = feature.lossy_limits
+        if own is None:
+            continue
+        known = limits.get(feature.family)
+        if known is None:
+            limits[feature.family] = {"ssim": own.ssim, "psnr": own.psnr}
+        else:
+            limits[feature.family] = {"ssim": min(known["ssim"], own.ssim), "psnr": min(known["psnr"], own.psnr)}
+    return limits
+
+
+def declared_adherence_limits() -> dict[str, float]:
+    """Per family, the most adherence loss its features declare (the loosest), overridden by
+    ``thresholds.yaml``'s ``adherence.lossy``."""
+    from accel.features import FEATURES
+
+    limits: dict[str, float] = {}
+    for feature in FEATURES.values():
+        own = feature.lossy_limits
+        if own is not None and own.adherence_loss is not None:
+            limits[feature.family] = max(limits.get(feature.family, 0.0), own.adherence_loss)
+    return limits
+
+
 def required_parity(
     data: GateData, record: dict[str, Any], noise_floor: dict[str, Any] | None, modality: str
 ) -> tuple[float, float, str]:
@@ -202,10 +227,17 @@ def required_parity(
     ``lossless_minimum`` (nor below the dtype's own threshold when that is lower).
     """
     overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
-    lossy = {**data.thresholds["lossy"], **(overrides.get("lossy") or {})}
+    lossy = {**declared_lossy_limits(), **data.thresholds["lossy"], **(overrides.get("lossy") or {})}
     lossy_families = _lossy_families(record)
     if lossy_families:
-        limits = [lossy[f] for f in lossy_families if f in lossy] or [lossy.get("cache", {"ssim": 0.9, "psnr": 25})]
+        missing = [f for f in lossy_families if f not in lossy]
+        if missing:
+            raise ConfigError(
+                f"{data.source}: lossy: no parity thresholds for family '{missing[0]}' "
+                f"({record['model']}/{record['variant']} is lossy through it): add lossy.{missing[0]}: "
+                "{ssim: ..., psnr: ...} or declare lossy_limits on its feature"
+            )
+        limits = [lossy[f] for f in lossy_families]
         ssim = min(float(x["ssim"]) for x in limits)
         psnr = min(float(x["psnr"]) for x in limits)
         return ssim, psnr, f"lossy ({', '.join(lossy_families)})"
@@ -259,7 +291,7 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     from accel.features import FEATURES
 
     loss = record.get("adherence_loss")
-    limits = ((data.thresholds.get("adherence") or {}).get("lossy")) or {}
+    limits = {**declared_adherence_limits(), **(((data.thresholds.get("adherence") or {}).get("lossy")) or {})}
     if loss is None or not limits:
         return None
     families = {
@@ -452,7 +484,7 @@ def gate_cell(
         verdict.checks += [c for c in parity_checks if c.ok]
         verdict.reasons.append(
             "engaged but out of parity, as claimed unsupported ("
-            + ", ".join(f"{c.name}: measured {_fmt(c.measured)}" for c in parity_checks if not c.ok)
+            + ", ".join(f"{c.name}: measured {fmt(c.measured, 4, significant=True)}" for c in parity_checks if not c.ok)
             + ")"
         )
     else:
@@ -619,10 +651,9 @@ def _speed_claims(report: GateReport) -> list[str]:
         ", ".join(f"{n} {verdict}" for verdict, n in sorted(counts.items()))
         + " (a claim needs its whole interval outside the model's noise band)",
         "",
-        "| cell | speedup | verdict | why |",
-        "|---|---|---|---|",
     ]
-    lines += [f"| {key} | {format_speedup(c)} | {c['verdict']} | {c['reason'].replace('|', '/')} |" for key, c in rows]
+    cells = [(key, format_speedup(c), c["verdict"], c["reason"].replace("|", "/")) for key, c in rows]
+    lines += table_lines(("cell", "speedup", "verdict", "why"), ("left",) * 4, cells)
     return [*lines, ""]
 
 

@@ -16,7 +16,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from accel.errors import ConfigError, did_you_mean
+from accel.data import data_dir
+from accel.errors import ConfigError, did_you_mean, unknown_choice
+from accel.targets.registry import TARGETS, describe_targets
 
 DEFAULT_PROFILE_NAME = "quickstart"
 # Frames a video model generates when the workload does not say (Wan wants 4k+1).
@@ -52,13 +54,7 @@ class ModelSpec(StrictModel):
 
     name: str = Field(description="Label used in results, file names and reports.")
     source: str = Field(description="A zoo name (tiny-flux, ...), a local checkpoint directory or a hub id.")
-    target: Literal["adapter", "native", "vllm-omni", "vllm-omni-adapter"] = Field(
-        default="adapter",
-        description=(
-            "adapter: any diffusers DiffusionPipeline as a black box; native: omni-accel's own pipeline; "
-            "vllm-omni / vllm-omni-adapter: vLLM-Omni's native pipeline or its diffusers backend."
-        ),
-    )
+    target: str = Field(default="adapter", description=f"The target kind ({describe_targets()}).")
     native_pipeline: str | None = Field(
         default=None, description="native only: an out-of-tree pipeline as package.module:ClassName."
     )
@@ -75,6 +71,13 @@ class ModelSpec(StrictModel):
     @classmethod
     def _safe_name(cls, value: str) -> str:
         return _safe_label(value)
+
+    @field_validator("target")
+    @classmethod
+    def _registered_target(cls, value: str) -> str:
+        if value not in TARGETS:  # the registry, read at validation: a kind registered later is accepted
+            raise ValueError(unknown_choice("target", value, TARGETS))
+        return value
 
 
 class Workload(StrictModel):
@@ -105,7 +108,7 @@ class Workload(StrictModel):
     @classmethod
     def _prompts_from_set(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("prompt_set") and "prompts" not in data:
-            from accel.sweep.adherence import load_prompt_set
+            from accel.zoo.prompt_sets import load_prompt_set
 
             data = {**data, "prompts": [entry["prompt"] for entry in load_prompt_set(str(data["prompt_set"]))]}
         return data
@@ -219,7 +222,7 @@ class Profile(StrictModel):
         """The explicit variants, then those the ``combinations`` section generates."""
         if self.combinations is None:
             return list(self.variants)
-        from accel.sweep.combinations import plan_pairwise
+        from accel.features.combinations import plan_pairwise
 
         generated = plan_pairwise(
             self.combinations.features, f"{source}: combinations", self.combinations.prefix
@@ -387,14 +390,6 @@ def check_plain(data: Any, source: str, where: str = "") -> None:
             f"{source}: {where or '(top level)'}: a YAML {type(data).__name__} value is not allowed "
             "(use strings, numbers, booleans, lists and mappings; quote dates)"
         )
-
-
-def data_dir(name: str) -> Path:
-    """A top-level data folder (profiles, feature_matrix): the source tree's, else the installed copy."""
-    source_tree = Path(__file__).resolve().parent.parent / name
-    if source_tree.is_dir():
-        return source_tree
-    return Path(__file__).resolve().parent / "_data" / name
 
 
 def default_profile_path() -> Path:

@@ -28,6 +28,11 @@ COLUMNS = [
 ]  # fmt: skip
 
 
+def outputs_path(run_dir: str | Path, model: str, variant: str) -> Path:
+    """Where a cell's float32 outputs are kept in a run directory (``.npz``, one array per sample key)."""
+    return Path(run_dir) / "outputs" / model / f"{variant}.npz"
+
+
 def peak_memory_bytes(record: dict[str, Any]) -> int | None:
     """The peak memory every table and ratio uses: device allocated on a GPU, host RSS on a CPU."""
     device = record.get("peak_device_allocated_bytes")

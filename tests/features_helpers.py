@@ -1,4 +1,5 @@
-"""Helpers shared by the feature tests: a loaded tiny pipeline and one generation (begin_run/end_run as a cell)."""
+"""Helpers shared by the feature tests: a loaded tiny pipeline, one generation (with explicit begin_run/end_run
+for tests of a handle itself), and a round trip through the public ``apply``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,20 @@ def loaded(name: str = "tiny-flux") -> AdapterTarget:
     target = AdapterTarget(ModelSpec(name=name, source=name))
     target.load()
     return target
+
+
+def applied_runs(target: AdapterTarget, name: str, raw, runs: int = 1, **changes):
+    """The public path: ``apply`` the feature's config, call the pipeline ``runs`` times (each call one evidence
+    window), judge, remove. Returns (verdict, outputs of each call)."""
+    from accel import apply
+    from accel.features import FEATURES
+
+    config = FEATURES[name].parse_options(raw)
+    steps = changes.get("steps", REQUEST.steps)
+    with apply(target.pipeline, config, num_inference_steps=steps) as applied:
+        outputs = [generate(target, **changes) for _ in range(runs)]
+        verdict = applied.verdicts()[name]
+    return verdict, outputs
 
 
 def generate(target: AdapterTarget, handles=(), **changes) -> list[np.ndarray]:

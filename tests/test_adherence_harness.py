@@ -9,8 +9,8 @@ import pytest
 from accel.errors import ConfigError
 from accel.gate import load_gate_data
 from accel.profile import ModelSpec, Workload, parse_profile
+from accel.results import outputs_path
 from accel.sweep.adherence import attach_adherence, expected_scenes, model_world
-from accel.sweep.cell import outputs_path
 from accel.zoo import world
 
 PROMPTS = ["a red circle on the left, on a white background", "blue background, a yellow square at the top"]

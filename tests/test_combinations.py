@@ -9,8 +9,8 @@ import pytest
 
 from accel.cli import main
 from accel.errors import ConfigError
+from accel.features.combinations import plan_pairwise
 from accel.profile import parse_profile
-from accel.sweep.combinations import plan_pairwise
 
 OPTIONS = {
     "cache_dit": [{"residual_diff_threshold": 0.5}, {"residual_diff_threshold": 0.24}],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from features_helpers import CONTEXT, generate, loaded
+from features_helpers import CONTEXT, applied_runs, generate, loaded
 from pydantic import ValidationError
 
 from accel.features import FEATURES
@@ -22,13 +22,7 @@ def test_math_backend_dispatches_matches_and_restores(model):
     target = loaded(model)
     baseline = generate(target)
     before = _active_backend()
-    feature = FEATURES["attention_backend"]
-    options = feature.parse_options("_native_math")
-    assert feature.check(target.pipeline, "cpu", options).supported
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    output = generate(target, [handle])
-    verdict = feature.verify(handle)
-    handle.remove()
+    verdict, (output,) = applied_runs(target, "attention_backend", "_native_math")
     assert verdict.engaged, verdict.summary
     assert set(verdict.evidence["dispatched_per_run"][0]) == {"_native_math"}
     assert np.abs(output[0] - baseline[0]).max() < 1e-4

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from features_helpers import generate, loaded
 
-from accel.features import FEATURES
+from accel import apply
+from accel.features import FEATURES, CacheDitConfig, ModelOffloadConfig
 from accel.features.base import RunContext
 
 STEPS = 8
@@ -14,16 +15,11 @@ CONTEXT = RunContext(device="cpu", steps=STEPS)
 
 
 def _run(target, feature_name, raw, runs=2, negative_prompt=None):
-    feature = FEATURES[feature_name]
-    options = feature.parse_options(raw)
-    assert feature.check(target.pipeline, "cpu", options).supported
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    outputs = []
-    for _ in range(runs):
-        outputs.append(generate(target, [handle], steps=STEPS, negative_prompt=negative_prompt)[0])
-        handle.end_run()
-    verdict = feature.verify(handle)
-    handle.remove()
+    """The public path: apply the config, call the pipeline (each call one evidence window), judge, remove."""
+    config = FEATURES[feature_name].parse_options(raw)
+    with apply(target.pipeline, config, num_inference_steps=STEPS) as applied:
+        outputs = [generate(target, steps=STEPS, negative_prompt=negative_prompt)[0] for _ in range(runs)]
+        verdict = applied.verdicts()[feature_name]
     return verdict, outputs
 
 
@@ -91,7 +87,10 @@ def test_cache_dit_evidence_lists_cached_steps_per_run():
 
 
 def test_model_offload_before_cache_dit_is_caught():
-    """Known pitfall: offload enabled before Cache-DiT silently drops caching from the second call on."""
+    """Known pitfall: offload enabled before Cache-DiT silently drops caching from the second call on.
+
+    ``apply`` cannot apply them in this order (it orders by stage); the features' own contract can, which
+    is how the pitfall is reproduced here."""
     target = loaded("tiny-flux")
     offload = FEATURES["enable_cpu_offload"]
     cache = FEATURES["cache_dit"]
@@ -116,6 +115,20 @@ def test_harness_order_puts_cache_before_offload():
 
     names = [f.name for f in ordered(["enable_cpu_offload", "cache_dit", "compile", "quantization"])]
     assert names == ["quantization", "cache_dit", "enable_cpu_offload", "compile"]
+
+
+def test_apply_orders_offload_after_cache_dit_so_both_engage():
+    """Given in the pitfall's order, ``apply`` applies Cache-DiT first: it caches on every call."""
+    target = loaded("tiny-flux")
+    cache = CacheDitConfig(residual_diff_threshold=0.5, max_warmup_steps=2)
+    with apply(target.pipeline, ModelOffloadConfig(), cache, num_inference_steps=STEPS) as applied:
+        assert [f.name for f in applied.features] == ["cache_dit", "enable_cpu_offload"]
+        for _ in range(2):
+            generate(target, steps=STEPS)
+        evidence = applied.evidence()
+    assert evidence["cache_dit"]["engaged"], evidence["cache_dit"]["summary"]
+    assert evidence["enable_cpu_offload"]["engaged"], evidence["enable_cpu_offload"]["summary"]
+    assert all(len(run[0]) > 0 for run in evidence["cache_dit"]["cached_steps_per_run"])
 
 
 @pytest.mark.parametrize(

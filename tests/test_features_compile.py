@@ -6,22 +6,20 @@ import numpy as np
 import pytest
 from features_helpers import CONTEXT, generate, loaded
 
-from accel.features import FEATURES
+from accel import apply
+from accel.features import FEATURES, CompileConfig
 
 
 @pytest.mark.parametrize("granularity", ["regional", "full"])
 def test_compile_engages_and_remove_restores(granularity):
     target = loaded("tiny-flux")
     baseline = generate(target)[0]
-    feature = FEATURES["compile"]
     # aot_eager traces and runs the same dynamo/AOT graphs as inductor without generating C++: fast.
-    options = feature.parse_options({"granularity": granularity, "backend": "aot_eager"})
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    generate(target, [handle])  # the cold call compiles; the timed runs after it must not
-    handle.runs.clear()
-    compiled = generate(target, [handle])[0]
-    verdict = feature.verify(handle)
-    handle.remove()
+    with apply(target.pipeline, CompileConfig(granularity=granularity, backend="aot_eager")) as applied:
+        generate(target)  # the cold call compiles; the timed runs after it must not
+        applied.reset_evidence()
+        compiled = generate(target)[0]
+        verdict = applied.verdicts()["compile"]
     assert verdict.engaged, verdict.summary
     assert verdict.evidence["unique_graphs"] >= 1 and verdict.evidence["compiled_calls_per_run"][0] > 0
     expected_modules = 4 if granularity == "regional" else 1  # 2 double + 2 single blocks, or the transformer
@@ -36,13 +34,11 @@ def test_inductor_regional_compile_keeps_parity():
 
     target = loaded("tiny-flux")
     baseline = generate(target)[0]
-    feature = FEATURES["compile"]
-    handle = feature.apply(target.pipeline, feature.parse_options("regional"), CONTEXT)
-    generate(target, [handle])  # the cold call compiles
-    handle.runs.clear()
-    compiled = generate(target, [handle])[0]
-    verdict = feature.verify(handle)
-    handle.remove()
+    with apply(target.pipeline, CompileConfig(granularity="regional")) as applied:
+        generate(target)  # the cold call compiles
+        applied.reset_evidence()
+        compiled = generate(target)[0]
+        verdict = applied.verdicts()["compile"]
     parity = compare(compiled, baseline)
     assert verdict.engaged and parity.ssim >= 0.999 and parity.psnr >= 40
 
@@ -57,39 +53,33 @@ def test_compile_options_that_cannot_run_here_say_why():
     assert not support.supported and "has no _repeated_blocks" in support.reason
 
 
-def _apply_with_compile(target, name, raw, context=CONTEXT):
-    """``name`` then regional compile (the cell's order), with dynamo's cheapest backend: tracing and guards
-    are dynamo's (where recompiles come from) without generating any kernel."""
-    applied = []
-    for feature_name, options in ((name, raw), ("compile", {"granularity": "regional", "backend": "eager"})):
-        feature = FEATURES[feature_name]
-        applied.append((feature, feature.apply(target.pipeline, feature.parse_options(options), context)))
-    return applied
+def _apply_with_compile(target, name, raw):
+    """``name`` and regional compile through ``apply`` (compile goes last, by stage), with dynamo's cheapest
+    backend: tracing and guards are dynamo's (where recompiles come from) without generating any kernel."""
+    config = FEATURES[name].parse_options(raw)
+    return apply(target.pipeline, config, CompileConfig(granularity="regional", backend="eager"), device="cpu")
 
 
 def _timed_runs(target, applied, warmup=0, runs=2):
     """One cold call and ``warmup`` calls, then ``runs`` calls whose evidence counts (as a cell does)."""
     from accel.features.compile import _dynamo_counters
 
-    handles = [handle for _, handle in applied]
     for _ in range(1 + warmup):
-        generate(target, handles)
-    for handle in handles:
-        handle.runs.clear()
+        generate(target)
+    applied.reset_evidence()
     graphs = _dynamo_counters()["unique_graphs"]
     for _ in range(runs):
-        generate(target, handles)
+        generate(target)
     return graphs, _dynamo_counters()["unique_graphs"]
 
 
 def test_compile_with_attention_backend_stays_compiled_and_counts_dispatches():
     """The dispatch counters used to be traced: a guard on the evidence list recompiled every call."""
     target = loaded("tiny-flux")
-    applied = _apply_with_compile(target, "attention_backend", "_native_math")
-    try:
+    with _apply_with_compile(target, "attention_backend", "_native_math") as applied:
         graphs_before, graphs_after = _timed_runs(target, applied)
-        (attention, attention_handle), (compile_, compile_handle) = applied
-        attention_verdict, compile_verdict = attention.verify(attention_handle), compile_.verify(compile_handle)
+        verdicts = applied.verdicts()
+        attention_verdict, compile_verdict = verdicts["attention_backend"], verdicts["compile"]
         assert graphs_after == graphs_before  # no recompile during the timed runs
         assert compile_verdict.engaged, compile_verdict.summary
         assert compile_verdict.evidence["new_graphs_per_run"] == [0, 0]
@@ -99,14 +89,11 @@ def test_compile_with_attention_backend_stays_compiled_and_counts_dispatches():
 
         # A run at another resolution fails dynamo's shape guards: compile names the run that recompiled,
         # also when it comes after the timed runs (a later timing phase).
-        generate(target, [handle for _, handle in applied], height=32, width=32)
-        verdict = compile_.verify(compile_handle)
+        generate(target, height=32, width=32)
+        verdict = applied.verdicts()["compile"]
         assert not verdict.engaged
         assert verdict.summary.startswith("recompiled during timed run(s) [3]")
         assert verdict.evidence["new_graphs_per_run"][:2] == [0, 0] and verdict.evidence["new_graphs_per_run"][2] > 0
-    finally:
-        for _, handle in reversed(applied):
-            handle.remove()
 
 
 def test_compile_with_diffusers_cache_hook_counts_skipped_work_inside_compiled_blocks():
@@ -118,19 +105,15 @@ def test_compile_with_diffusers_cache_hook_counts_skipped_work_inside_compiled_b
     eager = cache.verify(eager_handle).evidence
     eager_handle.remove()
 
-    applied = _apply_with_compile(target, "first_block_cache", 0.5)
-    try:
+    with _apply_with_compile(target, "first_block_cache", 0.5) as applied:
         # One warm-up call, as the profiles have: the hook's second call still takes new graphs (its state
         # differs from the first call's); without it compile fails the cell with "recompiled".
         graphs_before, graphs_after = _timed_runs(target, applied, warmup=1)
-        (_, cache_handle), (compile_, compile_handle) = applied
-        cached, compiled = cache.verify(cache_handle), compile_.verify(compile_handle)
+        verdicts = applied.verdicts()
+        cached, compiled = verdicts["first_block_cache"], verdicts["compile"]
         assert graphs_after == graphs_before
         assert compiled.engaged, compiled.summary
         assert cached.engaged, cached.summary
         for key in ("transformer_calls_per_run", "attention_computed_per_run"):
             assert cached.evidence[key] == eager[key] * 2, key
         assert 0 < cached.evidence["attention_computed_per_run"][0] < 2 * 4  # some blocks skipped, some ran
-    finally:
-        for _, handle in reversed(applied):
-            handle.remove()

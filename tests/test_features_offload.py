@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from features_helpers import CONTEXT, generate, loaded
+from features_helpers import applied_runs, generate, loaded
 
 from accel.features import FEATURES
 
@@ -21,13 +21,8 @@ from accel.features import FEATURES
 def test_offload_engages_and_is_bit_identical(name, raw):
     target = loaded("tiny-flux")
     baseline = generate(target)[0]
-    feature = FEATURES[name]
-    options = feature.parse_options(raw)
-    assert feature.check(target.pipeline, "cpu", options).supported
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    outputs = [generate(target, [handle])[0] for _ in range(2)]
-    verdict = feature.verify(handle)
-    handle.remove()
+    verdict, outputs = applied_runs(target, name, raw, runs=2)
+    outputs = [output[0] for output in outputs]
     assert verdict.engaged, verdict.summary
     assert all(n > 0 for n in verdict.evidence["onloads_per_run"])
     assert all(np.array_equal(o, baseline) for o in outputs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from features_helpers import CONTEXT, generate, loaded
+from features_helpers import CONTEXT, applied_runs, generate, loaded
 
 from accel.features import FEATURES
 
@@ -13,12 +13,7 @@ from accel.features import FEATURES
 def test_quantization_engages_and_remove_restores(method):
     target = loaded("tiny-flux")
     baseline = generate(target)[0]
-    feature = FEATURES["quantization"]
-    options = feature.parse_options(method)
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    quantized = generate(target, [handle])[0]
-    verdict = feature.verify(handle)
-    handle.remove()
+    verdict, ((quantized, *_),) = applied_runs(target, "quantization", method)
     census = verdict.evidence["components"]["transformer"]
     assert verdict.engaged, verdict.summary
     assert census["eligible_linears"] > 0 and census["skipped"] == {}
@@ -37,9 +32,7 @@ def test_quantization_at_load_goes_through_from_pretrained():
     options = feature.parse_options({"method": "int8wo", "at_load": True})
     target = AdapterTarget(ModelSpec(name="tiny-flux", source="tiny-flux"))
     target.load(feature.load_kwargs(options))
-    handle = feature.apply(target.pipeline, options, CONTEXT)
-    generate(target, [handle])
-    verdict = feature.verify(handle)
+    verdict, _ = applied_runs(target, "quantization", {"method": "int8wo", "at_load": True})
     assert verdict.engaged, verdict.summary
     census = verdict.evidence["components"]["transformer"]
     assert verdict.evidence["quantized_linears_per_run"] == [census["eligible_linears"]] and census["skipped"] == {}

@@ -189,7 +189,7 @@ def test_infinity_reads_back_as_a_number(tmp_path):
 @pytest.mark.parametrize("report", ["quickstart", "engines-flux"])
 def test_the_committed_reports_read_back(report):
     """The reader's schema accepts every record real sweeps wrote (adapter, native and engine cells)."""
-    from accel.profile import data_dir
+    from accel.data import data_dir
 
     results = load_results(data_dir("reports") / report)
     assert results.records and results.cut_line is None

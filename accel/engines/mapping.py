@@ -21,8 +21,9 @@ from typing import Any
 import yaml
 
 from accel.errors import ConfigError
+from accel.targets.registry import engine_targets
 
-PATHS = ("vllm-omni", "vllm-omni-adapter")
+PATHS = engine_targets()  # the engine target kinds
 # How an engine cell was decided: from the mapping alone, without running the engine, or by running it.
 DECLARED = "declared"
 MEASURED = "measured"
@@ -47,7 +48,7 @@ class EngineOutcome:
 
 
 def _mapping_file(engine: str) -> Path:
-    from accel.profile import data_dir
+    from accel.data import data_dir
 
     return data_dir("feature_matrix") / "engines" / f"{engine}.yaml"
 

@@ -1,7 +1,10 @@
-"""Registry of acceleration features: one module per family registers its features here.
+"""Acceleration features: one module per family; the built-in ones are registered here.
 
-``FEATURES`` maps the user-facing name (the spelling used in YAML, the CLI and results) to the feature.
-Conflicts are data in ``feature_matrix/rules.yaml``; the application order is each feature's ``stage``.
+``apply(pipe, *configs)`` is the public way to apply them (``accel.features.applied``); every feature's
+config class is exported here. ``FEATURES`` maps the user-facing name (the spelling used in YAML, the CLI
+and results) to the feature, built-in or registered by another package through the entry point group
+``omni_accel.features`` (``accel.features.registry``). Conflicts are data in
+``feature_matrix/rules.yaml``; the application order is each feature's ``stage``.
 """
 
 from __future__ import annotations
@@ -11,42 +14,89 @@ from typing import Any
 from pydantic import ValidationError
 
 from accel.errors import ConfigError, did_you_mean, unknown_choice
-from accel.features import cache, offload
-from accel.features.attention import AttentionBackend
+from accel.features.attention import AttentionBackend, AttentionBackendConfig
 from accel.features.base import Feature, FeatureConfig
-from accel.features.compile import Compile
-from accel.features.quant import Quantization
-from accel.features.teacache import TeaCache
-from accel.features.vae import VaeSlicing, VaeTiling
+from accel.features.cache import (
+    CacheDit,
+    CacheDitConfig,
+    FasterCache,
+    FasterCacheConfig,
+    FirstBlockCache,
+    FirstBlockCacheConfig,
+    MagCache,
+    MagCacheConfig,
+    PyramidAttentionBroadcast,
+    PyramidAttentionBroadcastConfig,
+    TaylorSeerCache,
+    TaylorSeerCacheConfig,
+)
+from accel.features.compile import Compile, CompileConfig
+from accel.features.offload import (
+    GroupOffload,
+    GroupOffloadConfig,
+    LayerwiseOffload,
+    LayerwiseOffloadConfig,
+    ModelOffload,
+    ModelOffloadConfig,
+    SequentialOffload,
+    SequentialOffloadConfig,
+)
+from accel.features.quant import Quantization, QuantizationConfig
+from accel.features.registry import ENTRY_POINT_GROUP, FEATURES, FeatureRegistry, get_feature
+from accel.features.teacache import TeaCache, TeaCacheConfig
+from accel.features.vae import VaeSlicing, VaeSlicingConfig, VaeTiling, VaeTilingConfig
 
-FEATURES: dict[str, Feature] = {
-    feature.name: feature
-    for feature in (
-        Compile(),
-        cache.CacheDit(),
-        TeaCache(),
-        cache.FirstBlockCache(),
-        cache.MagCache(),
-        cache.TaylorSeerCache(),
-        cache.PyramidAttentionBroadcast(),
-        cache.FasterCache(),
-        Quantization(),
-        offload.ModelOffload(),
-        offload.SequentialOffload(),
-        offload.GroupOffload(),
-        offload.LayerwiseOffload(),
-        VaeTiling(),
-        VaeSlicing(),
-        AttentionBackend(),
-    )
-}
+for _feature in (
+    Compile(),
+    CacheDit(),
+    TeaCache(),
+    FirstBlockCache(),
+    MagCache(),
+    TaylorSeerCache(),
+    PyramidAttentionBroadcast(),
+    FasterCache(),
+    Quantization(),
+    ModelOffload(),
+    SequentialOffload(),
+    GroupOffload(),
+    LayerwiseOffload(),
+    VaeTiling(),
+    VaeSlicing(),
+    AttentionBackend(),
+):
+    FEATURES.register(_feature)
 
+from accel.features.applied import Applied, apply  # noqa: E402 - needs the registry filled
 
-def get_feature(name: str) -> Feature:
-    """The feature registered as ``name``; a ConfigError listing the names otherwise."""
-    if name not in FEATURES:
-        raise ConfigError(unknown_choice("feature", name, FEATURES))
-    return FEATURES[name]
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "FEATURES",
+    "Applied",
+    "AttentionBackendConfig",
+    "CacheDitConfig",
+    "CompileConfig",
+    "FasterCacheConfig",
+    "Feature",
+    "FeatureConfig",
+    "FeatureRegistry",
+    "FirstBlockCacheConfig",
+    "GroupOffloadConfig",
+    "LayerwiseOffloadConfig",
+    "MagCacheConfig",
+    "ModelOffloadConfig",
+    "PyramidAttentionBroadcastConfig",
+    "QuantizationConfig",
+    "SequentialOffloadConfig",
+    "TaylorSeerCacheConfig",
+    "TeaCacheConfig",
+    "VaeSlicingConfig",
+    "VaeTilingConfig",
+    "apply",
+    "get_feature",
+    "ordered",
+    "parse_feature_options",
+    "validate_variant_features",
+]
 
 
 def parse_feature_options(name: str, raw: Any, where: str) -> FeatureConfig:
@@ -78,4 +128,4 @@ def validate_variant_features(features: dict[str, Any], where: str) -> dict[str,
 
 def ordered(names: list[str]) -> list[Feature]:
     """Features in application order (by stage, then name for a stable order)."""
-    return sorted((FEATURES[n] for n in names), key=lambda f: (int(f.stage), f.name))
+    return sorted((get_feature(n) for n in names), key=lambda f: (int(f.stage), f.name))

@@ -10,7 +10,6 @@ cell. ``set_attention_backend`` also sets a process-global active backend that
 
 from __future__ import annotations
 
-import functools
 import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +19,7 @@ from pydantic import Field, field_validator
 
 from accel.errors import unknown_choice
 from accel.features.base import (
+    LOSSY_LIMITS,
     Feature,
     FeatureClass,
     FeatureConfig,
@@ -31,6 +31,7 @@ from accel.features.base import (
     Verdict,
     compute_dtype,
 )
+from accel.features.dispatch import native_attention_layers, tallied
 
 # Backends that run on a CPU (seen on CPU fp32 with diffusers 0.42). All others need an accelerator.
 CPU_BACKENDS = {"native", "_native_math", "_native_flash", "flex"}
@@ -98,7 +99,7 @@ class _DispatchHandle(Handle):
         for name, function in self.originals.items():
             key = getattr(name, "value", str(name))
             self.tallies[key] = Tally(device)
-            self.registry._backends[name] = _tallied(function, self.tallies[key])
+            self.registry._backends[name] = tallied(function, self.tallies[key])
         self.start = dict.fromkeys(self.tallies, 0)
 
     def begin_run(self) -> None:
@@ -123,26 +124,6 @@ class _DispatchHandle(Handle):
         self.registry._backends.update(self.originals)
         self.transformer.reset_attention_backend()
         self.registry.set_active_backend(self.previous_active)
-
-
-def _tallied(function: Any, tally: Tally) -> Any:
-    """``function`` counting its calls on ``tally`` (an in-place tensor add: no guard for dynamo to fail)."""
-
-    @functools.wraps(function)
-    def counted(*args: Any, **kwargs: Any) -> Any:
-        tally.add()
-        return function(*args, **kwargs)
-
-    return counted
-
-
-def _native_layers(transformer: Any) -> list[Any]:
-    """The native attention layers of an omni-accel native transformer (none for diffusers models)."""
-    if transformer is None:
-        return []
-    from accel.native.attention import Attention
-
-    return [m for m in transformer.modules() if isinstance(m, Attention)]
 
 
 class _NativeAttentionHandle(Handle):
@@ -184,6 +165,8 @@ class AttentionBackend(Feature):
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.ATTENTION
     config_cls = AttentionBackendConfig
+    lossy_limits = LOSSY_LIMITS  # the quantised kernels (sage)
+    global_state = ("attention_backends",)  # set_attention_backend sets the process-global active backend
     primary_option = "backend"
     description = "attention backend of the transformer (transformer.set_attention_backend)"
 
@@ -196,7 +179,7 @@ class AttentionBackend(Feature):
 
     def check(self, pipeline: Any, device: str, options: AttentionBackendConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
-        if _native_layers(transformer):
+        if native_attention_layers(transformer):
             from accel.native.attention import BACKENDS
 
             if options.backend not in BACKENDS:
@@ -230,7 +213,7 @@ class AttentionBackend(Feature):
     def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> Handle:
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        layers = _native_layers(pipeline.transformer)
+        layers = native_attention_layers(pipeline.transformer)
         if layers:
             return _NativeAttentionHandle(layers, options.backend)
 

@@ -1,10 +1,13 @@
 """The contract every acceleration feature implements, and the record of its evidence.
 
-A feature registers, in its own module: a config (options with defaults), its class (lossless or lossy),
-``check`` (supported here, or why not), its stage in the application order, the features it conflicts
-with, ``apply`` returning a handle that can ``remove()`` it, and ``verify``: evidence gathered during the
-timed runs that it engaged. A feature that was requested, reported supported and left no evidence fails
-its cell; it never passes silently.
+A feature declares, in its own module and nowhere else: a config (options with defaults), its class
+(lossless or lossy) and, when lossy, its default parity limits (``lossy_limits``; ``thresholds.yaml`` may
+override them), ``probe``/``check`` (supported here, or why not), its stage in the application order, the
+features it conflicts with (``conflicts``, besides ``rules.yaml``), whether its steps may beat the FLOPs
+floor (``roofline_exempt``: it skips or changes work), the process-global state it changes
+(``global_state``, reset after an in-process cell), ``apply`` returning a handle that can ``remove()`` it,
+and ``verify``: evidence gathered during the timed runs that it engaged. A feature that was requested,
+reported supported and left no evidence fails its cell; it never passes silently.
 """
 
 from __future__ import annotations
@@ -62,6 +65,38 @@ def _takes_tuple(annotation: Any) -> bool:
     if typing.get_origin(annotation) is tuple:
         return True
     return any(typing.get_origin(arg) is tuple for arg in typing.get_args(annotation))
+
+
+@dataclass(frozen=True)
+class ParityLimits:
+    """The least parity a lossy feature keeps against the unaccelerated baseline (the gate's default for its
+    family; ``feature_matrix/thresholds.yaml`` ``lossy.<family>`` overrides it)."""
+
+    ssim: float
+    psnr: float
+    # The most prompt adherence (share of attributes, models with a ground truth) it may lose; None: no bound.
+    adherence_loss: float | None = None
+
+
+# Cache-DiT's lossy-cache gate (SSIM 0.90, PSNR 25 dB), the default of every built-in lossy family; adherence:
+# at most 5% of the prompts' attributes lost (one attribute in 20).
+LOSSY_LIMITS = ParityLimits(ssim=0.90, psnr=25.0, adherence_loss=0.05)
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A feature (``feature``) or family (``family``) this feature cannot be combined with, and why.
+
+    ``options``: options the other feature must have for the conflict; ``own_options``: options this one
+    must have. Checked with ``feature_matrix/rules.yaml``'s rules, before anything is applied.
+    """
+
+    reason: str
+    feature: str | None = None
+    family: str | None = None
+    options: tuple[tuple[str, Any], ...] = ()
+    own_options: tuple[tuple[str, Any], ...] = ()
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -171,15 +206,27 @@ class Feature(ABC):
     name: ClassVar[str]
     family: ClassVar[str]
     feature_class: ClassVar[FeatureClass]
-    stage: ClassVar[Stage]
+    stage: ClassVar[Stage | int]  # application order; a plugin may use any int between the stages
     config_cls: ClassVar[type[FeatureConfig]]
     description: ClassVar[str]
     # Option filled by a scalar shorthand in a profile (``attention_backend: _native_math``).
     primary_option: ClassVar[str | None] = None
-    conflicts: ClassVar[dict[str, str]] = {}
+    # Combinations refused besides rules.yaml's (a plugin's rules travel with it).
+    conflicts: ClassVar[tuple[Conflict, ...]] = ()
+    # Default parity limits when lossy (None: the family's, from another feature or thresholds.yaml; a lossy
+    # family with none anywhere is an error of the gate, never a silent default).
+    lossy_limits: ClassVar[ParityLimits | None] = None
+    # Why this feature's steps may beat the full-step FLOPs floor (it skips or changes work): exempts its
+    # cells from the roofline's "below the floor: the timer cannot be trusted" check. None: not exempt.
+    roofline_exempt: ClassVar[str | None] = None
+    # The process-global state it changes as a side effect (names in ``accel.features.state``): saved
+    # before and restored after a cell that runs in the sweep's own process.
+    global_state: ClassVar[tuple[str, ...]] = ()
     # Why the feature cannot have its intended effect on a CPU-only device (None: it can). It may engage
     # there (hooks run) while doing nothing useful: the gate and tables label it "engaged, no effect on cpu".
     no_effect_on_cpu: ClassVar[str | None] = None
+    # Plans by denoising step (needs ``RunContext.steps`` to match the calls): ``apply`` refuses other steps.
+    needs_steps: ClassVar[bool] = False
 
     def parse_options(self, raw: Any) -> FeatureConfig:
         """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""

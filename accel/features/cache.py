@@ -19,6 +19,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from accel.features.base import (
+    LOSSY_LIMITS,
     Feature,
     FeatureClass,
     FeatureConfig,
@@ -29,6 +30,9 @@ from accel.features.base import (
     Tally,
     Verdict,
 )
+from accel.features.dispatch import native_attention_layers, tallied
+
+SKIPS_WORK = "a cache skips work on cached steps"
 
 
 class WorkCounter(Handle):
@@ -42,11 +46,9 @@ class WorkCounter(Handle):
         super().__init__()
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        from accel.features.attention import _native_layers, _tallied
-
         self.undo = undo
         self.registry = _AttentionBackendRegistry
-        self.native_layers = _native_layers(transformer)
+        self.native_layers = native_attention_layers(transformer)
         for layer in self.native_layers:  # the native attention layer counts its own computations
             layer.count_calls = True
         self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
@@ -55,7 +57,7 @@ class WorkCounter(Handle):
         self.start = (0, 0)
         self.originals = dict(self.registry._backends)
         for name, function in self.originals.items():
-            self.registry._backends[name] = _tallied(function, self.computed)
+            self.registry._backends[name] = tallied(function, self.computed)
         self.hook = transformer.register_forward_pre_hook(self._count_call)
 
     def begin_run(self) -> None:
@@ -176,6 +178,9 @@ class CacheDit(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
     config_cls = CacheDitConfig
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = SKIPS_WORK
+    needs_steps = True  # the step mask and the transformer-only mode count steps
     description = "Cache-DiT DBCache (+ TaylorSeer, SCM)"
 
     def probe(self, device: str, options: CacheDitConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
@@ -264,6 +269,9 @@ class _DiffusersHookFeature(Feature):
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = SKIPS_WORK
+    global_state = ("attention_backends",)  # the work counter wraps diffusers' registered backends
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
 
@@ -274,16 +282,14 @@ class _DiffusersHookFeature(Feature):
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "enable_cache"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
-        from accel.features.attention import _native_layers
-
-        if self.needs_diffusers_attention and _native_layers(transformer):
+        if self.needs_diffusers_attention and native_attention_layers(transformer):
             return Support.no(
                 f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
                 "attention layer"
             )
         if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
             return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule")
-        if not _native_layers(transformer) and not count_attention_modules(transformer):
+        if not native_attention_layers(transformer) and not count_attention_modules(transformer):
             return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
         return Support.yes()
 
@@ -296,7 +302,7 @@ class _DiffusersHookFeature(Feature):
         return verify_skipped_work(handle, self.name)
 
 
-class FirstBlockCacheOptions(FeatureConfig):
+class FirstBlockCacheConfig(FeatureConfig):
     """Options of ``first_block_cache``."""
 
     threshold: float = Field(default=0.05, gt=0, description="Reuse when the first block changed less; higher: faster.")
@@ -304,17 +310,17 @@ class FirstBlockCacheOptions(FeatureConfig):
 
 class FirstBlockCache(_DiffusersHookFeature):
     name = "first_block_cache"
-    config_cls = FirstBlockCacheOptions
+    config_cls = FirstBlockCacheConfig
     primary_option = "threshold"
     description = "diffusers FirstBlockCache"
 
-    def hook_config(self, pipeline: Any, options: FirstBlockCacheOptions, context: RunContext) -> Any:
-        from diffusers import FirstBlockCacheConfig
+    def hook_config(self, pipeline: Any, options: FirstBlockCacheConfig, context: RunContext) -> Any:
+        from diffusers import FirstBlockCacheConfig as DiffusersFirstBlockCacheConfig
 
-        return FirstBlockCacheConfig(threshold=options.threshold)
+        return DiffusersFirstBlockCacheConfig(threshold=options.threshold)
 
 
-class MagCacheOptions(FeatureConfig):
+class MagCacheConfig(FeatureConfig):
     """Options of ``mag_cache``; without ``mag_ratios`` the model's published ratios are used (Flux)."""
 
     threshold: float = Field(default=0.06, gt=0, description="Accumulated error allowed; higher: faster, lossier.")
@@ -325,10 +331,11 @@ class MagCacheOptions(FeatureConfig):
 
 class MagCache(_DiffusersHookFeature):
     name = "mag_cache"
-    config_cls = MagCacheOptions
+    config_cls = MagCacheConfig
+    needs_steps = True  # diffusers' MagCache takes num_inference_steps
     description = "diffusers MagCache (magnitude-ratio skipping)"
 
-    def check(self, pipeline: Any, device: str, options: MagCacheOptions) -> Support:
+    def check(self, pipeline: Any, device: str, options: MagCacheConfig) -> Support:
         support = super().check(pipeline, device, options)
         if (
             support.supported
@@ -341,12 +348,12 @@ class MagCache(_DiffusersHookFeature):
             )
         return support
 
-    def hook_config(self, pipeline: Any, options: MagCacheOptions, context: RunContext) -> Any:
-        from diffusers import MagCacheConfig
+    def hook_config(self, pipeline: Any, options: MagCacheConfig, context: RunContext) -> Any:
+        from diffusers import MagCacheConfig as DiffusersMagCacheConfig
         from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
 
         ratios = options.mag_ratios if options.mag_ratios is not None else FLUX_MAG_RATIOS
-        return MagCacheConfig(
+        return DiffusersMagCacheConfig(
             threshold=options.threshold,
             max_skip_steps=options.max_skip_steps,
             retention_ratio=options.retention_ratio,
@@ -362,7 +369,7 @@ TAYLORSEER_IDENTIFIERS: dict[str, tuple[str, ...]] = {
 }
 
 
-class TaylorSeerCacheOptions(FeatureConfig):
+class TaylorSeerCacheConfig(FeatureConfig):
     """Options of ``taylorseer_cache``."""
 
     cache_interval: int = Field(default=5, ge=1, description="Compute every N steps, predict between; more: faster.")
@@ -375,7 +382,7 @@ class TaylorSeerCacheOptions(FeatureConfig):
     )
 
 
-def taylorseer_identifiers(transformer: Any, options: TaylorSeerCacheOptions) -> tuple[str, ...]:
+def taylorseer_identifiers(transformer: Any, options: TaylorSeerCacheConfig) -> tuple[str, ...]:
     """The module-name patterns TaylorSeer hooks on this transformer: the option, the model's, or diffusers'."""
     if options.cache_identifiers is not None:
         return options.cache_identifiers
@@ -394,10 +401,10 @@ def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
 
 class TaylorSeerCache(_DiffusersHookFeature):
     name = "taylorseer_cache"
-    config_cls = TaylorSeerCacheOptions
+    config_cls = TaylorSeerCacheConfig
     description = "diffusers TaylorSeer cache (feature forecasting)"
 
-    def check(self, pipeline: Any, device: str, options: TaylorSeerCacheOptions) -> Support:
+    def check(self, pipeline: Any, device: str, options: TaylorSeerCacheConfig) -> Support:
         support = super().check(pipeline, device, options)
         if not support.supported:
             return support
@@ -411,16 +418,16 @@ class TaylorSeerCache(_DiffusersHookFeature):
             )
         return support
 
-    def apply(self, pipeline: Any, options: TaylorSeerCacheOptions, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> Handle:
         handle = super().apply(pipeline, options, context)
         handle.hooked = _matching_modules(pipeline.transformer, taylorseer_identifiers(pipeline.transformer, options))
         return handle
 
-    def hook_config(self, pipeline: Any, options: TaylorSeerCacheOptions, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> Any:
         import torch
-        from diffusers import TaylorSeerCacheConfig
+        from diffusers import TaylorSeerCacheConfig as DiffusersTaylorSeerCacheConfig
 
-        return TaylorSeerCacheConfig(
+        return DiffusersTaylorSeerCacheConfig(
             **options.model_dump(exclude={"cache_identifiers"}),
             cache_identifiers=list(taylorseer_identifiers(pipeline.transformer, options)),
             taylor_factors_dtype=torch.float32,
@@ -432,7 +439,7 @@ class TaylorSeerCache(_DiffusersHookFeature):
         return verdict
 
 
-class PyramidAttentionBroadcastOptions(FeatureConfig):
+class PyramidAttentionBroadcastConfig(FeatureConfig):
     """Options of ``pyramid_attention_broadcast``."""
 
     spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
@@ -445,13 +452,13 @@ class PyramidAttentionBroadcast(_DiffusersHookFeature):
     name = "pyramid_attention_broadcast"
     needs_diffusers_attention = True
     needs_current_timestep = True
-    config_cls = PyramidAttentionBroadcastOptions
+    config_cls = PyramidAttentionBroadcastConfig
     description = "diffusers Pyramid Attention Broadcast"
 
-    def hook_config(self, pipeline: Any, options: PyramidAttentionBroadcastOptions, context: RunContext) -> Any:
-        from diffusers import PyramidAttentionBroadcastConfig
+    def hook_config(self, pipeline: Any, options: PyramidAttentionBroadcastConfig, context: RunContext) -> Any:
+        from diffusers import PyramidAttentionBroadcastConfig as DiffusersPyramidAttentionBroadcastConfig
 
-        return PyramidAttentionBroadcastConfig(
+        return DiffusersPyramidAttentionBroadcastConfig(
             **options.model_dump(), current_timestep_callback=lambda: pipeline.current_timestep
         )
 
@@ -460,7 +467,7 @@ class PyramidAttentionBroadcast(_DiffusersHookFeature):
 FASTER_CACHE_LAYOUTS = ("Wan", "CogVideoX", "HunyuanVideo", "Mochi", "Latte", "LTX", "Allegro")
 
 
-class FasterCacheOptions(FeatureConfig):
+class FasterCacheConfig(FeatureConfig):
     """Options of ``faster_cache``."""
 
     spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
@@ -473,13 +480,13 @@ class FasterCache(_DiffusersHookFeature):
     name = "faster_cache"
     needs_diffusers_attention = True
     needs_current_timestep = True
-    config_cls = FasterCacheOptions
+    config_cls = FasterCacheConfig
     description = "diffusers FasterCache"
 
-    def hook_config(self, pipeline: Any, options: FasterCacheOptions, context: RunContext) -> Any:
-        from diffusers import FasterCacheConfig
+    def hook_config(self, pipeline: Any, options: FasterCacheConfig, context: RunContext) -> Any:
+        from diffusers import FasterCacheConfig as DiffusersFasterCacheConfig
 
-        return FasterCacheConfig(
+        return DiffusersFasterCacheConfig(
             **options.model_dump(),
             current_timestep_callback=lambda: pipeline.current_timestep,
             attention_weight_callback=lambda _: 0.5,

@@ -96,6 +96,7 @@ class Compile(Feature):
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.COMPILE
     config_cls = CompileConfig
+    global_state = ("dynamo",)  # dynamo's caches and config (cache_size_limit) are process-wide
     primary_option = "granularity"
     description = "torch.compile of the transformer: regional (repeated blocks) or full"
 

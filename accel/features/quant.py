@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from accel.features.base import (
+    LOSSY_LIMITS,
     Feature,
     FeatureClass,
     FeatureConfig,
@@ -204,6 +205,9 @@ class Quantization(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.QUANTIZE
     config_cls = QuantizationConfig
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = "the peak depends on the quantized kernel"
+    global_state = ("inductor",)  # torchao's quantize_ sets inductor flags
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
 

@@ -1,4 +1,5 @@
-"""Known-incompatible feature combinations, read from ``feature_matrix/rules.yaml``.
+"""Known-incompatible feature combinations: ``feature_matrix/rules.yaml``'s, then those features declare
+themselves (``Feature.conflicts``), checked before anything runs (profiles, ``apply``, pairwise planning).
 
 A rule matches a variant when every item of its ``match`` list is met by a different feature of the
 variant: an item names a feature or a family, optionally with options the feature must have.
@@ -26,7 +27,7 @@ class MatchItem:
     options: tuple[tuple[str, Any], ...] = ()
 
     def matches(self, name: str, options: Any) -> bool:
-        from accel.features import FEATURES
+        from accel.features.registry import FEATURES
 
         if self.feature is not None and name != self.feature:
             return False
@@ -59,7 +60,7 @@ class ConflictRule:
 
 def parse_rules(data: dict, where: str) -> list[ConflictRule]:
     """Rules from the YAML document ``data``; every named feature and family must be registered."""
-    from accel.features import FEATURES
+    from accel.features.registry import FEATURES
 
     families = {f.family for f in FEATURES.values()}
     rules = []
@@ -81,12 +82,35 @@ def parse_rules(data: dict, where: str) -> list[ConflictRule]:
 
 
 @functools.cache
-def load_rules(path: Path | None = None) -> tuple[ConflictRule, ...]:
-    """The rule table shipped in ``feature_matrix/rules.yaml``."""
-    from accel.profile import data_dir
-
-    path = path or data_dir("feature_matrix") / "rules.yaml"
+def _file_rules(path: Path) -> tuple[ConflictRule, ...]:
     return tuple(parse_rules(yaml.safe_load(path.read_text()) or {}, str(path)))
+
+
+def declared_rules() -> tuple[ConflictRule, ...]:
+    """The conflicts features declare themselves (``Feature.conflicts``), as rules."""
+    from accel.features.registry import FEATURES
+
+    families = {f.family for f in FEATURES.values()}
+    rules = []
+    for feature in FEATURES.values():
+        for index, conflict in enumerate(feature.conflicts):
+            known = (conflict.feature in FEATURES) if conflict.feature else (conflict.family in families)
+            if bool(conflict.feature) == bool(conflict.family) or not known:
+                raise ConfigError(
+                    f"feature {feature.name}: conflicts[{index}] must name one registered feature or family "
+                    f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
+                )
+            own = MatchItem(feature.name, None, tuple(sorted(conflict.own_options)))
+            other = MatchItem(conflict.feature, conflict.family, tuple(sorted(conflict.options)))
+            rules.append(ConflictRule((own, other), conflict.reason, conflict.source or f"declared by {feature.name}"))
+    return tuple(rules)
+
+
+def load_rules(path: Path | None = None) -> tuple[ConflictRule, ...]:
+    """The rule table shipped in ``feature_matrix/rules.yaml`` (or ``path``), then the features' own."""
+    from accel.data import data_dir
+
+    return _file_rules(path or data_dir("feature_matrix") / "rules.yaml") + declared_rules()
 
 
 def find_conflict(parsed: dict[str, Any], rules: tuple[ConflictRule, ...] | None = None):

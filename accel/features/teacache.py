@@ -18,7 +18,18 @@ import numpy as np
 import torch
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    LOSSY_LIMITS,
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+)
+from accel.features.cache import SKIPS_WORK
 
 FLUX_COEFFICIENTS = [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01]
 COEFFICIENTS: dict[str, list[float]] = {
@@ -149,6 +160,9 @@ class TeaCache(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
     config_cls = TeaCacheConfig
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = SKIPS_WORK
+    needs_steps = True  # the last step is always computed
     primary_option = "rel_l1_thresh"
     description = "TeaCache (timestep-embedding-aware step skipping), implemented as hooks"
 

@@ -14,7 +14,17 @@ from typing import Any
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    LOSSY_LIMITS,
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+)
 
 
 class _CountingHandle(Handle):
@@ -90,6 +100,7 @@ class VaeTiling(Feature):
     feature_class = FeatureClass.LOSSY
     stage = Stage.VAE
     config_cls = VaeTilingConfig
+    lossy_limits = LOSSY_LIMITS
     description = "VAE tiled decode (pipe.vae.enable_tiling)"
 
     def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:

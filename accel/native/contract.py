@@ -1,27 +1,25 @@
-"""The native pipeline contract and the registry of native pipelines.
+"""The native pipeline contract and the table native pipelines register in (``register_native``).
 
 A native pipeline is an ``nn.Module`` with explicit stages, ``encode_prompt`` -> ``prepare_latents`` ->
 ``denoise`` (one transformer call per step and CFG branch, with a progress bar) -> ``decode``, and a
 ``forward(request)`` that runs them and records each stage's synchronised time. Components are declared
 on the class (``_dit_modules``, ``_encoder_modules``, ``_vae_modules``, ``_resident_modules``; dotted paths
 allowed) so that features find them without guessing. Native pipelines register under the
-``model_index.json`` ``_class_name`` they implement; out-of-tree ones register by import path.
+``model_index.json`` ``_class_name`` they implement; out-of-tree ones are named by import path.
+``registry.py`` finds the pipeline for a checkpoint.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import json
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import torch
 
-from accel.errors import ConfigError, unknown_choice
+from accel.errors import ConfigError
 from accel.measure.timing import synchronize
 
 NATIVE_PIPELINES: dict[str, type[NativePipeline]] = {}
@@ -35,45 +33,6 @@ def register_native(class_name: str):
         return cls
 
     return decorator
-
-
-def import_native(path: str) -> type[NativePipeline]:
-    """An out-of-tree native pipeline class from ``package.module:ClassName``."""
-    module_name, _, class_name = path.partition(":")
-    try:
-        cls = getattr(importlib.import_module(module_name), class_name)
-    except (ImportError, AttributeError, ValueError) as error:
-        raise ConfigError(
-            f"native_pipeline '{path}': cannot import it ({error}); use 'package.module:ClassName'"
-        ) from error
-    if not (isinstance(cls, type) and issubclass(cls, NativePipeline)):
-        raise ConfigError(f"native_pipeline '{path}' is not a subclass of accel.native.NativePipeline")
-    return cls
-
-
-def native_for(checkpoint: str | Path, override: str | None = None) -> type[NativePipeline]:
-    """The native pipeline class for a diffusers-layout checkpoint directory."""
-    import accel.native.flux  # noqa: F401  (registers the in-tree pipelines)
-
-    if override:
-        return import_native(override)
-    index = Path(checkpoint) / "model_index.json"
-    class_name = json.loads(index.read_text()).get("_class_name", "?")
-    return native_for_class(class_name, where=str(index))
-
-
-def native_for_class(class_name: str, override: str | None = None, where: str = "source") -> type[NativePipeline]:
-    """The native pipeline class registered for a diffusers pipeline class name (or ``override``)."""
-    import accel.native.flux  # noqa: F401  (registers the in-tree pipelines)
-
-    if override:
-        return import_native(override)
-    if class_name not in NATIVE_PIPELINES:
-        raise ConfigError(
-            f"{where}: {unknown_choice('native pipeline for _class_name', class_name, NATIVE_PIPELINES)}; "
-            "use target: adapter, or register one with native_pipeline: package.module:ClassName"
-        )
-    return NATIVE_PIPELINES[class_name]
 
 
 STAGE_NAMES = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from accel.report.markdown import fmt
+from accel.report.format import fmt
 from accel.results import peak_memory_bytes
 
 FIGURES = "figures"
@@ -173,6 +173,43 @@ def latency_memory_bars(run_dir: Path, records: list[dict[str, Any]], model: str
     return path
 
 
+def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
+    """Speedup against overall adherence (with its interval), one colour per model; None without scores."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cells = [r for r in records if r.get("adherence") and r.get("role") != "noise_floor" and r.get("warm")]
+    if not cells:
+        return None
+    figure, axis = plt.subplots(figsize=(7, 5))
+    for model in dict.fromkeys(r["model"] for r in cells):
+        mine = [r for r in cells if r["model"] == model]
+        xs = [r.get("speedup", 1.0 if r["variant"] == "baseline" else None) or 1.0 for r in mine]
+        ys = [r["adherence"]["overall"] for r in mine]
+        low = [y - r["adherence"]["overall_ci"][0] for r, y in zip(mine, ys, strict=True)]
+        high = [r["adherence"]["overall_ci"][1] - y for r, y in zip(mine, ys, strict=True)]
+        axis.errorbar(xs, ys, yerr=[low, high], fmt="o", alpha=0.8, capsize=3, label=model)
+        for r, x, y in zip(mine, xs, ys, strict=True):
+            axis.annotate(r["variant"], (x, y), fontsize=7, alpha=0.7, xytext=(3, 3), textcoords="offset points")
+    axis.axvline(1.0, color="grey", linewidth=0.8)
+    axis.set_ylim(-0.02, 1.05)
+    axis.set(
+        xlabel="speedup vs baseline (x)",
+        ylabel="prompt adherence (share of attributes)",
+        title="Speed vs prompt adherence (ground truth; bars: 95% interval)",
+    )
+    axis.grid(alpha=0.3)
+    axis.legend()
+    path = Path(run_dir) / FIGURES / "speed-vs-adherence.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+    return path
+
+
 def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -> dict[str, list[str]]:
     """All figures; returns, per model (and ``_all``), the paths relative to ``run_dir``."""
     run_dir = Path(run_dir)
@@ -180,8 +217,6 @@ def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str])
     scatter = speed_quality_scatter(run_dir, records)
     if scatter:
         figures["_all"].append(str(scatter.relative_to(run_dir)))
-    from accel.report.adherence import speed_adherence_figure
-
     adherence = speed_adherence_figure(run_dir, records)
     if adherence:
         figures["_all"].append(str(adherence.relative_to(run_dir)))

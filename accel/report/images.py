@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from accel.sweep.cell import outputs_path
+from accel.results import outputs_path
 
 
 def to_uint8(frames: np.ndarray) -> np.ndarray:

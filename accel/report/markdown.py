@@ -9,22 +9,10 @@ from typing import Any
 from accel.measure.parity import PARITY_DEFINITION
 from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
+from accel.report.format import fmt, table_lines
 from accel.results import declared_tag
 
 REPORT_FILE = "report.md"
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """Fixed decimals; ``inf`` for infinity and an en dash for a missing value."""
-    if value is None:
-        return "–"
-    if isinstance(value, float):
-        if math.isinf(value):
-            return "inf"
-        if math.isnan(value):
-            return "nan"
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 def _mib(value: int | None) -> str:
@@ -61,10 +49,10 @@ def _status(r: dict[str, Any]) -> str:
 def model_table(records: list[dict[str, Any]]) -> str:
     """The main markdown table of one model's cells."""
     header = (
-        "| variant | features | warm median (ms) | CV | speedup | cores busy beside | cold (s) | peak RSS (MiB) "
-        "| SSIM ↑ | PSNR (dB) ↑ | max abs diff ↓ | evidence | status |\n"
-        "|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n"
-    )
+        "variant", "features", "warm median (ms)", "CV", "speedup", "cores busy beside", "cold (s)",
+        "peak RSS (MiB)", "SSIM ↑", "PSNR (dB) ↑", "max abs diff ↓", "evidence", "status",
+    )  # fmt: skip
+    align = ("left", "left", *("right",) * 9, "left", "left")
     rows = []
     for r in records:
         warm = r.get("warm") or {}
@@ -72,21 +60,22 @@ def model_table(records: list[dict[str, Any]]) -> str:
         evidence = "; ".join(v.get("summary", "") for v in (r.get("evidence") or {}).values()) or "–"
         speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
-            f"| {r['variant']} | {', '.join(sorted(r.get('features') or {})) or '–'} | {_ms(warm.get('median'))} "
-            f"| {fmt(warm.get('cv'), 2)} | {speedup} | {_beside(r)} | {fmt(r.get('cold_s'), 2)} "
-            f"| {_mib(r.get('peak_host_rss_bytes'))} | {fmt(parity.get('ssim'), 4)} | {fmt(parity.get('psnr'), 2)} "
-            f"| {fmt(parity.get('max_abs_diff'), 4)} | {evidence} | {_status(r)} |"
-        )
-    return header + "\n".join(rows) + "\n"
+            (
+                r["variant"], ", ".join(sorted(r.get("features") or {})) or "–", _ms(warm.get("median")),
+                fmt(warm.get("cv"), 2), speedup, _beside(r), fmt(r.get("cold_s"), 2),
+                _mib(r.get("peak_host_rss_bytes")), fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2),
+                fmt(parity.get("max_abs_diff"), 4), evidence, _status(r),
+            )
+        )  # fmt: skip
+    return "\n".join(table_lines(header, align, rows)) + "\n"
 
 
 def stage_table(records: list[dict[str, Any]]) -> str:
     """Per-stage medians (ms) of each measured cell; ``hooks saw`` is the components' share of the call."""
     header = (
-        "| variant | text encoding | prepare | denoising | steps x median step | decode prep | VAE decode "
-        "| post-processing | stages sum / end-to-end | hooks saw |\n"
-        "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n"
-    )
+        "variant", "text encoding", "prepare", "denoising", "steps x median step", "decode prep", "VAE decode",
+        "post-processing", "stages sum / end-to-end", "hooks saw",
+    )  # fmt: skip
     rows = []
     for r in records:
         st = r.get("stages") or {}
@@ -94,21 +83,23 @@ def stage_table(records: list[dict[str, Any]]) -> str:
             continue
         total = sum(st[k] for k in STAGE_KEYS)
         rows.append(
-            f"| {r['variant']} | {_ms(st['text_encoding'])} | {_ms(st['prepare'])} | {_ms(st['denoising'])} "
-            f"| {st['steps_per_call']} x {_ms(st['step_median_s'])} | {_ms(st['decode_prep'])} "
-            f"| {_ms(st['vae_decode'])} | {_ms(st['post_processing'])} "
-            f"| {_ms(total)} / {_ms(st['end_to_end_s'])} | {st['component_share']:.0%} |"
-        )
-    return header + "\n".join(rows) + "\n" if rows else ""
+            (
+                r["variant"], _ms(st["text_encoding"]), _ms(st["prepare"]), _ms(st["denoising"]),
+                f"{st['steps_per_call']} x {_ms(st['step_median_s'])}", _ms(st["decode_prep"]),
+                _ms(st["vae_decode"]), _ms(st["post_processing"]), f"{_ms(total)} / {_ms(st['end_to_end_s'])}",
+                f"{st['component_share']:.0%}",
+            )
+        )  # fmt: skip
+    return "\n".join(table_lines(header, ("left", *("right",) * 9), rows)) + "\n" if rows else ""
 
 
 def compute_table(records: list[dict[str, Any]]) -> str:
     """FLOPs, the roofline floor and MFU per cell, and the memory split."""
     header = (
-        "| variant | GFLOP / step | floor / step (ms) | median step (ms) | MFU | floor check "
-        "| load peak RSS (MiB) | run peak RSS (MiB) | PSS (MiB) | device peak alloc / reserved (MiB) |\n"
-        "|---|--:|--:|--:|--:|---|--:|--:|--:|--:|\n"
-    )
+        "variant", "GFLOP / step", "floor / step (ms)", "median step (ms)", "MFU", "floor check",
+        "load peak RSS (MiB)", "run peak RSS (MiB)", "PSS (MiB)", "device peak alloc / reserved (MiB)",
+    )  # fmt: skip
+    align = ("left", *("right",) * 4, "left", *("right",) * 4)
     rows = []
     for r in records:
         if r.get("warm") is None:
@@ -125,12 +116,13 @@ def compute_table(records: list[dict[str, Any]]) -> str:
             else "–"
         )
         rows.append(
-            f"| {r['variant']} | {fmt(flops / 1e9 if flops else None, 3)} | {_ms(roof.get('floor_step_s'), 4)} "
-            f"| {_ms((r.get('stages') or {}).get('step_median_s'))} | {mfu_text} "
-            f"| {check} | {_mib(load.get('host_rss_peak'))} | {_mib(r.get('peak_host_rss_bytes'))} "
-            f"| {_mib(r.get('host_pss_bytes'))} | {device} |"
-        )
-    return header + "\n".join(rows) + "\n"
+            (
+                r["variant"], fmt(flops / 1e9 if flops else None, 3), _ms(roof.get("floor_step_s"), 4),
+                _ms((r.get("stages") or {}).get("step_median_s")), mfu_text, check, _mib(load.get("host_rss_peak")),
+                _mib(r.get("peak_host_rss_bytes")), _mib(r.get("host_pss_bytes")), device,
+            )
+        )  # fmt: skip
+    return "\n".join(table_lines(header, align, rows)) + "\n"
 
 
 def noise_floor_line(records: list[dict[str, Any]]) -> str:
@@ -297,25 +289,35 @@ def reference_table(records: list[dict[str, Any]]) -> list[str]:
     reference = next((r.get("reference_model") for r in baselines if r.get("reference_model")), None)
     if reference is None:
         return []
-    rows = [
-        f"## Targets against `{reference}`",
-        "",
-        "Each target's unaccelerated baseline against the reference's, same checkpoint, prompts and seeds.",
-        "",
-        "| model | target | SSIM ↑ | PSNR (dB) ↑ | max abs diff ↓ | warm median (ms) | cold start (s) | status |",
-        "|---|---|:-:|:-:|:-:|:-:|:-:|---|",
-    ]
+    header = (
+        "model",
+        "target",
+        "SSIM ↑",
+        "PSNR (dB) ↑",
+        "max abs diff ↓",
+        "warm median (ms)",
+        "cold start (s)",
+        "status",
+    )
+    cells = []
     for r in baselines:
         parity = r.get("parity_vs_reference") or ({"ssim": 1.0, "psnr": math.inf, "max_abs_diff": 0.0}
                                                  if r["model"] == reference else {})  # fmt: skip
         warm = (r.get("warm") or {}).get("median")
         status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}") + declared_tag(r)
         status = status.replace("|", "/")
-        rows.append(
-            f"| {r['model']} | {r.get('target')} | {fmt(parity.get('ssim'), 4)} | {fmt(parity.get('psnr'), 2)} "
-            f"| {fmt(parity.get('max_abs_diff'), 4)} | {_ms(warm)} | {fmt(r.get('cold_s'), 2)} | {status} |"
-        )
-    rows += [
+        cells.append(
+            (
+                r["model"], r.get("target"), fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2),
+                fmt(parity.get("max_abs_diff"), 4), _ms(warm), fmt(r.get("cold_s"), 2), status,
+            )
+        )  # fmt: skip
+    rows = [
+        f"## Targets against `{reference}`",
+        "",
+        "Each target's unaccelerated baseline against the reference's, same checkpoint, prompts and seeds.",
+        "",
+        *table_lines(header, ("left", "left", *("center",) * 5, "left"), cells),
         "",
         "Cold start: load (for engines, process start including their fixed warm-up, measured from outside) plus",
         "the first call. Engines return 8-bit images: their parity includes up to 1/255 of rounding.",

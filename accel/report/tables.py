@@ -21,7 +21,7 @@ from typing import Any
 
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.measure.speedup import format_speedup
-from accel.report.markdown import fmt
+from accel.report.format import fmt, table_lines
 from accel.results import declared_tag, peak_memory_bytes
 
 
@@ -93,8 +93,7 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
     columns = [(family, name) for family, names in families.items() for name in names if name in used]
     if not columns:
         return "_No single-feature cells measured._\n"
-    header = "| model | " + " | ".join(f"{family}<br>`{name}`" for family, name in columns) + " |"
-    rule = "|---|" + "|".join(":-:" for _ in columns) + "|"
+    header = ("model", *(f"{family}<br>`{name}`" for family, name in columns))
     rows = []
     for model in dict.fromkeys(r["model"] for r in records):
         cells = []
@@ -111,7 +110,7 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
                 cells.append(marks[0])
             else:
                 cells.append("<br>".join(f"{r['variant']}: {m}" for r, m in zip(candidates, marks, strict=True)))
-        rows.append(f"| **{model}** | " + " | ".join(cells) + " |")
+        rows.append((f"**{model}**", *cells))
     legend = (
         "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚪ engaged, but no "
         "effect on this device (footnote) · ⚠ engaged but out of parity · ❌ not supported, failed or not engaged "
@@ -121,7 +120,8 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
         "(`≈1.0x`: inside the noise band measured for identical configurations; `?`: unverified); SSIM as "
         "defined in the report."
     )
-    return "\n".join([header, rule, *rows]) + f"\n\n{legend}\n\n{notes.render()}\n"
+    lines = table_lines(header, ("left", *("center",) * len(columns)), rows)
+    return "\n".join(lines) + f"\n\n{legend}\n\n{notes.render()}\n"
 
 
 def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
@@ -150,8 +150,7 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
                 key = frozenset((a, b))
                 if key not in pairs or mark == "✅":
                     pairs[key] = mark
-    header = "| | " + " | ".join(f"`{n}`" for n in names) + " |"
-    rule = "|---|" + "|".join(":-:" for _ in names) + "|"
+    header = ("", *(f"`{n}`" for n in names))
     rows = []
     for i, a in enumerate(names):
         cells = []
@@ -166,12 +165,13 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
                     cells.append("❌" + notes.ref(f"{a} + {b}: {found[0].reason}"))
                 else:
                     cells.append(pairs.get(frozenset((a, b)), ""))
-        rows.append(f"| `{a}` | " + " | ".join(cells) + " |")
+        rows.append((f"`{a}`", *cells))
     legend = (
         "Legend: ✅ measured together and passed · ⚠ ran together, out of parity · ❌ failed, or excluded by a "
         "rule in feature_matrix/rules.yaml (footnote) · blank: not measured together (with default options)."
     )
-    return "\n".join([header, rule, *rows]) + f"\n\n{legend}\n\n{notes.render()}\n"
+    lines = table_lines(header, ("left", *("center",) * len(names)), rows)
+    return "\n".join(lines) + f"\n\n{legend}\n\n{notes.render()}\n"
 
 
 def _status(verdict: Any, record: dict[str, Any]) -> str:
@@ -192,8 +192,14 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
     """Every cell of one model: latency, speedup, memory, parity and gate status."""
     verdicts = _verdicts(records, data)
     header = (
-        "| config | latency (ms) | speedup | peak memory (MiB) | memory reduction | SSIM | PSNR (dB) | status |\n"
-        "|---|:-:|:-:|:-:|:-:|:-:|:-:|:-:|"
+        "config",
+        "latency (ms)",
+        "speedup",
+        "peak memory (MiB)",
+        "memory reduction",
+        "SSIM",
+        "PSNR (dB)",
+        "status",
     )
     rows = []
     for r in records:
@@ -206,18 +212,20 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
         status = "baseline" if r["variant"] == "baseline" else _status(verdict, r) + declared_tag(r)
         speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
-            f"| {r['variant']} | {fmt(warm * 1e3 if warm else None, 1)} | {speedup} "
-            f"| {fmt(memory / 2**20 if memory else None, 0)} | {fmt(r.get('memory_reduction'), 2)}"
-            f"{'x' if r.get('memory_reduction') else ''} | {fmt(parity.get('ssim'), 4)} "
-            f"| {fmt(parity.get('psnr'), 2)} | {status} |"
-        )
+            (
+                r["variant"], fmt(warm * 1e3 if warm else None, 1), speedup, fmt(memory / 2**20 if memory else None, 0),
+                fmt(r.get("memory_reduction"), 2) + ("x" if r.get("memory_reduction") else ""),
+                fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2), status,
+            )
+        )  # fmt: skip
     legend = (
         "Units: warm median latency per call in ms; speedup: interleaved with an unaccelerated reference, with "
         "its interval (`≈1.0x`: noise; `?`: unverified); peak memory: device allocated on a GPU, else host RSS, in "
         "MiB; memory reduction = baseline peak / variant peak (the same measure); status: the gate's verdict "
         "(skipped: the cell did not run, or failed as its claim says, with the reason)."
     )
-    return header + "\n" + "\n".join(rows) + f"\n\n{legend}\n"
+    lines = table_lines(header, ("left", *("center",) * 7), rows)
+    return "\n".join(lines) + f"\n\n{legend}\n"
 
 
 def render_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, str]:

@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from accel.zoo import world as shapes_world
+from accel.zoo.prompt_sets import BUILTIN_PROMPT_SETS, load_prompt_set
+
+__all__ = ["BUILTIN_PROMPT_SETS", "attach_adherence", "expected_scenes", "load_prompt_set", "model_world"]
 
 KNOWN_WORLDS = ("shapes",)
-BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shapes world (never seen in training)"}
 
 
 def model_world(model: Any) -> str | None:
@@ -29,40 +31,6 @@ def model_world(model: Any) -> str | None:
     if declared:
         return declared
     return zoo.ZOO[model.source].world if zoo.is_zoo_name(model.source) else None
-
-
-def load_prompt_set(name: str) -> list[dict[str, Any]]:
-    """Entries ``{prompt, expect: {background, colour, shape, position}}`` of a built-in set or a YAML file.
-
-    Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
-    """
-    import yaml
-
-    if name == "shapes-held-out":
-        return [{"prompt": s.caption(i), "expect": s.attributes()} for i, s in enumerate(shapes_world.HELD_OUT_SCENES)]
-    path = Path(name)
-    if not path.is_file():
-        raise ValueError(
-            f"prompt set '{name}' is neither a file nor a built-in set. Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
-        )
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from error
-    entries = data.get("prompts") if isinstance(data, dict) else None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: expected a mapping with a non-empty list 'prompts'")
-    for index, entry in enumerate(entries):
-        expect = entry.get("expect") if isinstance(entry, dict) else None
-        if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or not isinstance(expect, dict):
-            raise ValueError(f"{path}: prompts[{index}]: expected {{prompt: <text>, expect: {{...}}}}")
-        try:
-            shapes_world.Scene(**expect)
-        except TypeError as error:
-            raise ValueError(
-                f"{path}: prompts[{index}].expect: keys must be background, colour, shape, position"
-            ) from error
-    return entries
 
 
 def expected_scenes(workload: Any) -> list[shapes_world.Scene | None]:

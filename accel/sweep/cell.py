@@ -17,6 +17,8 @@ import numpy as np
 
 from accel.errors import AccelError
 from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
+from accel.results import outputs_path
+from accel.targets.registry import engine_targets
 
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
@@ -74,11 +76,6 @@ def sample_keys(workload: Workload) -> list[str]:
     ]
 
 
-def outputs_path(run_dir: str | Path, model: str, variant: str) -> Path:
-    """Where a cell's float32 outputs are kept (``.npz``, one array per sample key)."""
-    return Path(run_dir) / "outputs" / model / f"{variant}.npz"
-
-
 def run_cell(spec: CellSpec) -> dict[str, Any]:
     """Measure one cell; never raises for a failure of the pipeline or a feature (it is recorded)."""
     started = time.perf_counter()
@@ -102,7 +99,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     return record
 
 
-ENGINE_TARGETS = ("vllm-omni", "vllm-omni-adapter")
+ENGINE_TARGETS = engine_targets()
 
 
 def engine_log_path(run_dir: str | Path, model: str, variant: str) -> Path:
@@ -188,7 +185,8 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
 
 
 def _measure(spec: CellSpec) -> dict[str, Any]:
-    from accel.features import ordered, validate_variant_features
+    from accel.features import apply, ordered, validate_variant_features
+    from accel.features.applied import FeatureUnavailable
 
     if spec.model.target in ENGINE_TARGETS:
         return _measure_engine(spec)
@@ -233,81 +231,67 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             if hasattr(module, "parameters")
         },
     }
-    for feature in features:
-        # "environment": this device or installation cannot run it; "model": this pipeline cannot.
-        for scope, support in (
-            ("environment", feature.probe(target.device, options[feature.name])),
-            ("model", feature.check(pipeline, target.device, options[feature.name])),
-        ):
-            if not support.supported:
-                result.update(status="unsupported", unsupported_scope=scope, error=f"{feature.name}: {support.reason}")
-                return result
-    result.update(_timed_runs(spec, target, features, options))
+    try:  # "environment": this device or installation cannot run a feature; "model": this pipeline cannot
+        applied = apply(
+            pipeline,
+            *(options[feature.name] for feature in features),
+            num_inference_steps=spec.workload.steps,
+            device=target.device,
+            windows_on_calls=False,  # the cell opens the evidence windows itself, outside its timer
+        )
+    except FeatureUnavailable as error:
+        result.update(status="unsupported", unsupported_scope=error.scope, error=str(error))
+        return result
+    result.update(_timed_runs(spec, target, applied))
     result["cold_s"] = result["load_s"] + result["first_call_s"]
     return result
 
 
-def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[str, Any]) -> dict[str, Any]:
-    """Apply the features, warm up, measure (alone, then a stage pass, then interleaved with a reference),
-    verify, remove; collect the record and save the outputs."""
-    from accel.features.base import Handle, RunContext
+def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
+    """With the features applied: warm up, measure (alone, then a stage pass, then interleaved with a
+    reference), verify, remove; collect the record and save the outputs."""
     from accel.measure.flops import InputCapture
 
     pipeline = target.pipeline
-    handles: list[tuple[Any, Handle]] = []
     requests = build_requests(spec.workload)
     capture = (
         InputCapture(pipeline.transformer) if spec.variant == BASELINE and hasattr(pipeline, "transformer") else None
     )
     paired: dict[str, Any] | None = None
-    try:
-        context = RunContext(device=target.device, steps=spec.workload.steps)
-        for feature in features:  # appended one by one: a failing apply still removes the earlier ones
-            handles.append((feature, feature.apply(pipeline, options[feature.name], context)))
-        first_call_s = _warm_up(spec, target, handles, requests)
-        alone = _measure_alone(spec, target, handles, requests)
-        stages = _stage_pass(target, handles, requests)
-        verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
+    with applied:  # leaving it removes every feature in reverse order, also on an error
+        first_call_s = _warm_up(spec, target, applied, requests)
+        alone = _measure_alone(spec, target, applied, requests)
+        stages = _stage_pass(target, applied, requests)
+        verdicts = applied.verdicts()
         if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
-            paired = _measure_interleaved(spec, target, handles, requests)
-    finally:
-        for _, handle in reversed(handles):
-            handle.remove()
+            paired = _measure_interleaved(spec, target, applied, requests)
     return _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
 
 
-def _generate(
-    target: Any, handles: list[tuple[Any, Any]], request: Any, sink: list[float] | None = None
-) -> list[np.ndarray]:
+def _generate(target: Any, applied: Any, request: Any, sink: list[float] | None = None) -> list[np.ndarray]:
     """One call with every feature's evidence window around it; with ``sink``, the call alone is timed (the
     evidence reads stay outside the timer)."""
     from accel.measure.timing import timed
 
-    for _, handle in handles:
-        handle.begin_run()
-    if sink is None:
-        outputs = target.generate(request)
-    else:
+    with applied.window():
+        if sink is None:
+            return target.generate(request)
         with timed(target.device, sink):
-            outputs = target.generate(request)
-    for _, handle in handles:
-        handle.end_run()
-    return outputs
+            return target.generate(request)
 
 
-def _warm_up(spec: CellSpec, target: Any, handles: list[tuple[Any, Any]], requests: list[Any]) -> float:
+def _warm_up(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> float:
     """The cold call (compilation, cache warm-up) and ``measure.warmup`` untimed calls; evidence is reset after."""
 
     first_call: list[float] = []
-    _generate(target, handles, requests[0], first_call)
+    _generate(target, applied, requests[0], first_call)
     for _ in range(spec.measure.warmup):
-        _generate(target, handles, requests[0])
-    for _, handle in handles:
-        handle.runs.clear()  # evidence counts only the measured runs
+        _generate(target, applied, requests[0])
+    applied.reset_evidence()  # evidence counts only the measured runs
     return first_call[0]
 
 
-def _measure_alone(spec: CellSpec, target: Any, handles: list[tuple[Any, Any]], requests: list[Any]) -> dict[str, Any]:
+def _measure_alone(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]:
     """``measure.repeats`` passes over every request, the pipeline alone in its process: the headline latency
     (no stage hooks synchronising inside the call), peak memory and the outputs."""
     from accel.measure.contention import ContentionMeter
@@ -321,7 +305,7 @@ def _measure_alone(spec: CellSpec, target: Any, handles: list[tuple[Any, Any]], 
         for _ in range(spec.measure.repeats):
             outputs: list[np.ndarray] = []
             for request in requests:
-                outputs.extend(_generate(target, handles, request, samples))
+                outputs.extend(_generate(target, applied, request, samples))
                 if explicit:
                     native_calls.append(target.stage_report())
             passes.append(outputs)
@@ -335,7 +319,7 @@ def _measure_alone(spec: CellSpec, target: Any, handles: list[tuple[Any, Any]], 
     }
 
 
-def _stage_pass(target: Any, handles: list[tuple[Any, Any]], requests: list[Any]) -> dict[str, Any] | None:
+def _stage_pass(target: Any, applied: Any, requests: list[Any]) -> dict[str, Any] | None:
     """One pass over the requests with the stage recorder (adapter): its hooks synchronise the device at every
     component boundary, so these calls are timed apart from the headline ones. Native pipelines time their
     stages themselves (None here)."""
@@ -351,46 +335,38 @@ def _stage_pass(target: Any, handles: list[tuple[Any, Any]], requests: list[Any]
         for request in requests:
             with timed(target.device, outer):
                 recorder.start()
-                _generate(target, handles, request)
+                _generate(target, applied, request)
                 calls.append(recorder.stop())
     finally:
         recorder.remove()
     return {"calls": calls, "outer_s": outer}
 
 
-def _measure_interleaved(
-    spec: CellSpec, target: Any, applied: list[tuple[Any, Any]], requests: list[Any]
-) -> dict[str, Any]:
+def _measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]:
     """The variant's speedup measured side by side with a freshly loaded, unaccelerated reference pipeline in
     this process: ``measure.pairs`` pairs of calls in ABBA order (reference first on even pairs), so drift and
     background load hit both alike. The variant's calls keep their evidence windows (a cache resets its
     per-call state in ``begin_run``: without it TeaCache computed every step); features that set
     process-global state pause it around reference calls."""
     import gc
-    from contextlib import ExitStack
 
     from accel.measure.contention import ContentionMeter
     from accel.measure.timing import timed
     from accel.targets.native import make_target
 
-    handles = [handle for _, handle in applied]
     reference = make_target(spec.model)
     load: list[float] = []
 
     def run_reference(request: Any, sink: list[float] | None) -> list[np.ndarray]:
-        with ExitStack() as paused:
-            for handle in handles:
-                paused.enter_context(handle.global_state_paused())
+        with applied.global_state_paused():
             if sink is None:
                 return reference.generate(request)
             with timed(target.device, sink):
                 return reference.generate(request)
 
-    with ExitStack() as paused:  # the reference's load and warm-up see no accelerated global state either
-        for handle in handles:
-            paused.enter_context(handle.global_state_paused())
-        with timed(target.device, load):
-            reference.load({})
+    # The reference's load and warm-up see no accelerated global state either.
+    with applied.global_state_paused(), timed(target.device, load):
+        reference.load({})
     reference_output = run_reference(requests[0], None)[0]
     for _ in range(spec.measure.warmup):
         run_reference(requests[0], None)

@@ -72,27 +72,16 @@ def cancel_pending() -> None:
 def run_inline(spec: CellSpec) -> dict[str, Any]:
     """Run the cell in this process, restoring the process-global state the libraries mutate.
 
-    Features undo their own changes on ``remove``; this also resets what they change as a side effect:
-    dynamo's caches and config, inductor's config (torchao's ``quantize_`` sets flags there) and
-    diffusers' process-global active attention backend. Every cell loads a fresh pipeline, so
-    instance-level residue (Cache-DiT leaves patched forwards after ``disable_cache``) dies with it.
+    Features undo their own changes on ``remove``; this also restores what they change as a side effect,
+    as each feature declares it (``Feature.global_state``: dynamo's caches and config, inductor's config,
+    diffusers' process-global attention backends; ``accel.features.state``). Every cell loads a fresh
+    pipeline, so instance-level residue (Cache-DiT leaves patched forwards after ``disable_cache``) dies
+    with it.
     """
-    import torch
-    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+    from accel.features.state import global_state_restored
 
-    inductor_config = torch._inductor.config.save_config()
-    dynamo_config = torch._dynamo.config.save_config()
-    active_backend = _AttentionBackendRegistry._active_backend
-    backends = dict(_AttentionBackendRegistry._backends)
-    try:
+    with global_state_restored():
         return run_cell(spec)
-    finally:
-        torch._dynamo.reset()
-        torch._dynamo.config.load_config(dynamo_config)
-        torch._inductor.config.load_config(inductor_config)
-        _AttentionBackendRegistry._active_backend = active_backend
-        _AttentionBackendRegistry._backends.clear()
-        _AttentionBackendRegistry._backends.update(backends)
 
 
 def _forkserver_context() -> Any:

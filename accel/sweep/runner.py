@@ -255,10 +255,6 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
     return numerator / denominator if numerator and denominator else None
 
 
-# Features whose steps may legitimately beat the full-step floor (they skip or change the work).
-NO_FLOOR_FAMILIES = {"cache": "a cache skips work on cached steps", "quant": "the peak depends on the quantized kernel"}
-
-
 def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> None:
     """FLOPs per step from the baseline, floor time per step and MFU; flag steps faster than the floor."""
     from accel.features import FEATURES
@@ -274,11 +270,8 @@ def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> 
     result = roofline(flops_per_step, record.get("peak_flops"), record["step_times"])
     result["flops_per_step"] = flops_per_step
     result["flops_per_call"] = flops_per_step * steps
-    exempt = [
-        NO_FLOOR_FAMILIES[FEATURES[n].family]
-        for n in record.get("features") or {}
-        if FEATURES[n].family in NO_FLOOR_FAMILIES
-    ]
+    # Features whose steps may legitimately beat the full-step floor (they skip or change the work).
+    exempt = [FEATURES[n].roofline_exempt for n in record.get("features") or {} if FEATURES[n].roofline_exempt]
     if exempt:
         result["below_floor"] = False
         result["floor_check"] = f"not applicable: {exempt[0]}"

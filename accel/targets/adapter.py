@@ -121,6 +121,8 @@ def resolution_factor(source_dir: str) -> int | None:
 class AdapterTarget:
     """Loads a pipeline with ``DiffusionPipeline.from_pretrained`` and generates normalised outputs."""
 
+    explicit_stages = False  # the stage recorder hooks the components
+
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.device = resolve_device(spec.device)

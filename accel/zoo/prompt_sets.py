@@ -1,0 +1,47 @@
+"""Prompt sets with expected attributes (ground truth for adherence): built-in ones and YAML files.
+
+Read by the profile (``workload.prompt_set`` fills the prompts) and by the sweep's adherence scoring.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from accel.zoo import world as shapes_world
+
+BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shapes world (never seen in training)"}
+
+
+def load_prompt_set(name: str) -> list[dict[str, Any]]:
+    """Entries ``{prompt, expect: {background, colour, shape, position}}`` of a built-in set or a YAML file.
+
+    Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
+    """
+    import yaml
+
+    if name == "shapes-held-out":
+        return [{"prompt": s.caption(i), "expect": s.attributes()} for i, s in enumerate(shapes_world.HELD_OUT_SCENES)]
+    path = Path(name)
+    if not path.is_file():
+        raise ValueError(
+            f"prompt set '{name}' is neither a file nor a built-in set. Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
+        )
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise ValueError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from error
+    entries = data.get("prompts") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: expected a mapping with a non-empty list 'prompts'")
+    for index, entry in enumerate(entries):
+        expect = entry.get("expect") if isinstance(entry, dict) else None
+        if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or not isinstance(expect, dict):
+            raise ValueError(f"{path}: prompts[{index}]: expected {{prompt: <text>, expect: {{...}}}}")
+        try:
+            shapes_world.Scene(**expect)
+        except TypeError as error:
+            raise ValueError(
+                f"{path}: prompts[{index}].expect: keys must be background, colour, shape, position"
+            ) from error
+    return entries

@@ -1,0 +1,163 @@
+"""Imports go one way: no cycle between the modules of ``accel`` (function-level imports included, so a
+cycle cannot hide inside a function), and no import against the layer order
+
+    cli -> sweep -> (report, gate) -> results -> (targets, features, engines, profile) -> (native, env)
+        -> measure -> zoo -> (errors, data, yaml_bounds)
+
+(a module may import its own layer or any layer below it). The graph is built from the source with
+``ast``; an import of ``a.b`` depends on ``a.b`` only, not on the package ``a`` it runs first.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "accel"
+# Rank of each top-level module or package of accel: higher ranks import lower ones, never the reverse.
+LAYERS = {
+    "__main__": 9,
+    "cli": 9,
+    "pytest_plugin": 9,
+    "sweep": 8,
+    "report": 7,
+    "gate": 7,
+    "results": 6,
+    "targets": 5,
+    "features": 5,
+    "engines": 5,
+    "profile": 5,
+    "native": 4,
+    "env": 4,
+    "measure": 3,
+    "zoo": 2,
+    "errors": 1,
+    "data": 1,
+    "yaml_bounds": 1,
+}
+# The package root is the public facade (``from accel import apply`` imports accel.features lazily).
+FACADE = "accel"
+# Installed into vLLM-Omni's own environment; it never imports accel.
+SEPARATE = ("omni_cpu_platform",)
+
+
+def modules() -> dict[str, tuple[Path, bool]]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        if any(part in SEPARATE for part in path.parts):
+            continue
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of accel -> the modules of accel it imports anywhere in its source."""
+    known = modules()
+
+    def resolve(name: str) -> str | None:
+        while name and name not in known:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {name: set() for name in known}
+    for name, (path, is_package) in known.items():
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            targets: list[str | None] = []
+            if isinstance(node, ast.Import):
+                targets = [resolve(alias.name) for alias in node.names if alias.name.split(".")[0] == "accel"]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    package = name if is_package else name.rpartition(".")[0]
+                    for _ in range(node.level - 1):
+                        package = package.rpartition(".")[0]
+                    base = f"{package}.{base}".rstrip(".")
+                if base.split(".")[0] != "accel":
+                    continue
+                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else resolve(base) for a in node.names]
+            graph[name].update(t for t in targets if t and t != name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+    counter = 0
+    for start in sorted(graph):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is not None:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(graph[child]))))
+                elif child in on_stack:
+                    low[node] = min(low[node], index[child])
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    found.append(sorted(component))
+    return found
+
+
+def layer(module: str) -> str:
+    return module.split(".")[1] if "." in module else FACADE
+
+
+def test_cycle_finder_finds_a_cycle():
+    """The checker itself can fail: a three-module cycle and a self-contained pair are told apart."""
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": set()}
+    assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_graph_sees_function_level_imports():
+    graph = import_graph()
+    assert "accel.features.rules" in graph["accel.features.combinations"]  # imported inside a function
+
+
+def test_no_import_cycle_in_accel():
+    found = cycles(import_graph())
+    assert not found, "import cycles (move the shared piece down a layer): " + "; ".join(" <-> ".join(c) for c in found)
+
+
+def test_every_module_has_a_layer():
+    unknown = {layer(m) for m in import_graph()} - set(LAYERS) - {FACADE}
+    assert not unknown, f"modules without a layer in tests/test_imports.py LAYERS: {sorted(unknown)}"
+
+
+def test_imports_follow_the_layer_order():
+    backward = [
+        f"{module} -> {target}"
+        for module, targets in import_graph().items()
+        if layer(module) != FACADE
+        for target in targets
+        if layer(target) != FACADE and LAYERS[layer(target)] > LAYERS[layer(module)]
+    ]
+    assert not backward, "imports against the layer order: " + "; ".join(sorted(backward))
