@@ -1,12 +1,15 @@
 """One cell of a sweep: load a model, apply a variant's features, time it, keep its outputs and evidence.
 
-A cell runs wherever its executor puts it (in-process or a fresh worker) and returns a plain dict that the
-runner completes with parity and appends to the results log. Outputs are saved as float32 arrays (for
-parity, computed by the runner against the baseline's) and as PNG images for people.
+A cell runs wherever its executor puts it (in-process, a fresh worker, a Ray node) and returns a plain dict
+that the runner completes with parity and appends to the results log. A cell writes nothing into the run
+directory: the files it produces (its float32 outputs as ``.npz``, an engine's log) travel in the record under
+``CELL_FILES`` as bytes, and the runner, which owns the run directory, writes them. So a cell on a node that
+shares no storage with the sweep loses nothing.
 """
 
 from __future__ import annotations
 
+import io
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -25,6 +28,8 @@ NOISE_FLOOR = "noise-floor"
 # baseline's to prove the reference ran unaccelerated (no process-global state leaked into it).
 REFERENCE_OUTPUT_KEY = "__reference__"
 INTERLEAVED = "interleaved"
+# In the record a cell returns: {path relative to the run directory: bytes}; the runner writes and removes it.
+CELL_FILES = "_files"
 
 
 @dataclass(frozen=True)
@@ -36,7 +41,9 @@ class CellSpec:
     measure: Measure
     variant: str
     features: dict[str, Any] = field(default_factory=dict)
-    run_dir: str = "."
+    run_dir: str = "."  # the driver's run directory (absolute), for messages only: a cell never writes there
+    # The CPU peak FLOPs the sweep measured on its host ({"host": ..., "flops": {dtype: ...}}), or None.
+    cpu_peaks: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -79,9 +86,17 @@ def outputs_path(run_dir: str | Path, model: str, variant: str) -> Path:
     return Path(run_dir) / "outputs" / model / f"{variant}.npz"
 
 
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """``arrays`` as the bytes of a compressed ``.npz`` file."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
 def run_cell(spec: CellSpec) -> dict[str, Any]:
     """Measure one cell; never raises for a failure of the pipeline or a feature (it is recorded)."""
     started = time.perf_counter()
+    wall_start = time.time()
     record: dict[str, Any] = {
         "model": spec.model.name,
         "source": spec.model.source,
@@ -99,6 +114,8 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         first_line = (str(error).strip().splitlines() or [""])[0]
         record.update(status="failed", error=f"{type(error).__name__}: {first_line}", traceback=traceback.format_exc())
     record["cell_wall_s"] = time.perf_counter() - started
+    # Wall-clock span (epoch seconds): the runner finds the cells that overlapped it on the same node.
+    record.setdefault("timing", {}).update(start=wall_start, end=time.time())
     return record
 
 
@@ -148,10 +165,9 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         resolve_source(spec.model), spec.model.dtype, call.kwargs, requests, spec.measure.warmup,
         spec.measure.repeats, spec.measure.timeout_s,
     )  # fmt: skip
-    log_path = engine_log_path(spec.run_dir, spec.model.name, spec.variant)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(run.log)
-    result.update(engine_kwargs=call.kwargs, decided=MEASURED, engine_log=str(log_path.relative_to(spec.run_dir)))
+    log_path = engine_log_path("", spec.model.name, spec.variant)
+    files = {str(log_path): run.log.encode()}
+    result.update(engine_kwargs=call.kwargs, decided=MEASURED, engine_log=str(log_path), **{CELL_FILES: files})
     outcome = read_engine_log(spec.features, spec.model.target, device, run.log, failed=run.report is None)
     if run.report is None or run.outputs is None:
         if outcome.refused:
@@ -164,10 +180,9 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
     report = run.report
     samples = report["warm_samples"]
     warm = summarize(samples)
-    path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = outputs_path("", spec.model.name, spec.variant)
     with np.load(run.outputs) as produced:
-        np.savez_compressed(path, **{key: produced[f"r{i}"] for i, key in enumerate(sample_keys(spec.workload))})
+        files[str(path)] = npz_bytes({key: produced[f"r{i}"] for i, key in enumerate(sample_keys(spec.workload))})
     return {
         **result,
         "load_s": report["init_s"],
@@ -183,7 +198,7 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         "noisy": warm.cv > spec.measure.max_cv,
         "modality": "image",
         "evidence": outcome.evidence,
-        "outputs_file": str(path.relative_to(spec.run_dir)),
+        "outputs_file": str(path),
     }
 
 
@@ -251,6 +266,7 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
     """Apply the features, warm up, measure (alone, then a stage pass, then interleaved with a reference),
     verify, remove; collect the record and save the outputs."""
     from accel.features.base import Handle, RunContext
+    from accel.measure.contention import timing_window
     from accel.measure.flops import InputCapture
 
     pipeline = target.pipeline
@@ -260,20 +276,25 @@ def _timed_runs(spec: CellSpec, target: Any, features: list[Any], options: dict[
         InputCapture(pipeline.transformer) if spec.variant == BASELINE and hasattr(pipeline, "transformer") else None
     )
     paired: dict[str, Any] | None = None
+    window: dict[str, Any] = {}
     try:
         context = RunContext(device=target.device, steps=spec.workload.steps)
         for feature in features:  # appended one by one: a failing apply still removes the earlier ones
             handles.append((feature, feature.apply(pipeline, options[feature.name], context)))
-        first_call_s = _warm_up(spec, target, handles, requests)
-        alone = _measure_alone(spec, target, handles, requests)
-        stages = _stage_pass(target, handles, requests)
-        verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
-        if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
-            paired = _measure_interleaved(spec, target, handles, requests)
+        # The timing phase: alone on its node with measure.exclusive (loading, above, may overlap other cells).
+        with timing_window(spec.measure.exclusive, window):
+            first_call_s = _warm_up(spec, target, handles, requests)
+            alone = _measure_alone(spec, target, handles, requests)
+            stages = _stage_pass(target, handles, requests)
+            verdicts = {feature.name: feature.verify(handle) for feature, handle in handles}
+            if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
+                paired = _measure_interleaved(spec, target, handles, requests)
     finally:
         for _, handle in reversed(handles):
             handle.remove()
-    return _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
+    result = _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
+    result["timing"].update(window)
+    return result
 
 
 def _generate(
@@ -437,7 +458,8 @@ def _collect(
     calls = alone["native_calls"] if stages is None else stages["calls"]
     stage_outer = samples if stages is None else stages["outer_s"]
     warm = summarize(samples)
-    peak, peak_source = device_peak(target.device, spec.model.dtype, recorded_cpu_peak(spec.run_dir, spec.model.dtype))
+    recorded = recorded_cpu_peak(spec.cpu_peaks, spec.model.dtype)
+    peak, peak_source = device_peak(target.device, spec.model.dtype, recorded)
     memory = alone["memory"]
     timing: dict[str, Any] = {
         "method": spec.measure.timing if spec.variant != BASELINE else "alone",
@@ -484,10 +506,9 @@ def _collect(
     not_engaged = [f"{name}: {v.summary}" for name, v in verdicts.items() if not v.engaged]
     if not_engaged:
         result.update(status="failed", error="; ".join(not_engaged))
-    path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
-    result["outputs_file"] = str(path.relative_to(spec.run_dir))
+    path = outputs_path("", spec.model.name, spec.variant)
+    result["outputs_file"] = str(path)
+    result[CELL_FILES] = {str(path): npz_bytes(arrays)}
     return result
 
 
