@@ -37,9 +37,13 @@ class _Registry:
 
     def __init__(self) -> None:
         self.cells: dict[str, tuple[str, float]] = {}
+        self.attempts: dict[str, int] = {}
 
-    def started(self, key: str, node: str, when: float) -> None:
+    def started(self, key: str, node: str, when: float) -> int:
+        """Note a cell's start; returns which attempt this is (2: Ray retried it after losing a worker)."""
         self.cells[key] = (node, when)
+        self.attempts[key] = self.attempts.get(key, 0) + 1
+        return self.attempts[key]
 
     def snapshot(self) -> dict[str, tuple[str, float]]:
         return dict(self.cells)
@@ -51,8 +55,9 @@ def _ray_cell(spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s
 
     started = time.time()
     node = socket.gethostname()
+    attempt = None
     with contextlib.suppress(Exception):  # without the report the runner only misses this cell while it runs
-        ray.get(registry.started.remote(spec.key, node, started), timeout=30)
+        attempt = ray.get(registry.started.remote(spec.key, node, started), timeout=30)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if not ray.get_gpu_ids():
         env["CUDA_VISIBLE_DEVICES"] = ""  # Ray >= 2.48 leaves GPUs visible to tasks that reserved none
@@ -60,15 +65,13 @@ def _ray_cell(spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s
     timing = record.setdefault("timing", {})
     timing.update(node=timing.get("node") or node, start=started, end=time.time())
     timing["ray_node"] = ray.get_runtime_context().get_node_id()
+    timing["attempt"] = attempt
     return record
 
 
 def _missing_paths(paths: list[str]) -> tuple[str, list[str]]:
-    """On one node: its address and which of ``paths`` are not checkpoint directories there."""
-    import ray
-
-    address = ray.util.get_node_ip_address()
-    return address, [p for p in paths if not (Path(p).expanduser() / "model_index.json").is_file()]
+    """On one node: its host name and which of ``paths`` are not checkpoint directories there."""
+    return socket.gethostname(), [p for p in paths if not (Path(p).expanduser() / "model_index.json").is_file()]
 
 
 class RaySubmitter:
@@ -179,12 +182,12 @@ class RaySubmitter:
             )
             for n in self.nodes
         ]
-        for node, (address, missing) in zip(self.nodes, self.ray.get(refs, timeout=120), strict=True):
+        for node, (host, missing) in zip(self.nodes, self.ray.get(refs, timeout=120), strict=True):
             for index, path in paths.items():
                 if path in missing:
+                    where = f"{node.get('NodeManagerAddress', '?')} (host {host}, id {node['NodeID'][:12]})"
                     raise ConfigError(
                         f"{source}: models[{index}].source: '{path}' is not a checkpoint directory on Ray node "
-                        f"{address} ({node['NodeID'][:12]}): Ray workers read checkpoints from their own disks; "
-                        "put it on storage every node mounts at the same absolute path, or use a zoo name "
-                        "(built on each node)"
+                        f"{where}: Ray workers read checkpoints from their own disks; put it on storage every node "
+                        "mounts at the same absolute path, or use a zoo name (built on each node)"
                     )
