@@ -13,10 +13,12 @@ import json
 import os
 import re
 import secrets
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -63,7 +65,11 @@ def cluster(tmp_path_factory):
         OMNI_ACCEL_ZOO_DIR=str(Path(os.environ["OMNI_ACCEL_ZOO_DIR"]).resolve()),
     )
     address = f"127.0.0.1:{_free_port()}"
-    common = ["--block", "--num-cpus=1", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1"]
+    # Its own temp dir: the head's address file there, not in /tmp/ray where a later local ray.init() would
+    # find it and try to join this (then stopped) cluster. Short: Ray's socket paths must fit in 107 bytes.
+    ray_tmp = tempfile.mkdtemp(prefix="oa-ray-", dir="/tmp")
+    common = ["--block", "--num-cpus=1", "--object-store-memory=100000000", "--node-ip-address=127.0.0.1",
+              f"--temp-dir={ray_tmp}"]  # fmt: skip
     nodes = []
     for name, args in (
         ("head", ["--head", f"--port={address.split(':')[1]}", "--include-dashboard=false"]),
@@ -96,6 +102,7 @@ def cluster(tmp_path_factory):
                 except (subprocess.TimeoutExpired, ProcessLookupError):
                     continue
                 break
+        shutil.rmtree(ray_tmp, ignore_errors=True)
 
 
 def _sweep(cluster, profile: dict, *args: str, env: dict | None = None, timeout: float = 600):

@@ -175,21 +175,17 @@ def _frames(workload: Any, records: list[dict[str, Any]]) -> str:
 
 
 def where_cells_ran(records: list[dict[str, Any]]) -> list[str]:
-    """Report lines: the nodes the cells ran on (executor, torch threads, device, how many cells), and how many
+    """Report lines: the nodes the cells ran on (executor, torch threads, device, how many cells), and which
     were timed while another cell ran on their node."""
-    places: dict[tuple[Any, ...], int] = {}
-    for record in records:
-        timing = record.get("timing") or {}
-        if not timing.get("node"):
-            continue
-        device = timing.get("device") or record.get("device")
-        place = (timing["node"], timing.get("executor"), timing.get("threads"), device)
-        places[place] = places.get(place, 0) + 1
+    from accel.sweep.overlap import placements
+
+    places = placements(records)
     if not places:
         return []
     where = "; ".join(
-        f"{node} ({executor}, {threads if threads is not None else '?'} thread(s), {device or '?'}): {count} cell(s)"
-        for (node, executor, threads, device), count in places.items()
+        f"{p['node']} ({p['executor']}, {p['threads'] if p['threads'] is not None else '?'} thread(s), "
+        f"{p['device'] or '?'}): {p['cells']} cell(s)"
+        for p in places
     )
     shared = [f"{r['model']}/{r['variant']}" for r in records if (r.get("timing") or {}).get("shared_node")]
     lines = [f"- Cells ran on: {where}"]

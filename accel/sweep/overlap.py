@@ -76,3 +76,18 @@ def shared_reason(record: dict[str, Any] | None) -> str | None:
         f"timed while other cells ran on its node {timing.get('node')} ({others}): "
         "set measure.exclusive: true to serialise timing per node"
     )
+
+
+def placements(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Where the cells ran: one entry per (node, executor, torch threads, device) with its cell count."""
+    places: dict[tuple[Any, ...], int] = {}
+    for record in records:
+        timing = record.get("timing") or {}
+        if timing.get("node"):
+            device = timing.get("device") or record.get("device")
+            place = (timing["node"], timing.get("executor"), timing.get("threads"), device)
+            places[place] = places.get(place, 0) + 1
+    return [
+        {"node": node, "executor": executor, "threads": threads, "device": device, "cells": count}
+        for (node, executor, threads, device), count in places.items()
+    ]

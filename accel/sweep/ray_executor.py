@@ -95,7 +95,14 @@ class RaySubmitter:
         self.timeout_s = timeout_s
         self.nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.cluster_gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in self.nodes)
-        self.registry = ray.remote(num_cpus=0)(_Registry).remote()
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        # Beside the driver when it is on a node of the cluster: a worker node's death must not take it along.
+        try:
+            here: Any = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
+        except Exception:  # a Ray Client driver is on no node
+            here = "DEFAULT"
+        self.registry = ray.remote(num_cpus=0)(_Registry).options(scheduling_strategy=here).remote()
         self.remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_ray_cell)
 
     def gpus_for(self, spec: CellSpec) -> float:

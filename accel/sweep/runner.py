@@ -23,7 +23,7 @@ from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
-from accel.sweep.overlap import attach_overlap, running_spans, shared_reason, span
+from accel.sweep.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
 
 ENVIRONMENT_FILE = "environment.json"
@@ -478,6 +478,8 @@ def _run_sweep(
             records.append(record)
         advance(None)
 
+    environment["cells_ran_on"] = placements(records)  # the driver's environment above; the cells' here
+    (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
     write_table(records, run_dir)
     figures = write_figures(run_dir, records, keys)
     wall_s = time.perf_counter() - started
