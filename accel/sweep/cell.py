@@ -10,6 +10,7 @@ shares no storage with the sweep loses nothing.
 from __future__ import annotations
 
 import io
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -115,7 +116,9 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         record.update(status="failed", error=f"{type(error).__name__}: {first_line}", traceback=traceback.format_exc())
     record["cell_wall_s"] = time.perf_counter() - started
     # Wall-clock span (epoch seconds): the runner finds the cells that overlapped it on the same node.
-    record.setdefault("timing", {}).update(start=wall_start, end=time.time())
+    timing = record.setdefault("timing", {})
+    timing.update(start=wall_start, end=time.time())
+    timing.setdefault("node", socket.gethostname())  # also when it failed before measuring anything
     return record
 
 
