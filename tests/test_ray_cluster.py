@@ -210,3 +210,44 @@ def test_a_checkpoint_path_the_nodes_lack_is_refused_up_front_naming_the_node(cl
         run.stderr,
     ), run.stderr
     assert not (cluster["driver"] / "paths" / "results.jsonl").is_file() or not _records(cluster["driver"] / "paths")
+
+
+def test_a_waiting_cell_no_node_left_can_run_fails_instead_of_waiting_forever(monkeypatch):
+    """A node dies and no node alive has what a cell asks for: Ray would keep it pending for ever."""
+    from accel.profile import Measure, ModelSpec, Workload
+    from accel.sweep import ray_executor
+    from accel.sweep.cell import CellSpec
+
+    class FakeRay:
+        exceptions = type("exceptions", (), {"RayError": RuntimeError})
+
+        def __init__(self):
+            self.cancelled = []
+
+        def wait(self, refs, timeout):
+            return [], refs  # never ready
+
+        def nodes(self):
+            return [{"Alive": True, "NodeManagerAddress": "10.0.0.1", "Resources": {"CPU": 8}}]  # the GPU node left
+
+        def cancel(self, ref, force):
+            self.cancelled.append(ref)
+
+    class FakeRemote:
+        def options(self, **resources):
+            return self
+
+        def remote(self, *args):
+            return "ref"
+
+    monkeypatch.setattr(ray_executor, "WATCH_S", 0)
+    submitter = object.__new__(ray_executor.RaySubmitter)
+    submitter.ray, submitter.remote, submitter.registry, submitter.timeout_s = FakeRay(), FakeRemote(), None, 60
+    submitter.nodes = [{"Alive": True, "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8, "GPU": 1}}]
+    submitter.cluster_gpus = 1
+    model = ModelSpec(name="m", source="tiny-flux", device="cuda")
+    spec = CellSpec(model, Workload(prompts=["a"], seeds=[0], steps=2, height=32, width=32), Measure(), "baseline")
+    record = submitter(spec).result()
+    assert record["status"] == "failed" and submitter.ray.cancelled == ["ref"]
+    assert "cannot be scheduled" in record["error"] and "the Ray cluster has no GPU" in record["error"]
+    assert record["error"].endswith("nodes were lost during the sweep")

@@ -30,6 +30,7 @@ from accel.sweep.cell import CellSpec
 from accel.sweep.executors import FAULT_ENV, Pending, failure, run_supervised
 
 RETRIES = 1  # a lost worker or node: the cell runs again, once, wherever Ray puts it
+WATCH_S = 10.0  # while waiting for a cell: how often to check that some node alive can still run it
 
 
 class _Registry:
@@ -146,6 +147,16 @@ class RaySubmitter:
 
         def collect() -> dict[str, Any]:
             try:
+                while not ray.wait([ref], timeout=WATCH_S)[0]:
+                    # Nodes may have left since the start: a cell no node left can run would wait forever.
+                    self.nodes = [n for n in ray.nodes() if n.get("Alive")]
+                    self.cluster_gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in self.nodes)
+                    lost = self.unschedulable(spec, cpus, gpus)
+                    if lost:
+                        ray.cancel(ref, force=True)
+                        record = failure(spec, f"{lost}; nodes were lost during the sweep")
+                        record["timing"] = {"cpus": cpus, "gpus": gpus}
+                        return record
                 record = ray.get(ref)
             except ray.exceptions.RayError as error:  # infrastructure, after Ray's retries
                 first = (str(error).strip().splitlines() or [type(error).__name__])[0]
