@@ -64,15 +64,11 @@ def measure_cpu_peaks(dtypes: list[str]) -> dict[str, Any]:
     return {"host": socket.gethostname(), "flops": {dtype: measure_cpu_peak(dtype) for dtype in sorted(set(dtypes))}}
 
 
-def recorded_cpu_peak(run_dir: str | Path, dtype: str) -> float | None:
-    """The peak the sweep recorded in ``run_dir/environment.json`` for this host and dtype, if any."""
-    import json
+def recorded_cpu_peak(peaks: dict[str, Any] | None, dtype: str) -> float | None:
+    """The peak the sweep measured on its host (``peaks``, as in ``environment.json``) for this host and dtype."""
     import socket
 
-    try:
-        peaks = json.loads((Path(run_dir) / "environment.json").read_text()).get(CPU_PEAKS_KEY) or {}
-    except (OSError, ValueError):
-        return None
+    peaks = peaks or {}
     if peaks.get("host") != socket.gethostname():
         return None  # another host (a Ray worker): its own peak, measured in the cell
     return (peaks.get("flops") or {}).get(dtype)

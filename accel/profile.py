@@ -144,7 +144,9 @@ class Measure(StrictModel):
 
     warmup: int = Field(default=1, ge=0, description="Untimed calls after the cold one (excluded).")
     repeats: int = Field(default=3, gt=0, description="Timed passes over all prompts and seeds.")
-    timeout_s: float = Field(default=600.0, gt=0, description="Per-cell limit in the process executor.")
+    timeout_s: float = Field(
+        default=600.0, gt=0, description="Per-cell limit (process and ray executors), from the cell's own start."
+    )
     max_cv: float = Field(
         default=0.1, gt=0, description="A cell whose warm-latency coefficient of variation exceeds this is noisy."
     )
@@ -184,7 +186,8 @@ class Measure(StrictModel):
     sweep_warmup: bool = Field(
         default=True,
         description=(
-            "process/ray: run the first cell once, unrecorded, before the sweep. Without it the first cell "
+            "process: run the first cell once, unrecorded, before the sweep (not on Ray: a warm-up there warms "
+            "one worker that is then thrown away). Without it the first cell "
             "measured ~1.5x slower than its own re-run on 2-core machines (cold worker pool and caches)."
         ),
     )
@@ -195,8 +198,25 @@ class Measure(StrictModel):
         default="process",
         description="process: each cell in a fresh worker (isolated); inline: fast tests; ray: Ray tasks.",
     )
-    cpus_per_cell: float = Field(default=1, gt=0, description="Ray: CPUs reserved per cell.")
-    gpus_per_cell: float = Field(default=0, ge=0, description="Ray: GPUs reserved per cell.")
+    cpus_per_cell: float = Field(
+        default=1,
+        gt=0,
+        description="Ray: CPUs reserved per cell, rounded up; the cell runs with that many torch threads.",
+    )
+    gpus_per_cell: float | Literal["auto"] = Field(
+        default="auto",
+        description=(
+            "Ray: GPUs reserved per cell. auto: 1 for a model on cuda, or on device auto when the cluster has "
+            "GPUs; 0 otherwise (a cell reserving no GPU sees none)."
+        ),
+    )
+    exclusive: bool = Field(
+        default=False,
+        description=(
+            "Serialise cells' timing phases per node (a lock in the node's temp directory); loading may still "
+            "overlap. Without it, a cell timed while another cell ran on its node gets an unverified speedup."
+        ),
+    )
 
 
 class Combinations(StrictModel):

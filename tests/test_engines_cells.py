@@ -15,7 +15,7 @@ from accel.gate import GateData, gate_records, load_gate_data, markdown_summary
 from accel.profile import Measure, ModelSpec, Workload
 from accel.report.markdown import model_table
 from accel.report.tables import performance_table, support_matrix
-from accel.sweep.cell import CellSpec, run_cell
+from accel.sweep.cell import CELL_FILES, CellSpec, run_cell
 from accel.sweep.runner import check_engine_effect
 
 FAKE = Path(__file__).resolve().parent / "fake_engine"
@@ -99,7 +99,7 @@ def test_the_engines_log_line_is_the_evidence_and_is_kept(tmp_path, fake_engine,
     evidence = record["evidence"]["attention_backend"]
     assert evidence["engaged"] is True
     assert evidence["engine_log"] == "Resolved diffusion attention backend 'SDPA' for role='self' via attention_config"
-    assert ATTENTION_LOG in (tmp_path / "run" / record["engine_log"]).read_text()
+    assert ATTENTION_LOG in record[CELL_FILES][record["engine_log"]].decode()  # the runner writes it
 
 
 def test_a_refusal_is_the_engines_own_error_and_measured(tmp_path, fake_engine, monkeypatch):

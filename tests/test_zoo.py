@@ -79,3 +79,34 @@ def test_vaes_keep_the_real_8x_downsampling():
 def test_unknown_zoo_name_lists_the_entries():
     with pytest.raises(ConfigError, match=r"unknown zoo model 'tiny-flx'\. Did you mean 'tiny-flux'"):
         zoo.get_entry("tiny-flx")
+
+
+def test_parallel_builds_of_one_entry_build_once_and_never_remove_a_folder_in_use(tmp_path, monkeypatch):
+    """Cells starting together on a fresh node each asked for the same zoo model: each built it, and one
+    build's ``rmtree`` of the target deleted the folder another cell was loading from."""
+    import threading
+    import time
+
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    builds = []
+
+    class SlowPipeline:
+        def save_pretrained(self, path):
+            builds.append(path)
+            time.sleep(0.3)  # both builders are past the "already built?" check before either finishes
+            (path / "model_index.json").write_text("{}")
+
+    monkeypatch.setattr(zoo, "build_pipeline_in_memory", lambda name: SlowPipeline())
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(zoo.build("tiny-flux"))) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(builds) == 1 and len(set(results)) == 1 and len(results) == 3
+    target = results[0]
+    held = (target / "model_index.json").open()  # a cell loading from the checkpoint
+    zoo.build("tiny-flux", force=True)
+    assert held.read() == "{}" and (target / "model_index.json").is_file()
+    held.close()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [target.name]  # no staging left behind

@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import os
 import socket
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -85,3 +88,31 @@ def execution_context(device: str) -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "device": device,
     }
+
+
+def timing_lock_path() -> str:
+    """The per-node lock file that serialises timing phases under ``measure.exclusive`` (one per user)."""
+    return os.path.join(tempfile.gettempdir(), f"omni-accel-timing-{os.getuid()}.lock")
+
+
+@contextmanager
+def timing_window(exclusive: bool, window: dict[str, Any]) -> Iterator[None]:
+    """Around a cell's timing phase: fills ``window`` with its wall-clock ``timed_start``/``timed_end`` (epoch
+    seconds). With ``exclusive``, holds an ``flock`` on the node's timing lock first, so no two cells on this node
+    (any executor, any sweep of this user) time at once; ``lock_wait_s`` says how long it waited."""
+    import fcntl
+
+    fd = None
+    if exclusive:
+        asked = time.time()
+        fd = os.open(timing_lock_path(), os.O_RDWR | os.O_CREAT, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        window["lock_wait_s"] = time.time() - asked
+    window["exclusive"] = exclusive
+    window["timed_start"] = time.time()
+    try:
+        yield
+    finally:
+        window["timed_end"] = time.time()
+        if fd is not None:
+            os.close(fd)  # closing drops the lock

@@ -166,6 +166,29 @@ def _frames(workload: Any, records: list[dict[str, Any]]) -> str:
     return f", {workload.num_frames or DEFAULT_VIDEO_FRAMES} frames per video ({', '.join(video)})"
 
 
+def where_cells_ran(records: list[dict[str, Any]]) -> list[str]:
+    """Report lines: the nodes the cells ran on (executor, torch threads, device, how many cells), and which
+    were timed while another cell ran on their node."""
+    from accel.sweep.overlap import placements
+
+    places = placements(records)
+    if not places:
+        return []
+    where = "; ".join(
+        f"{p['node']} ({p['executor']}, {p['threads'] if p['threads'] is not None else '?'} thread(s), "
+        f"{p['device'] or '?'}): {p['cells']} cell(s)"
+        for p in places
+    )
+    shared = [f"{r['model']}/{r['variant']}" for r in records if (r.get("timing") or {}).get("shared_node")]
+    lines = [f"- Cells ran on: {where}"]
+    if shared:
+        lines.append(
+            f"- Timed beside another cell on their node (speedups unverified; measure.exclusive serialises "
+            f"timing per node): {', '.join(shared)}"
+        )
+    return lines
+
+
 def render(
     profile: Profile,
     records: list[dict[str, Any]],
@@ -208,7 +231,8 @@ def render(
     lines += [
         profile.description.strip(),
         "",
-        f"- Device: {devices} ({environment.get('torch_threads')} torch threads)",
+        f"- Driver: {devices} ({environment.get('torch_threads')} torch threads)",
+        *where_cells_ran(records),
         f"- Packages: torch {packages.get('torch')}, diffusers {packages.get('diffusers')}, "
         f"transformers {packages.get('transformers')}; omni-accel commit {environment.get('git_commit') or '–'}",
         f"- Workload: {len(w.prompts)} prompt(s) x {len(w.seeds)} seed(s), {w.steps} steps, {w.height}x{w.width}, "

@@ -1,12 +1,16 @@
 """One cell of a sweep: load a model, apply a variant's features, time it, keep its outputs and evidence.
 
-A cell runs wherever its executor puts it (in-process or a fresh worker) and returns a plain dict that the
-runner completes with parity and appends to the results log. Outputs are saved as float32 arrays (for
-parity, computed by the runner against the baseline's) and as PNG images for people.
+A cell runs wherever its executor puts it (in-process, a fresh worker, a Ray node) and returns a plain dict
+that the runner completes with parity and appends to the results log. A cell writes nothing into the run
+directory: the files it produces (its float32 outputs as ``.npz``, an engine's log) travel in the record under
+``CELL_FILES`` as bytes, and the runner, which owns the run directory, writes them. So a cell on a node that
+shares no storage with the sweep loses nothing.
 """
 
 from __future__ import annotations
 
+import io
+import socket
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -27,6 +31,8 @@ NOISE_FLOOR = "noise-floor"
 # baseline's to prove the reference ran unaccelerated (no process-global state leaked into it).
 REFERENCE_OUTPUT_KEY = "__reference__"
 INTERLEAVED = "interleaved"
+# In the record a cell returns: {path relative to the run directory: bytes}; the runner writes and removes it.
+CELL_FILES = "_files"
 
 
 @dataclass(frozen=True)
@@ -38,7 +44,9 @@ class CellSpec:
     measure: Measure
     variant: str
     features: dict[str, Any] = field(default_factory=dict)
-    run_dir: str = "."
+    run_dir: str = "."  # the driver's run directory (absolute), for messages only: a cell never writes there
+    # The CPU peak FLOPs the sweep measured on its host ({"host": ..., "flops": {dtype: ...}}), or None.
+    cpu_peaks: dict[str, Any] | None = None
 
     @property
     def key(self) -> str:
@@ -76,9 +84,17 @@ def sample_keys(workload: Workload) -> list[str]:
     ]
 
 
+def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
+    """``arrays`` as the bytes of a compressed ``.npz`` file."""
+    buffer = io.BytesIO()
+    np.savez_compressed(buffer, **arrays)
+    return buffer.getvalue()
+
+
 def run_cell(spec: CellSpec) -> dict[str, Any]:
     """Measure one cell; never raises for a failure of the pipeline or a feature (it is recorded)."""
     started = time.perf_counter()
+    wall_start = time.time()
     record: dict[str, Any] = {
         "model": spec.model.name,
         "source": spec.model.source,
@@ -96,6 +112,10 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         first_line = (str(error).strip().splitlines() or [""])[0]
         record.update(status="failed", error=f"{type(error).__name__}: {first_line}", traceback=traceback.format_exc())
     record["cell_wall_s"] = time.perf_counter() - started
+    # Wall-clock span (epoch seconds): the runner finds the cells that overlapped it on the same node.
+    timing = record.setdefault("timing", {})
+    timing.update(start=wall_start, end=time.time())
+    timing.setdefault("node", socket.gethostname())  # also when it failed before measuring anything
     return record
 
 
@@ -145,10 +165,9 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         resolve_source(spec.model), spec.model.dtype, call.kwargs, requests, spec.measure.warmup,
         spec.measure.repeats, spec.measure.timeout_s,
     )  # fmt: skip
-    log_path = engine_log_path(spec.run_dir, spec.model.name, spec.variant)
-    log_path.parent.mkdir(parents=True, exist_ok=True)
-    log_path.write_text(run.log)
-    result.update(engine_kwargs=call.kwargs, decided=MEASURED, engine_log=str(log_path.relative_to(spec.run_dir)))
+    log_path = engine_log_path("", spec.model.name, spec.variant)
+    files = {str(log_path): run.log.encode()}
+    result.update(engine_kwargs=call.kwargs, decided=MEASURED, engine_log=str(log_path), **{CELL_FILES: files})
     outcome = read_engine_log(spec.features, spec.model.target, device, run.log, failed=run.report is None)
     if run.report is None or run.outputs is None:
         if outcome.refused:
@@ -161,10 +180,9 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
     report = run.report
     samples = report["warm_samples"]
     warm = summarize(samples)
-    path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path = outputs_path("", spec.model.name, spec.variant)
     with np.load(run.outputs) as produced:
-        np.savez_compressed(path, **{key: produced[f"r{i}"] for i, key in enumerate(sample_keys(spec.workload))})
+        files[str(path)] = npz_bytes({key: produced[f"r{i}"] for i, key in enumerate(sample_keys(spec.workload))})
     return {
         **result,
         "load_s": report["init_s"],
@@ -180,7 +198,7 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
         "noisy": warm.cv > spec.measure.max_cv,
         "modality": "image",
         "evidence": outcome.evidence,
-        "outputs_file": str(path.relative_to(spec.run_dir)),
+        "outputs_file": str(path),
     }
 
 
@@ -250,6 +268,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
     """With the features applied: warm up, measure (alone, then a stage pass, then interleaved with a
     reference), verify, remove; collect the record and save the outputs."""
+    from accel.measure.contention import timing_window
     from accel.measure.flops import InputCapture
 
     pipeline = target.pipeline
@@ -258,14 +277,19 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
         InputCapture(pipeline.transformer) if spec.variant == BASELINE and hasattr(pipeline, "transformer") else None
     )
     paired: dict[str, Any] | None = None
-    with applied:  # leaving it removes every feature in reverse order, also on an error
+    window: dict[str, Any] = {}
+    # Leaving `applied` removes every feature in reverse order, also on an error. The timing phase runs alone
+    # on its node with measure.exclusive (loading, before it, may overlap other cells).
+    with applied, timing_window(spec.measure.exclusive, window):
         first_call_s = _warm_up(spec, target, applied, requests)
         alone = _measure_alone(spec, target, applied, requests)
         stages = _stage_pass(target, applied, requests)
         verdicts = applied.verdicts()
         if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
             paired = _measure_interleaved(spec, target, applied, requests)
-    return _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
+    result = _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
+    result["timing"].update(window)
+    return result
 
 
 def _generate(target: Any, applied: Any, request: Any, sink: list[float] | None = None) -> list[np.ndarray]:
@@ -413,7 +437,8 @@ def _collect(
     calls = alone["native_calls"] if stages is None else stages["calls"]
     stage_outer = samples if stages is None else stages["outer_s"]
     warm = summarize(samples)
-    peak, peak_source = device_peak(target.device, spec.model.dtype, recorded_cpu_peak(spec.run_dir, spec.model.dtype))
+    recorded = recorded_cpu_peak(spec.cpu_peaks, spec.model.dtype)
+    peak, peak_source = device_peak(target.device, spec.model.dtype, recorded)
     memory = alone["memory"]
     timing: dict[str, Any] = {
         "method": spec.measure.timing if spec.variant != BASELINE else "alone",
@@ -460,10 +485,9 @@ def _collect(
     not_engaged = [f"{name}: {v.summary}" for name, v in verdicts.items() if not v.engaged]
     if not_engaged:
         result.update(status="failed", error="; ".join(not_engaged))
-    path = outputs_path(spec.run_dir, spec.model.name, spec.variant)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(path, **arrays)
-    result["outputs_file"] = str(path.relative_to(spec.run_dir))
+    path = outputs_path("", spec.model.name, spec.variant)
+    result["outputs_file"] = str(path)
+    result[CELL_FILES] = {str(path): npz_bytes(arrays)}
     return result
 
 

@@ -9,26 +9,32 @@ executors that run cells concurrently (Ray) overlap them while results still lan
   cell starts clean without paying the imports again. A worker that crashes (segfault, out of memory)
   or outlives its timeout is recorded as a failed cell and the sweep goes on; a worker that could not
   be started at all (infrastructure) is retried once.
-- ``ray``: each cell a Ray task in a worker used for that one cell (``max_calls=1``), with CPU and GPU
-  requests from the profile, on a local Ray instance or ``--ray-address``. Ray retries a task whose
-  worker died once; a cell's own failure is never retried. The run directory must be shared with the
-  workers (always true on a local instance).
+- ``ray`` (``accel.sweep.ray_executor``): each cell a Ray task that runs it in a child process, with CPU and
+  GPU requests from the profile, on a local Ray instance or ``--ray-address``. The record and the cell's
+  files come back in the task's result; Ray retries only a lost node or worker, never the cell's own crash.
+
+Every executor returns the cell's files in its record (``cell.CELL_FILES``); the runner writes them.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import multiprocessing
 import os
+import pickle
+import socket
 import tempfile
+import time
 import weakref
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from accel.errors import UnavailableError
 from accel.sweep.cell import CellSpec, run_cell
+
+if TYPE_CHECKING:
+    from accel.sweep.ray_executor import RaySubmitter
 
 PRELOAD_MODULE = "accel.sweep.preload"
 FAULT_ENV = "OMNI_ACCEL_FAULT"  # fault injection for tests: "segfault:<model>/<variant>"
@@ -38,12 +44,22 @@ _context: Any = None
 class Pending:
     """A submitted cell; ``result()`` blocks until its record is available, ``cancel()`` abandons it."""
 
-    def __init__(self, compute: Callable[[], dict[str, Any]], cancel: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        compute: Callable[[], dict[str, Any]],
+        cancel: Callable[[], None] | None = None,
+        ready: Callable[[], bool] | None = None,
+    ) -> None:
         self._compute = compute
         self._cancel = cancel
+        self._ready = ready
         self._record: dict[str, Any] | None = None
         if cancel is not None:
             _cancellable.add(self)
+
+    def done(self) -> bool:
+        """Whether ``result()`` would return at once (a cell running elsewhere has finished)."""
+        return self._record is not None or (self._ready is not None and self._ready())
 
     def result(self) -> dict[str, Any]:
         if self._record is None:
@@ -93,13 +109,19 @@ def _forkserver_context() -> Any:
 
 
 def _inject_fault(spec: CellSpec, fault: str) -> None:
+    """``segfault:<model>/<variant>`` kills the cell with SIGSEGV; ``hang:<model>/<variant>`` makes it outlive
+    any timeout (tests of the crash and timeout paths, on every executor but inline)."""
     if fault == f"segfault:{spec.key}":
         import signal
 
         os.kill(os.getpid(), signal.SIGSEGV)
+    if fault == f"hang:{spec.key}":
+        import time
+
+        time.sleep(24 * 3600)
 
 
-def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool) -> None:
+def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool, threads: int | None = None) -> None:
     import signal
 
     # Ctrl-C reaches the whole process group: the sweep stops this worker itself (no traceback here).
@@ -107,15 +129,20 @@ def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool) -> None
     from accel.sweep.preload import quiet_libraries
 
     quiet_libraries(verbose=verbose)
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
     _inject_fault(spec, fault)
     record = run_cell(spec)
-    Path(result_path).write_text(json.dumps(record, default=str))
+    Path(result_path).write_bytes(pickle.dumps(record))  # with the cell's files (bytes): pickle, not JSON
 
 
 def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[str, Any]:
     """Run the cell in a fresh worker; a crash or timeout becomes a failed record."""
-    handle, result_path = tempfile.mkstemp(prefix="omni-accel-cell-", suffix=".json")
+    handle, result_path = tempfile.mkstemp(prefix="omni-accel-cell-", suffix=".pickle")
     os.close(handle)
+    started = time.time()
     try:
         try:
             # The forkserver's environment is the one it started with: pass what may have changed since.
@@ -125,7 +152,7 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
         except (OSError, EOFError) as error:  # the worker never started: infrastructure, retry once
             if attempts > 1:
                 return run_in_process(spec, timeout_s, attempts - 1)
-            return failure(spec, f"worker could not be started: {error}")
+            return failure(spec, f"worker could not be started: {error}", started)
         try:
             worker.join(timeout_s)
         except BaseException:  # Ctrl-C in the sweep: the worker must not outlive it
@@ -135,13 +162,18 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
         if worker.is_alive():
             worker.kill()
             worker.join()
-            return failure(spec, f"timeout: the cell ran longer than {timeout_s:g} s (measure.timeout_s)")
-        text = Path(result_path).read_text()
-        if worker.exitcode != 0 or not text:
-            return failure(spec, f"worker died with {_describe_exit(worker.exitcode)}")
-        return json.loads(text)
+            return failure(spec, timeout_message(timeout_s), started)
+        data = Path(result_path).read_bytes()
+        if worker.exitcode != 0 or not data:
+            return failure(spec, f"worker died with {_describe_exit(worker.exitcode)}", started)
+        return pickle.loads(data)
     finally:
         Path(result_path).unlink(missing_ok=True)
+
+
+def timeout_message(timeout_s: float) -> str:
+    """The error of a cell that outlived ``measure.timeout_s`` (counted from the cell's own start)."""
+    return f"timeout: the cell ran longer than {timeout_s:g} s (measure.timeout_s)"
 
 
 def _describe_exit(code: int | None) -> str:
@@ -157,9 +189,10 @@ def _describe_exit(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def failure(spec: CellSpec, error: str) -> dict[str, Any]:
-    """The record of a cell that produced no record of its own."""
-    return {
+def failure(spec: CellSpec, error: str, started: float | None = None) -> dict[str, Any]:
+    """The record of a cell that produced no record of its own; ``started``: when the cell started here (epoch
+    seconds), None when it never ran anywhere we know of."""
+    record: dict[str, Any] = {
         "model": spec.model.name,
         "source": spec.model.source,
         "target": spec.model.target,
@@ -168,50 +201,67 @@ def failure(spec: CellSpec, error: str) -> dict[str, Any]:
         "status": "failed",
         "error": error,
     }
+    if started is not None:
+        record["timing"] = {"node": socket.gethostname(), "start": started, "end": time.time()}
+    return record
 
 
-def _ray_submitter(timeout_s: float, cpus: float, gpus: float, address: str | None) -> Callable[[CellSpec], Pending]:
+def run_supervised(
+    spec: CellSpec, timeout_s: float, fault: str = "", verbose: bool = False, threads: int | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:  # fmt: skip
+    """Run the cell in a child Python process (``accel.sweep.child``) and wait for it at most ``timeout_s`` from
+    its start: a segfault, an out-of-memory kill or a timeout becomes a failed record naming the signal, as in the
+    process executor. Used inside Ray tasks, whose own worker must survive the cell to report it."""
+    import subprocess
+    import sys
+
+    import accel
+
+    started = time.time()
+    with tempfile.TemporaryDirectory(prefix="omni-accel-cell-") as scratch:
+        spec_path, result_path = os.path.join(scratch, "spec.pickle"), os.path.join(scratch, "record.pickle")
+        Path(spec_path).write_bytes(pickle.dumps((spec, fault, verbose, threads, os.getpid())))
+        child_env = dict(os.environ if env is None else env)
+        # The child imports accel from where this process did (a Ray worker's sys.path is not its PYTHONPATH).
+        package_root = str(Path(accel.__file__).resolve().parent.parent)
+        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, child_env.get("PYTHONPATH")) if p)
+        command = [sys.executable, "-m", "accel.sweep.child", spec_path, result_path]
+        try:
+            child = subprocess.Popen(command, env=child_env)
+        except OSError as error:
+            return failure(spec, f"worker could not be started: {error}", started)
+        try:
+            child.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+            return failure(spec, timeout_message(timeout_s), started)
+        except BaseException:  # cancelled: the cell must not outlive its supervisor
+            child.kill()
+            child.wait()
+            raise
+        data = Path(result_path).read_bytes() if os.path.isfile(result_path) else b""
+        if child.returncode != 0 or not data:
+            return failure(spec, f"worker died with {_describe_exit(child.returncode)}", started)
+        return pickle.loads(data)
+
+
+def _ray_submitter(timeout_s: float, address: str | None) -> RaySubmitter:
     try:
-        import ray
+        import ray  # noqa: F401
     except ImportError as error:
         raise UnavailableError("executor 'ray' needs Ray: pip install 'omni-accel[ray]'") from error
-    if not ray.is_initialized():
-        kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
-        runtime_env = {"env_vars": {k: v for k, v in os.environ.items() if k.startswith(("OMNI_ACCEL_", "HF_"))}}
-        ray.init(address=address, runtime_env=runtime_env, **kwargs)
-    remote = ray.remote(max_calls=1, max_retries=1, retry_exceptions=False)(_ray_cell)
+    from accel.sweep.ray_executor import RaySubmitter
 
-    def submit(spec: CellSpec) -> Pending:
-        ref = remote.options(num_cpus=cpus, num_gpus=gpus).remote(spec)
-
-        def collect() -> dict[str, Any]:
-            try:
-                return ray.get(ref, timeout=timeout_s)
-            except ray.exceptions.GetTimeoutError:
-                ray.cancel(ref, force=True)
-                return failure(spec, f"timeout: the cell ran longer than {timeout_s:g} s (measure.timeout_s)")
-            except ray.exceptions.RayError as error:
-                first = (str(error).strip().splitlines() or [type(error).__name__])[0]
-                return failure(spec, f"ray task failed: {type(error).__name__}: {first[:200]}")
-
-        return Pending(collect, cancel=lambda: ray.cancel(ref, force=True))
-
-    return submit
+    return RaySubmitter(timeout_s, address)
 
 
-def _ray_cell(spec: CellSpec) -> dict[str, Any]:
-    from accel.sweep.preload import quiet_libraries
-
-    quiet_libraries(verbose=os.environ.get("OMNI_ACCEL_VERBOSE") == "1")
-    return run_cell(spec)
-
-
-def get_executor(
-    name: str, timeout_s: float, cpus: float = 1, gpus: float = 0, ray_address: str | None = None
-) -> Callable[[CellSpec], Pending]:
-    """The ``submit`` function of executor ``name`` (validated by the profile schema and the CLI)."""
+def get_executor(name: str, timeout_s: float, ray_address: str | None = None) -> Callable[[CellSpec], Pending]:
+    """The ``submit`` function of executor ``name`` (validated by the profile schema and the CLI). Ray's also
+    has ``started()``: the cells that reported their start, for the overlap of cells still running."""
     if name == "inline":
         return lambda spec: Pending(lambda: run_inline(spec))
     if name == "ray":
-        return _ray_submitter(timeout_s, cpus, gpus, ray_address)
+        return _ray_submitter(timeout_s, ray_address)
     return lambda spec: Pending(lambda: run_in_process(spec, timeout_s))

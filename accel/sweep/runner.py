@@ -8,9 +8,10 @@ before the next cell starts. At the end the results table, images and ``report.m
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +22,8 @@ from accel.errors import ConfigError
 from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
-from accel.sweep.cell import BASELINE, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
+from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
+from accel.sweep.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
 
 ENVIRONMENT_FILE = "environment.json"
@@ -164,13 +166,15 @@ def attach_speedup(
         estimate = SpeedupEstimate(**paired["estimate"])
     else:
         estimate = sequential_speedup(baseline["warm_samples"], record["warm_samples"], measure.confidence)
-    why_unverified = _reference_problem(record, run_dir, keys) if paired else None
+    why_unverified = (_reference_problem(record, run_dir, keys) if paired else None) or shared_reason(record)
     if record["variant"] == NOISE_FLOOR:
         band: tuple[float, float] | None = noise_band(None, measure.min_effect)
     else:
         floor = (noise_floor or {}).get("paired")
         floor_usable = floor and not (noise_floor.get("speedup_ci") or {}).get("reference_problem")
         band = noise_band(SpeedupEstimate(**floor["estimate"]), measure.min_effect) if floor_usable else None
+        if floor_usable and shared_reason(noise_floor):  # its band is contaminated: no claim against it
+            why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
     claim = classify(estimate, band, measure.confidence, why_unverified)
     record["speedup"] = estimate.ratio
     record["speedup_ci"] = {
@@ -407,9 +411,10 @@ def _run_sweep(
     prepare_run_dir(run_dir)
     check_inputs(profile, source)
     measure = profile.measure
-    submit = get_executor(
-        executor or measure.executor, measure.timeout_s, measure.cpus_per_cell, measure.gpus_per_cell, ray_address
-    )
+    executor = executor or measure.executor
+    submit = get_executor(executor, measure.timeout_s, ray_address)
+    if hasattr(submit, "check_sources"):  # checkpoints the workers read must be on every node
+        submit.check_sources(profile.models, source)
     log = ResultsLog(run_dir / RESULTS_FILE)
     if not resume:
         (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
@@ -417,16 +422,21 @@ def _run_sweep(
     environment[env.CPU_PEAKS_KEY] = cpu_peaks(profile, run_dir, resume)
     (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
 
-    cells = plan(profile, run_dir)
+    # Cells get the run directory as an absolute path (they never write there: their files come back in the
+    # record) and the CPU peak measured here, instead of reading environment.json on a node that may lack it.
+    peaks = environment[env.CPU_PEAKS_KEY]
+    cells = [replace(cell, cpu_peaks=peaks) for cell in plan(profile, Path(os.path.abspath(run_dir)))]
     keys = sample_keys(profile.workload)
     done = {(r["model"], r["variant"]): r for r in previous}
     records: list[dict[str, Any]] = []
     baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
     noise_floors: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == NOISE_FLOOR}
     todo = [cell for cell in cells if (cell.model.name, cell.variant) not in done]
-    warm_up = measure.sweep_warmup and (executor or measure.executor) != "inline"
-    warmed = sweep_warmup(submit, todo) if warm_up else {}  # a successful warm-up's outputs are overwritten
+    # Ray: a warm-up would warm one worker on one node, then be thrown away; cells there start cold alike.
+    warm_up = measure.sweep_warmup and executor == "process"
+    warmed = sweep_warmup(submit, todo) if warm_up else {}  # a successful warm-up's files are never written
     pending = {cell.key: warmed.get(cell.key) or submit(cell) for cell in todo}
+    started_cells = getattr(submit, "started", None)
     with _progress(show_progress, len(cells)) as advance:
         for cell in cells:
             advance(cell.key)
@@ -434,6 +444,9 @@ def _run_sweep(
                 records.append(done[(cell.model.name, cell.variant)])
                 continue
             record = pending[cell.key].result()
+            write_cell_files(run_dir, record)
+            record.setdefault("timing", {})["executor"] = executor
+            attach_overlap(record, _other_spans(previous, records, pending, started_cells))
             if cell.variant == BASELINE:
                 baselines[cell.model.name] = record
             if cell.variant == NOISE_FLOOR:
@@ -445,7 +458,6 @@ def _run_sweep(
             attach_speedup(
                 record, baselines.get(cell.model.name), noise_floors.get(cell.model.name), run_dir, keys, measure
             )
-            record.setdefault("timing", {})["executor"] = executor or measure.executor
             attach_adherence(record, cell.model, profile.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
             check_engine_effect(record)
@@ -459,11 +471,44 @@ def _run_sweep(
             records.append(record)
         advance(None)
 
+    environment["cells_ran_on"] = placements(records)  # the driver's environment above; the cells' here
+    (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
     write_table(records, run_dir)
     figures = write_figures(run_dir, records, keys)
     wall_s = time.perf_counter() - started
     report_path = write_report(run_dir, profile, records, environment, wall_s, figures)
     return SweepResult(run_dir, records, report_path, wall_s)
+
+
+def write_cell_files(run_dir: Path, record: dict[str, Any]) -> None:
+    """Write the files a cell returned in its record (``CELL_FILES``: relative path -> bytes) under the run
+    directory, each atomically (a temporary file renamed into place), and drop them from the record."""
+    files = record.pop(CELL_FILES, None) or {}
+    root = Path(os.path.abspath(run_dir))
+    for relative, content in files.items():
+        path = Path(os.path.abspath(root / relative))
+        if root not in path.parents:  # a cell names files inside the run directory only
+            record.setdefault("notes", []).append(f"file '{relative}' is outside the run directory: not written")
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.partial")
+        partial.write_bytes(content)
+        os.replace(partial, path)
+
+
+def _other_spans(
+    previous: list[dict[str, Any]], records: list[dict[str, Any]], pending: dict[str, Any], started: Any
+) -> list[dict[str, Any]]:
+    """The spans of every other cell of the run: recorded, finished but not yet recorded (results arrive in
+    plan order), and still running (their start, reported by the executor; no end yet)."""
+    spans = [s for r in [*previous, *records] if (s := span(r)) is not None]
+    known = {s["key"] for s in spans}
+    reported = started() if started is not None else {}
+    for key, waiting in pending.items():
+        if key not in known and waiting.done() and (s := span(waiting.result())) is not None:
+            spans.append(s)
+            known.add(key)
+    return spans + running_spans(reported, known)
 
 
 class _progress:

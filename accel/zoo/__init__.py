@@ -14,7 +14,8 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -157,27 +158,51 @@ def build_pipeline_in_memory(name: str):
 def build(name: str, force: bool = False) -> Path:
     """Build and save ``name`` unless already built; returns the checkpoint directory.
 
+    Safe under concurrency (parallel cells on one node, several sweeps sharing a zoo directory): builders
+    take an exclusive ``flock`` on ``.<dir>.lock`` beside the target, and whoever waited finds it built.
     The pipeline is saved into a temporary sibling directory and renamed into place, so an interrupted
-    build never leaves a half-written checkpoint that later runs would load.
+    build never leaves a half-written checkpoint that later runs would load. A finished checkpoint is only
+    replaced by ``force``, which moves the old one aside with one rename before deleting it: a process
+    that already holds files open keeps reading them (POSIX), and no reader sees a half-deleted folder.
     """
     target = entry_path(name)
     if is_built(name) and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    pipeline = build_pipeline_in_memory(name)
-    staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
-    try:
-        pipeline.save_pretrained(staging)
-        entry = get_entry(name)
-        marker = {"name": name, "fingerprint": entry.fingerprint(), "pipeline_class": entry.pipeline_class}
-        (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
+    with _build_lock(target):
+        if is_built(name) and not force:
+            return target  # another process built it while we waited
+        pipeline = build_pipeline_in_memory(name)
+        staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
+        retired: Path | None = None
+        try:
+            pipeline.save_pretrained(staging)
+            entry = get_entry(name)
+            marker = {"name": name, "fingerprint": entry.fingerprint(), "pipeline_class": entry.pipeline_class}
+            (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2))
+            if target.exists():
+                retired = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=target.parent))
+                target.rename(retired / "checkpoint")
+            staging.rename(target)
+        finally:
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+            if retired is not None:
+                shutil.rmtree(retired, ignore_errors=True)
     return target
+
+
+@contextmanager
+def _build_lock(target: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the lock file beside ``target``, released when the block ends."""
+    import fcntl
+
+    fd = os.open(target.parent / f".{target.name}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing drops the lock
 
 
 def list_entries() -> list[dict[str, Any]]:
