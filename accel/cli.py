@@ -245,7 +245,7 @@ def zoo_train(
         None, "--threads", help="Fix the torch thread count; default: 1 or 2, re-chosen as the load changes."
     ),
 ) -> None:
-    """Train a zoo entry from its seed (mini-flux: VAE, then transformer); compare with the committed losses."""
+    """Train a zoo entry from its seed (mini-flux: text encoders, VAE, transformer); compare with committed losses."""
     from accel import zoo
     from accel.errors import ConfigError
     from accel.zoo import mini_flux

@@ -93,6 +93,8 @@ MINI_FLUX_CONFIG: dict[str, Any] = {
     "train": {
         "seed": 0,
         "images": 10000,
+        # First the text encoders learn to read a caption (a stand-in for their language pretraining).
+        "text": {"steps": 600, "batch": 128, "lr": 3e-3, "warmup": 20},
         "vae": {"steps": 1200, "batch": 32, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 50},
         "transformer": {
             "steps": 4000,
@@ -102,8 +104,6 @@ MINI_FLUX_CONFIG: dict[str, Any] = {
             "ema": 0.998,
             "empty_caption": 0.1,
         },
-        # Then transformer and T5 together (T5 learns the colours' roles), from the EMA weights above.
-        "joint": {"steps": 1500, "batch": 64, "lr": 5e-4, "warmup": 50, "ema": 0.995, "empty_caption": 0.1},
     },
 }
 
@@ -370,6 +370,103 @@ def _loop(
     return {"final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start}
 
 
+def _train_text_encoders(components, cfg: dict[str, Any], generator: torch.Generator, picker, log, progress):
+    """Teach the random text encoders to read a caption: the stand-in for their language pretraining.
+
+    FLUX gives text tokens no position in its joint attention (``txt_ids`` are zeros), so in a real FLUX it
+    is T5's language pretraining that tells "a red circle on a blue background" from "a blue circle on a
+    red background". Random encoders cannot: a transformer trained on them mixed up the two colours' roles
+    on half of the held-out prompts (shapes-v1 weights before this stage existed). Here T5 (its mean over
+    the 32 tokens the transformer sees) and CLIP (the pooled output FluxPipeline passes on) learn, through
+    linear heads thrown away afterwards, to name each attribute of the caption's scene, from training
+    captions only; then both are frozen and the transformer learns to read them.
+    """
+    t5, clip = components["text_encoder_2"], components["text_encoder"]
+    kinds = {
+        "background": list(world.PALETTE),
+        "colour": list(world.PALETTE),
+        "shape": list(world.SHAPES),
+        "position": list(world.POSITIONS),
+    }
+
+    def encode(scenes: list[world.Scene]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        captions = [scene.caption(t) for scene in scenes for t in range(len(world.TEMPLATES))]
+        targets = torch.tensor(
+            [
+                [values.index(getattr(scene, kind)) for kind, values in kinds.items()]
+                for scene in scenes
+                for _ in world.TEMPLATES
+            ]
+        )
+        t5_ids = components["tokenizer_2"](
+            captions, padding="max_length", max_length=MAX_SEQUENCE_LENGTH, truncation=True, return_tensors="pt"
+        ).input_ids
+        clip_ids = components["tokenizer"](
+            captions,
+            padding="max_length",
+            max_length=components["tokenizer"].model_max_length,
+            truncation=True,
+            return_tensors="pt",
+        ).input_ids
+        return t5_ids, clip_ids, targets
+
+    t5_ids, clip_ids, targets = encode(world.training_scenes())
+    heads = torch.nn.ModuleDict(
+        {
+            encoder: torch.nn.ModuleList(torch.nn.Linear(width, len(values)) for values in kinds.values())
+            for encoder, width in (("t5", t5.config.d_model), ("clip", clip.config.hidden_size))
+        }
+    )
+
+    def features(t5_batch: torch.Tensor, clip_batch: torch.Tensor) -> dict[str, torch.Tensor]:
+        return {
+            "t5": t5(t5_batch, output_hidden_states=False)[0].mean(dim=1),
+            "clip": clip(clip_batch, output_hidden_states=False).pooler_output,
+        }
+
+    params = [*t5.parameters(), *clip.parameters(), *heads.parameters()]
+    for p in params:
+        p.requires_grad_(True)
+    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=0.0)
+    t5.train()
+    clip.train()
+
+    def step_fn(step: int) -> float:
+        for group in optimizer.param_groups:
+            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
+        index = torch.randint(0, targets.shape[0], (cfg["batch"],), generator=generator)
+        loss = torch.zeros(())
+        for encoder, feature in features(t5_ids[index], clip_ids[index]).items():
+            for k, head in enumerate(heads[encoder]):
+                loss = loss + torch.nn.functional.cross_entropy(head(feature), targets[index, k])
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    result = _loop("text", cfg["steps"], step_fn, picker, log, progress)
+    for module in (t5, clip):
+        module.eval()
+        for p in module.parameters():
+            p.requires_grad_(False)
+    # How well each encoder reads captions of combinations it never saw (the held-out prompts' scenes).
+    t5_ids, clip_ids, targets = encode(list(world.HELD_OUT_SCENES))
+    with torch.no_grad():
+        held = features(t5_ids, clip_ids)
+        result["held_out_accuracy"] = {
+            encoder: float(
+                torch.stack([heads[encoder][k](feature).argmax(-1) == targets[:, k] for k in range(len(kinds))])
+                .all(dim=0)
+                .float()
+                .mean()
+            )
+            for encoder, feature in held.items()
+        }
+    accuracy = ", ".join(f"{k} {v:.3f}" for k, v in result["held_out_accuracy"].items())
+    log.write(f"text: held-out captions read right (all four attributes): {accuracy}")
+    return result
+
+
 def _train_vae(vae, images: torch.Tensor, cfg: dict[str, Any], generator: torch.Generator, picker, log, progress):
     optimizer = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.0)
     vae.train()
@@ -413,83 +510,6 @@ def _encode_captions(pipe, captions: list[str]) -> dict[str, tuple[torch.Tensor,
         for j, caption in enumerate(chunk):
             table[caption] = (embeds[j], pooled[j])
     return table
-
-
-def _train_joint(pipe, latents, captions, cfg, seed, picker, log, progress):
-    """Transformer and T5 together: T5 learns to mark which colour names the shape and which the background.
-
-    FLUX gives text tokens no position in the joint attention (``txt_ids`` are zeros), so with a frozen
-    random T5 a caption is close to a bag of words and the two colours' roles get confused.
-    """
-    from diffusers import FluxPipeline
-
-    generator = torch.Generator().manual_seed(seed + 1)
-    transformer, t5 = pipe.transformer, pipe.text_encoder_2
-    table = _encode_captions(pipe, captions)
-    order = sorted(table)
-    caption_index = {caption: i for i, caption in enumerate(order)}
-    pooled_table = torch.stack([table[c][1] for c in order])
-    ids_table = pipe.tokenizer_2(
-        order, padding="max_length", max_length=MAX_SEQUENCE_LENGTH, truncation=True, return_tensors="pt"
-    ).input_ids
-    image_caption = torch.tensor([caption_index[c] for c in captions])
-    empty = caption_index[""]
-    _, channels, height, width = latents.shape
-    packed = FluxPipeline._pack_latents(latents, latents.shape[0], channels, height, width)
-    img_ids = FluxPipeline._prepare_latent_image_ids(1, height // 2, width // 2, "cpu", torch.float32)
-    txt_ids = torch.zeros(MAX_SEQUENCE_LENGTH, 3)
-    modules = {"transformer": transformer, "t5": t5}
-    ema = {name: {k: v.detach().clone() for k, v in m.state_dict().items()} for name, m in modules.items()}
-    params = [p for m in modules.values() for p in m.parameters()]
-    for p in params:
-        p.requires_grad_(True)
-    optimizer = torch.optim.AdamW(params, lr=cfg["lr"], weight_decay=0.0)
-    transformer.train()
-    t5.train()
-
-    def step_fn(step: int) -> float:
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
-        index = torch.randint(0, packed.shape[0], (cfg["batch"],), generator=generator)
-        x0 = packed[index]
-        which = image_caption[index]
-        drop = torch.rand(cfg["batch"], generator=generator) < cfg["empty_caption"]
-        which = torch.where(drop, torch.full_like(which, empty), which)
-        noise = torch.randn(x0.shape, generator=generator)
-        t = torch.sigmoid(torch.randn(cfg["batch"], generator=generator))
-        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
-        embeds = t5(ids_table[which], output_hidden_states=False)[0]
-        prediction = transformer(
-            hidden_states=xt,
-            timestep=t,
-            guidance=None,
-            pooled_projections=pooled_table[which],
-            encoder_hidden_states=embeds,
-            txt_ids=txt_ids,
-            img_ids=img_ids,
-            return_dict=False,
-        )[0]
-        loss = torch.nn.functional.mse_loss(prediction, noise - x0)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        decay = min(cfg["ema"], (1 + step) / (10 + step))
-        with torch.no_grad():
-            for name, module in modules.items():
-                for key, value in module.state_dict().items():
-                    if value.dtype.is_floating_point:
-                        ema[name][key].mul_(decay).add_(value.detach(), alpha=1 - decay)
-                    else:
-                        ema[name][key].copy_(value)
-        return loss.item()
-
-    result = _loop("joint", cfg["steps"], step_fn, picker, log, progress)
-    for name, module in modules.items():
-        module.load_state_dict(ema[name])
-        module.eval()
-        for p in module.parameters():
-            p.requires_grad_(False)
-    return result
 
 
 def _train_transformer(pipe, latents, captions, cfg, generator, picker, log, progress):
@@ -556,14 +576,13 @@ def train(
     threads: int | None = None,
     progress: bool = True,
     log_to: Path | None = None,
-    resume_from: Path | None = None,
 ) -> dict[str, Any]:
     """Train mini-flux from its seed and write the weights, manifest and log into ``out_dir``.
 
-    ``threads`` fixes the torch thread count; by default it is re-chosen during training (1 or 2,
-    whichever is faster at the moment). ``resume_from`` (a weights directory trained with the same
-    config before its joint stage existed) skips the VAE and transformer stages, takes their weights and
-    results from there and runs only the joint stage. Returns the manifest.
+    Three stages: the text encoders learn to read captions, the VAE learns to reconstruct the world's
+    images, the transformer learns rectified flow on the VAE's latents with the (then frozen) encoders'
+    embeddings. ``threads`` fixes the torch thread count; by default it is re-chosen during training (1 or
+    2, whichever is faster at the moment). Returns the manifest.
     """
     import diffusers
     import transformers
@@ -586,14 +605,9 @@ def train(
     images = torch.from_numpy(images_np)
     log.write(f"data: {len(captions)} images in {time.perf_counter() - started:.0f}s")
 
-    previous = read_manifest(Path(resume_from)) if resume_from else None
-    if previous is None:
-        components = build_components(config)
-        vae_result = _train_vae(components["vae"], images, train_cfg["vae"], generator, picker, log, progress)
-    else:
-        components = build_mini_flux(previous["config"], weights_dir=Path(resume_from))
-        vae_result = {"final_loss": previous["final_losses"]["vae"], "seconds": previous["seconds"]["vae"]}
-        log.write(f"resumed from {resume_from} (sha256 {previous['sha256'][:16]}): VAE and transformer stages reused")
+    components = build_components(config)
+    results = {"text": _train_text_encoders(components, train_cfg["text"], generator, picker, log, progress)}
+    results["vae"] = _train_vae(components["vae"], images, train_cfg["vae"], generator, picker, log, progress)
     torch.set_num_threads(picker.current)
     latents = _encode_latents(components["vae"], images)
     shift = float(latents.mean())
@@ -606,27 +620,12 @@ def train(
 
     pipe = FluxPipeline(**components)
     scaled = (latents - shift) * scale
-    if previous is None:
-        transformer_result = _train_transformer(
-            pipe, scaled, captions, train_cfg["transformer"], generator, picker, log, progress
-        )
-    else:
-        transformer_result = {
-            "final_loss": previous["final_losses"]["transformer"],
-            "seconds": previous["seconds"]["transformer"],
-        }
-    joint_result = None
-    if train_cfg.get("joint", {}).get("steps"):
-        joint_result = _train_joint(pipe, scaled, captions, train_cfg["joint"], seed, picker, log, progress)
-    total = time.perf_counter() - started
-    final_losses = {"vae": vae_result["final_loss"], "transformer": transformer_result["final_loss"]}
-    seconds = {"vae": vae_result["seconds"], "transformer": transformer_result["seconds"]}
-    if joint_result is not None:
-        final_losses["joint"] = joint_result["final_loss"]
-        seconds["joint"] = joint_result["seconds"]
-    if previous is not None:
-        total += previous["seconds"]["total"]
-    seconds["total"] = total
+    results["transformer"] = _train_transformer(
+        pipe, scaled, captions, train_cfg["transformer"], generator, picker, log, progress
+    )
+    final_losses = {stage: result["final_loss"] for stage, result in results.items()}
+    seconds = {stage: result["seconds"] for stage, result in results.items()}
+    seconds["total"] = time.perf_counter() - started
 
     files = {}
     for name, filename in COMPONENT_FILES.items():
@@ -640,6 +639,7 @@ def train(
         "latent": latent,
         "max_sequence_length": MAX_SEQUENCE_LENGTH,
         "final_losses": final_losses,
+        "text_held_out_accuracy": results["text"]["held_out_accuracy"],
         "vae_reconstruction_psnr_db": psnr,
         "seconds": seconds,
         "versions": {
@@ -652,7 +652,7 @@ def train(
     }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
     losses = ", ".join(f"{k} {v:.5f}" for k, v in final_losses.items())
-    log.write(f"done in {total:.0f}s: final losses {losses}; sha256 {combined[:16]}")
+    log.write(f"done in {seconds['total']:.0f}s: final losses {losses}; sha256 {combined[:16]}")
     return manifest
 
 
