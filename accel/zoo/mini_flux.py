@@ -1,10 +1,10 @@
-"""mini-flux: a real ``FluxPipeline`` whose VAE and transformer the project trains on the shapes world.
+"""mini-flux: a real ``FluxPipeline`` whose encoders, VAE and transformer the project trains on the shapes world.
 
 The layout is FLUX.1's (dual/single-stream DiT over 2x2-packed latents, AutoencoderKL with 8x spatial
 downsampling, CLIP + T5 text encoders, the flow-match Euler scheduler), at a size that trains on 2 CPU
-cores in well under an hour. The text encoders stay frozen at their seeded random initialisation: the
-transformer learns to read them. Training follows FLUX's objective (rectified flow: the transformer
-predicts ``noise - x0`` at a logit-normal time ``t``), after a VAE trained for reconstruction.
+cores in about an hour. First the text encoders learn to name a caption's attributes (the stand-in for
+their language pretraining), then the VAE learns reconstruction, then the transformer FLUX's objective
+(rectified flow: it predicts ``noise - x0`` at a logit-normal time ``t``) with the encoders frozen.
 
 The trained weights are committed under ``accel/zoo/weights/mini-flux`` (safetensors) with a manifest:
 the config, the world version, the final losses and each file's SHA-256. ``build_mini_flux`` assembles
