@@ -126,10 +126,14 @@ def test_ray_executor_without_ray_exits_2_with_the_install_command(tmp_path, mon
         run_sweep(parse_profile(_profile()), "p.yaml", tmp_path, executor="ray", show_progress=False)
 
 
-def test_sigint_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanwhile(tmp_path, monkeypatch, capsys):
-    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it): no traceback, workers stopped,
-    measured cells kept, the last line gives the --resume command. While the sweep lives, a second sweep
-    into its directory is refused naming it."""
+@pytest.mark.parametrize("how", ["sigint-to-group", "sigterm-to-sweep"])
+def test_an_interrupt_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanwhile(
+    tmp_path, monkeypatch, capsys, how
+):
+    """Ctrl-C (SIGINT to the whole process group, as a terminal sends it) or SIGTERM to the sweep alone (as
+    `kill`, `timeout` or a cancelled CI job send it): no traceback, workers stopped, measured cells kept, the
+    last line gives the --resume command. While the sweep lives, a second sweep into its directory is
+    refused naming it."""
     import socket
 
     from conftest import invoke
@@ -150,7 +154,10 @@ def test_sigint_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanwhile(t
         time.sleep(0.2)
     code, _, err = invoke(monkeypatch, capsys, "sweep", str(path), "--out", str(run_dir))
     assert code == 2 and f"in use by another sweep: pid {sweep.pid} on host {socket.gethostname()}" in err, err
-    os.killpg(sweep.pid, signal.SIGINT)
+    if how == "sigint-to-group":
+        os.killpg(sweep.pid, signal.SIGINT)
+    else:
+        sweep.send_signal(signal.SIGTERM)
     try:
         _, stderr = sweep.communicate(timeout=60)  # a hang guard, not a speed requirement
     except subprocess.TimeoutExpired:

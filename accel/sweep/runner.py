@@ -7,10 +7,12 @@ before the next cell starts. At the end the results table, images and ``report.m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -339,10 +341,33 @@ def run_sweep(
             print(f"note: {run_dir}: taking over the lock of a sweep that is no longer running: "
                   f"{describe_owner(lock.stale_owner)}", file=sys.stderr)  # fmt: skip
         try:
-            return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
+            with _sigterm_as_interrupt():
+                return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
         except KeyboardInterrupt:
             cancel_pending()
             raise Interrupted(interrupted_message(run_dir)) from None
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM (``kill``, ``timeout``, a cancelled CI job) ends the sweep as Ctrl-C does: workers stopped,
+    every recorded cell kept. Unlike Ctrl-C it reaches only the sweep, so the sweep must stop its workers
+    (without this they outlived it, still measuring). Only the main thread can install a handler."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def interrupted_message(run_dir: Path) -> str:
