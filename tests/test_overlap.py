@@ -1,4 +1,4 @@
-"""Which cells ran beside which (accel.sweep.overlap) and exclusive timing (accel.measure.contention)."""
+"""Which cells ran beside which (accel.measure.overlap) and exclusive timing (accel.measure.contention)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import threading
 import time
 
 from accel.measure.contention import timing_window
-from accel.sweep.overlap import attach_overlap, running_spans, shared_reason, span
+from accel.measure.overlap import attach_overlap, running_spans, shared_reason, span
 
 
 def _record(variant, start, end, timed=None, node="a", exclusive=False):

@@ -169,7 +169,7 @@ def _frames(workload: Any, records: list[dict[str, Any]]) -> str:
 def where_cells_ran(records: list[dict[str, Any]]) -> list[str]:
     """Report lines: the nodes the cells ran on (executor, torch threads, device, how many cells), and which
     were timed while another cell ran on their node."""
-    from accel.sweep.overlap import placements
+    from accel.measure.overlap import placements
 
     places = placements(records)
     if not places:

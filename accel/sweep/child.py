@@ -1,4 +1,4 @@
-"""A cell in a child process of its supervisor (``executors.run_supervised``, inside a Ray task).
+"""A cell in a child process of its supervisor (``workers.run_supervised``, inside a Ray task).
 
 ``python -m accel.sweep.child SPEC RESULT``: SPEC holds the pickled (CellSpec, fault, verbose, threads,
 supervisor pid); the pickled record, with the cell's files, is written to RESULT. The child dies with its
@@ -30,7 +30,7 @@ def main(argv: list[str]) -> None:
     with open(spec_path, "rb") as handle:
         spec, fault, verbose, threads, parent = pickle.load(handle)
     _die_with_parent(parent)
-    from accel.sweep.executors import _worker
+    from accel.sweep.workers import _worker
 
     _worker(spec, result_path, fault, verbose, threads)
 

@@ -18,71 +18,17 @@ Every executor returns the cell's files in its record (``cell.CELL_FILES``); the
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
-import os
-import pickle
-import socket
-import tempfile
-import time
-import weakref
 from collections.abc import Callable
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import UnavailableError
 from accel.sweep.cell import CellSpec, run_cell
+from accel.sweep.workers import FAULT_ENV, Pending, cancel_pending, failure, run_in_process
 
 if TYPE_CHECKING:
     from accel.sweep.ray_executor import RaySubmitter
 
-PRELOAD_MODULE = "accel.sweep.preload"
-FAULT_ENV = "OMNI_ACCEL_FAULT"  # fault injection for tests: "segfault:<model>/<variant>"
-_context: Any = None
-
-
-class Pending:
-    """A submitted cell; ``result()`` blocks until its record is available, ``cancel()`` abandons it."""
-
-    def __init__(
-        self,
-        compute: Callable[[], dict[str, Any]],
-        cancel: Callable[[], None] | None = None,
-        ready: Callable[[], bool] | None = None,
-    ) -> None:
-        self._compute = compute
-        self._cancel = cancel
-        self._ready = ready
-        self._record: dict[str, Any] | None = None
-        if cancel is not None:
-            _cancellable.add(self)
-
-    def done(self) -> bool:
-        """Whether ``result()`` would return at once (a cell running elsewhere has finished)."""
-        return self._record is not None or (self._ready is not None and self._ready())
-
-    def result(self) -> dict[str, Any]:
-        if self._record is None:
-            self._record = self._compute()
-            _cancellable.discard(self)
-        return self._record
-
-    def cancel(self) -> None:
-        """Stop the cell if it is still running elsewhere (a Ray task); a no-op once it has a result."""
-        _cancellable.discard(self)
-        if self._record is None and self._cancel is not None:
-            self._cancel()
-
-
-# Cells running concurrently elsewhere (Ray tasks) that an interrupted sweep must stop.
-_cancellable: weakref.WeakSet[Pending] = weakref.WeakSet()
-
-
-def cancel_pending() -> None:
-    """Cancel every submitted cell still running concurrently (on Ctrl-C); best effort, never raises."""
-    for pending in list(_cancellable):
-        with contextlib.suppress(Exception):  # an interrupted sweep is exiting: a failed cancel must not mask it
-            pending.cancel()
+__all__ = ["FAULT_ENV", "Pending", "cancel_pending", "failure", "get_executor", "run_inline"]
 
 
 def run_inline(spec: CellSpec) -> dict[str, Any]:
@@ -98,153 +44,6 @@ def run_inline(spec: CellSpec) -> dict[str, Any]:
 
     with global_state_restored():
         return run_cell(spec)
-
-
-def _forkserver_context() -> Any:
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload([PRELOAD_MODULE])
-    return _context
-
-
-def _inject_fault(spec: CellSpec, fault: str) -> None:
-    """``segfault:<model>/<variant>`` kills the cell with SIGSEGV; ``hang:<model>/<variant>`` makes it outlive
-    any timeout (tests of the crash and timeout paths, on every executor but inline)."""
-    if fault == f"segfault:{spec.key}":
-        import signal
-
-        os.kill(os.getpid(), signal.SIGSEGV)
-    if fault == f"hang:{spec.key}":
-        import time
-
-        time.sleep(24 * 3600)
-
-
-def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool, threads: int | None = None) -> None:
-    import signal
-
-    # Ctrl-C reaches the whole process group: the sweep stops this worker itself (no traceback here).
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from accel.sweep.preload import quiet_libraries
-
-    quiet_libraries(verbose=verbose)
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-    _inject_fault(spec, fault)
-    record = run_cell(spec)
-    Path(result_path).write_bytes(pickle.dumps(record))  # with the cell's files (bytes): pickle, not JSON
-
-
-def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[str, Any]:
-    """Run the cell in a fresh worker; a crash or timeout becomes a failed record."""
-    handle, result_path = tempfile.mkstemp(prefix="omni-accel-cell-", suffix=".pickle")
-    os.close(handle)
-    started = time.time()
-    try:
-        try:
-            # The forkserver's environment is the one it started with: pass what may have changed since.
-            args = (spec, result_path, os.environ.get(FAULT_ENV, ""), os.environ.get("OMNI_ACCEL_VERBOSE") == "1")
-            worker = _forkserver_context().Process(target=_worker, args=args, daemon=True)
-            worker.start()
-        except (OSError, EOFError) as error:  # the worker never started: infrastructure, retry once
-            if attempts > 1:
-                return run_in_process(spec, timeout_s, attempts - 1)
-            return failure(spec, f"worker could not be started: {error}", started)
-        try:
-            worker.join(timeout_s)
-        except BaseException:  # Ctrl-C in the sweep: the worker must not outlive it
-            worker.kill()
-            worker.join()
-            raise
-        if worker.is_alive():
-            worker.kill()
-            worker.join()
-            return failure(spec, timeout_message(timeout_s), started)
-        data = Path(result_path).read_bytes()
-        if worker.exitcode != 0 or not data:
-            return failure(spec, f"worker died with {_describe_exit(worker.exitcode)}", started)
-        return pickle.loads(data)
-    finally:
-        Path(result_path).unlink(missing_ok=True)
-
-
-def timeout_message(timeout_s: float) -> str:
-    """The error of a cell that outlived ``measure.timeout_s`` (counted from the cell's own start)."""
-    return f"timeout: the cell ran longer than {timeout_s:g} s (measure.timeout_s)"
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is not None and code < 0:
-        import signal
-
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = str(-code)
-        hint = " (killed: out of memory?)" if name == "SIGKILL" else ""
-        return f"signal {name}{hint}"
-    return f"exit code {code}"
-
-
-def failure(spec: CellSpec, error: str, started: float | None = None) -> dict[str, Any]:
-    """The record of a cell that produced no record of its own; ``started``: when the cell started here (epoch
-    seconds), None when it never ran anywhere we know of."""
-    record: dict[str, Any] = {
-        "model": spec.model.name,
-        "source": spec.model.source,
-        "target": spec.model.target,
-        "variant": spec.variant,
-        "features": spec.features,
-        "status": "failed",
-        "error": error,
-    }
-    if started is not None:
-        record["timing"] = {"node": socket.gethostname(), "start": started, "end": time.time()}
-    return record
-
-
-def run_supervised(
-    spec: CellSpec, timeout_s: float, fault: str = "", verbose: bool = False, threads: int | None = None,
-    env: dict[str, str] | None = None,
-) -> dict[str, Any]:  # fmt: skip
-    """Run the cell in a child Python process (``accel.sweep.child``) and wait for it at most ``timeout_s`` from
-    its start: a segfault, an out-of-memory kill or a timeout becomes a failed record naming the signal, as in the
-    process executor. Used inside Ray tasks, whose own worker must survive the cell to report it."""
-    import subprocess
-    import sys
-
-    import accel
-
-    started = time.time()
-    with tempfile.TemporaryDirectory(prefix="omni-accel-cell-") as scratch:
-        spec_path, result_path = os.path.join(scratch, "spec.pickle"), os.path.join(scratch, "record.pickle")
-        Path(spec_path).write_bytes(pickle.dumps((spec, fault, verbose, threads, os.getpid())))
-        child_env = dict(os.environ if env is None else env)
-        # The child imports accel from where this process did (a Ray worker's sys.path is not its PYTHONPATH).
-        package_root = str(Path(accel.__file__).resolve().parent.parent)
-        child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, child_env.get("PYTHONPATH")) if p)
-        command = [sys.executable, "-m", "accel.sweep.child", spec_path, result_path]
-        try:
-            child = subprocess.Popen(command, env=child_env)
-        except OSError as error:
-            return failure(spec, f"worker could not be started: {error}", started)
-        try:
-            child.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            child.kill()
-            child.wait()
-            return failure(spec, timeout_message(timeout_s), started)
-        except BaseException:  # cancelled: the cell must not outlive its supervisor
-            child.kill()
-            child.wait()
-            raise
-        data = Path(result_path).read_bytes() if os.path.isfile(result_path) else b""
-        if child.returncode != 0 or not data:
-            return failure(spec, f"worker died with {_describe_exit(child.returncode)}", started)
-        return pickle.loads(data)
 
 
 def _ray_submitter(timeout_s: float, address: str | None) -> RaySubmitter:

@@ -4,7 +4,7 @@
   engine's log) in Ray's object store and the runner writes them; a node writes nothing but a temporary
   directory of its own, so nodes need not share storage with the driver. Checkpoints given as paths are
   checked on every node before the first cell (``check_sources``); zoo models are built on the node.
-- **Failures.** The task runs the cell in a child process (``executors.run_supervised``): a segfault, an
+- **Failures.** The task runs the cell in a child process (``workers.run_supervised``): a segfault, an
   out-of-memory kill or ``measure.timeout_s`` (counted from the cell's start, on its node) is recorded as a
   failed cell naming the signal, exactly as in the process executor, and never retried. Ray retries a task
   only when its worker or node is lost (``max_retries``, ``retry_exceptions=False``).
@@ -12,7 +12,7 @@
   from ``measure.gpus_per_cell`` (auto: one for a model on ``cuda``, or on ``device: auto`` when the cluster
   has GPUs). A cell reserving no GPU sees none. A cell no node of the cluster could ever run fails at once.
 - **Overlap.** Every task reports its start (node, time) to a registry actor, so the runner knows which cells
-  were still running beside the one it records (``accel.sweep.overlap``).
+  were still running beside the one it records (``accel.measure.overlap``).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any
 
 from accel.errors import ConfigError
 from accel.sweep.cell import CellSpec
-from accel.sweep.executors import FAULT_ENV, Pending, failure, run_supervised
+from accel.sweep.workers import FAULT_ENV, Pending, failure, run_supervised
 
 RETRIES = 1  # a lost worker or node: the cell runs again, once, wherever Ray puts it
 WATCH_S = 10.0  # while waiting for a cell: how often to check that some node alive can still run it

@@ -21,11 +21,11 @@ import numpy as np
 import yaml
 
 from accel.errors import ConfigError
+from accel.measure.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.profile import Profile
 from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
-from accel.sweep.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
 
 ENVIRONMENT_FILE = "environment.json"
