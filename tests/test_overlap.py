@@ -59,3 +59,24 @@ def test_exclusive_windows_on_one_node_never_overlap():
     first, second = sorted(windows, key=lambda w: w["timed_start"])
     assert first["timed_end"] <= second["timed_start"], "the second cell timed while the first did"
     assert second["lock_wait_s"] > 0.1 and first["exclusive"] is True
+
+
+def test_an_unreachable_ray_address_is_one_clear_error_not_minutes_of_retries():
+    """Ray retries a GCS that never answers for minutes, printing its own log lines (a hostile review saw a
+    bad --ray-address hang past 3 minutes): the executor checks the address first."""
+    import socket
+
+    import pytest
+
+    from accel.errors import ConfigError
+    from accel.sweep.ray_executor import check_reachable
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        check_reachable(f"127.0.0.1:{port}")  # something listens: Ray takes it from there
+    with pytest.raises(ConfigError, match=rf"--ray-address 127\.0\.0\.1:{port}: no Ray head answers there"):
+        check_reachable(f"127.0.0.1:{port}")  # closed now
+    with pytest.raises(ConfigError, match="expected host:port"):
+        check_reachable("localhost")

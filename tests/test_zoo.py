@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import numpy as np
 import pytest
@@ -110,3 +111,6 @@ def test_parallel_builds_of_one_entry_build_once_and_never_remove_a_folder_in_us
     assert held.read() == "{}" and (target / "model_index.json").is_file()
     held.close()
     assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == [target.name]  # no staging left behind
+    umask = os.umask(0)
+    os.umask(umask)
+    assert target.stat().st_mode & 0o777 == 0o777 & ~umask  # as mkdir makes it, not mkdtemp's 0700

@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from accel.errors import ConfigError
+from accel.errors import ConfigError, UnavailableError
 from accel.sweep.cell import CellSpec
 from accel.sweep.workers import FAULT_ENV, Pending, failure, run_supervised
 
@@ -49,6 +49,9 @@ class _Registry:
     def snapshot(self) -> dict[str, tuple[str, float]]:
         return dict(self.cells)
 
+    def attempt(self, key: str) -> int | None:
+        return self.attempts.get(key)
+
 
 def _ray_cell(spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s: float, registry: Any) -> dict:
     """In a Ray worker: report the start, run the cell in a child process, return its record and files."""
@@ -56,9 +59,10 @@ def _ray_cell(spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s
 
     started = time.time()
     node = socket.gethostname()
-    attempt = None
+    # Not waited for: a task blocked in ray.get lends its CPU to another task (Ray's "yielding resources while
+    # blocked"), which then shares the node's cores with this cell. The driver reads the attempt afterwards.
     with contextlib.suppress(Exception):  # without the report the runner only misses this cell while it runs
-        attempt = ray.get(registry.started.remote(spec.key, node, started), timeout=30)
+        registry.started.remote(spec.key, node, started)
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if not ray.get_gpu_ids():
         env["CUDA_VISIBLE_DEVICES"] = ""  # Ray >= 2.48 leaves GPUs visible to tasks that reserved none
@@ -66,8 +70,23 @@ def _ray_cell(spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s
     timing = record.setdefault("timing", {})
     timing.update(node=timing.get("node") or node, start=started, end=time.time())
     timing["ray_node"] = ray.get_runtime_context().get_node_id()
-    timing["attempt"] = attempt
     return record
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ConfigError when nothing accepts connections at ``host:port`` (Ray itself retries for minutes)."""
+    host, _, port = address.rpartition(":")
+    if host.startswith("ray://"):
+        host = host[len("ray://") :]
+    if not host or not port.isdigit():
+        raise ConfigError(f"--ray-address {address}: expected host:port (the head's GCS address) or 'auto'")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as error:
+        raise ConfigError(
+            f"--ray-address {address}: no Ray head answers there ({error.strerror or error}); start one with "
+            "`ray start --head` or pass the address `ray start` printed"
+        ) from None
 
 
 def _missing_paths(paths: list[str]) -> tuple[str, list[str]]:
@@ -85,24 +104,33 @@ class RaySubmitter:
             passed = {k: v for k, v in os.environ.items() if k.startswith(("OMNI_ACCEL_", "HF_"))}
             if passed.get("OMNI_ACCEL_ZOO_DIR"):  # a relative zoo directory would land in each node's cwd
                 passed["OMNI_ACCEL_ZOO_DIR"] = str(Path(passed["OMNI_ACCEL_ZOO_DIR"]).expanduser().resolve())
-            ray.init(
-                address=address,
-                runtime_env={"env_vars": passed},
-                include_dashboard=False,
-                log_to_driver=False,
-                configure_logging=False,
-            )
+            if address and address != "auto":
+                check_reachable(address)
+            try:
+                ray.init(
+                    address=address,
+                    runtime_env={"env_vars": passed},
+                    include_dashboard=False,
+                    log_to_driver=False,
+                    configure_logging=False,
+                )
+            except Exception as error:  # a wrong token, a version mismatch, a head that went away
+                first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
+                raise UnavailableError(
+                    f"--ray-address {address}: cannot join the Ray cluster: {type(error).__name__}: {first} "
+                    "(with token authentication every process needs RAY_AUTH_MODE=token and the cluster's "
+                    "RAY_AUTH_TOKEN; see README, Running on a Ray cluster)"
+                ) from None
         self.ray = ray
         self.timeout_s = timeout_s
         self.nodes = [n for n in ray.nodes() if n.get("Alive")]
         self.cluster_gpus = sum(n.get("Resources", {}).get("GPU", 0) for n in self.nodes)
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        # Beside the driver when it is on a node of the cluster: a worker node's death must not take it along.
-        try:
-            here: Any = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=True)
-        except Exception:  # a Ray Client driver is on no node
-            here = "DEFAULT"
+        # On the head node: a worker node's death must not take it along (the cluster dies with its head anyway).
+        # Not "beside the driver": with two nodes on one host the driver may be attached to the worker node.
+        head = next((n["NodeID"] for n in self.nodes if "node:__internal_head__" in n.get("Resources", {})), None)
+        here: Any = NodeAffinitySchedulingStrategy(head, soft=True) if head else "DEFAULT"
         self.registry = ray.remote(num_cpus=0)(_Registry).options(scheduling_strategy=here).remote()
         self.remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_ray_cell)
 
@@ -158,6 +186,10 @@ class RaySubmitter:
                         record["timing"] = {"cpus": cpus, "gpus": gpus}
                         return record
                 record = ray.get(ref)
+                with contextlib.suppress(Exception):  # the registry may be gone with its node: attempt unknown
+                    record.setdefault("timing", {})["attempt"] = ray.get(
+                        self.registry.attempt.remote(spec.key), timeout=30
+                    )
             except ray.exceptions.RayError as error:  # infrastructure, after Ray's retries
                 first = (str(error).strip().splitlines() or [type(error).__name__])[0]
                 record = failure(spec, f"ray task failed: {type(error).__name__}: {first[:200]}")

@@ -41,12 +41,29 @@ class SweepResult:
     wall_s: float
 
 
+def local_sources_resolved(models: list[Any]) -> list[Any]:
+    """``models`` with each checkpoint given as a relative local path made absolute (from the driver's working
+    directory): a worker on another node, in another directory, then reads the same path."""
+    from accel import zoo
+    from accel.zoo import synthetic
+
+    resolved = []
+    for model in models:
+        source = model.source
+        local = not zoo.is_zoo_name(source) and not synthetic.is_synthetic(source)
+        if local and not Path(source).expanduser().is_absolute() and Path(source).expanduser().exists():
+            model = model.model_copy(update={"source": str(Path(source).expanduser().resolve())})
+        resolved.append(model)
+    return resolved
+
+
 def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
     """Every cell in execution order: per model, the baseline, its noise-floor re-run, then each variant."""
     cells = []
     variants = profile.all_variants()
     reference = profile.measure.reference_model
-    models = sorted(profile.models, key=lambda m: m.name != reference) if reference else profile.models
+    models = local_sources_resolved(profile.models)
+    models = sorted(models, key=lambda m: m.name != reference) if reference else models
     for model in models:
         cells.append(CellSpec(model, profile.workload, profile.measure, BASELINE, {}, str(run_dir)))
         if profile.measure.noise_floor:
@@ -439,7 +456,7 @@ def _run_sweep(
     executor = executor or measure.executor
     submit = get_executor(executor, measure.timeout_s, ray_address)
     if hasattr(submit, "check_sources"):  # checkpoints the workers read must be on every node
-        submit.check_sources(profile.models, source)
+        submit.check_sources(local_sources_resolved(profile.models), source)
     log = ResultsLog(run_dir / RESULTS_FILE)
     if not resume:
         (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))

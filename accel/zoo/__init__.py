@@ -180,6 +180,7 @@ def build(name: str, force: bool = False) -> Path:
             entry = get_entry(name)
             marker = {"name": name, "fingerprint": entry.fingerprint(), "pipeline_class": entry.pipeline_class}
             (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2))
+            staging.chmod(_directory_mode())  # mkdtemp makes it 0700: a shared zoo must be readable by all
             if target.exists():
                 retired = Path(tempfile.mkdtemp(prefix=f".{name}-old-", dir=target.parent))
                 target.rename(retired / "checkpoint")
@@ -190,6 +191,13 @@ def build(name: str, force: bool = False) -> Path:
             if retired is not None:
                 shutil.rmtree(retired, ignore_errors=True)
     return target
+
+
+def _directory_mode() -> int:
+    """The mode a plain ``mkdir`` would give a directory here (0o777 less the umask)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o777 & ~umask
 
 
 @contextmanager
