@@ -62,8 +62,9 @@ FLUX_CONFIG: dict[str, Any] = {
 }
 
 
-def build_flux(config: dict[str, Any]) -> dict[str, Any]:
-    """Components of a tiny ``FluxPipeline``: dual/single-stream DiT, CLIP + T5 text encoders."""
+def build_flux(config: dict[str, Any], tokenizer: Any = None, tokenizer_2: Any = None) -> dict[str, Any]:
+    """Components of a tiny ``FluxPipeline``: dual/single-stream DiT, CLIP + T5 text encoders (seeded; the
+    zoo's offline tokenizers unless ``tokenizer`` / ``tokenizer_2`` are given)."""
     from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
     from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
 
@@ -79,9 +80,9 @@ def build_flux(config: dict[str, Any]) -> dict[str, Any]:
         "scheduler": FlowMatchEulerDiscreteScheduler(**config["scheduler"]),
         "vae": vae,
         "text_encoder": text_encoder,
-        "tokenizer": tokenizers.clip_tokenizer(),
+        "tokenizer": tokenizer or tokenizers.clip_tokenizer(),
         "text_encoder_2": text_encoder_2,
-        "tokenizer_2": tokenizers.t5_tokenizer(),
+        "tokenizer_2": tokenizer_2 or tokenizers.t5_tokenizer(),
         "transformer": transformer,
     }
 

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from accel.errors import ConfigError
-from accel.zoo import world
+from accel.zoo import families, world
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "mini-flux"
 MANIFEST_FILE = "manifest.json"
@@ -163,27 +163,8 @@ def t5_tokenizer():
 
 
 def build_components(config: dict[str, Any]) -> dict[str, Any]:
-    """The pipeline's components at their seeded initialisation (untrained VAE and transformer)."""
-    from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler, FluxTransformer2DModel
-    from transformers import CLIPTextConfig, CLIPTextModel, T5Config, T5EncoderModel
-
-    torch.manual_seed(0)
-    transformer = FluxTransformer2DModel(**config["transformer"])
-    torch.manual_seed(1)
-    vae = AutoencoderKL(**config["vae"])
-    torch.manual_seed(2)
-    text_encoder = CLIPTextModel(CLIPTextConfig(**config["clip"])).eval()
-    torch.manual_seed(3)
-    text_encoder_2 = T5EncoderModel(T5Config(**config["t5"])).eval()
-    return {
-        "scheduler": FlowMatchEulerDiscreteScheduler(**config["scheduler"]),
-        "vae": vae,
-        "text_encoder": text_encoder,
-        "tokenizer": clip_tokenizer(),
-        "text_encoder_2": text_encoder_2,
-        "tokenizer_2": t5_tokenizer(),
-        "transformer": transformer,
-    }
+    """The pipeline's components at their seeded initialisation (untrained), with the world's tokenizers."""
+    return families.build_flux(config, tokenizer=clip_tokenizer(), tokenizer_2=t5_tokenizer())
 
 
 def file_sha256(path: Path) -> str:
