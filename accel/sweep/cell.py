@@ -91,19 +91,24 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
-def run_cell(spec: CellSpec) -> dict[str, Any]:
-    """Measure one cell; never raises for a failure of the pipeline or a feature (it is recorded)."""
-    started = time.perf_counter()
-    wall_start = time.time()
-    record: dict[str, Any] = {
+def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) -> dict[str, Any]:
+    """The first keys of every cell's record: which cell it is, its status and error."""
+    return {
         "model": spec.model.name,
         "source": spec.model.source,
         "target": spec.model.target,
         "variant": spec.variant,
         "features": spec.features,
-        "status": "ok",
-        "error": None,
+        "status": status,
+        "error": error,
     }
+
+
+def run_cell(spec: CellSpec) -> dict[str, Any]:
+    """Measure one cell; never raises for a failure of the pipeline or a feature (it is recorded)."""
+    started = time.perf_counter()
+    wall_start = time.time()
+    record = record_head(spec)
     try:
         record.update(_measure(spec))
     except AccelError as error:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accel.sweep.cell import CellSpec, run_cell
+from accel.sweep.cell import CellSpec, record_head, run_cell
 
 PRELOAD_MODULE = "accel.sweep.preload"
 FAULT_ENV = "OMNI_ACCEL_FAULT"  # fault injection for tests: "segfault:<model>/<variant>"
@@ -162,15 +162,7 @@ def _describe_exit(code: int | None) -> str:
 def failure(spec: CellSpec, error: str, started: float | None = None) -> dict[str, Any]:
     """The record of a cell that produced no record of its own; ``started``: when the cell started here (epoch
     seconds), None when it never ran anywhere we know of."""
-    record: dict[str, Any] = {
-        "model": spec.model.name,
-        "source": spec.model.source,
-        "target": spec.model.target,
-        "variant": spec.variant,
-        "features": spec.features,
-        "status": "failed",
-        "error": error,
-    }
+    record = record_head(spec, "failed", error)
     if started is not None:
         record["timing"] = {"node": socket.gethostname(), "start": started, "end": time.time()}
     return record
