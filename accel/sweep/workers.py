@@ -12,6 +12,8 @@ import multiprocessing
 import os
 import pickle
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -23,6 +25,7 @@ from accel.sweep.cell import CellSpec, record_head, run_cell
 
 PRELOAD_MODULE = "accel.sweep.preload"
 FAULT_ENV = "OMNI_ACCEL_FAULT"  # fault injection for tests: "segfault:<model>/<variant>"
+CUDA_ERROR_NOT_INITIALIZED = 3
 _context: Any = None
 
 
@@ -70,11 +73,55 @@ def cancel_pending() -> None:
             pending.cancel()
 
 
+def cuda_driver_initialized() -> bool | None:
+    """Whether this process has initialised the CUDA driver (``cuInit``), after which a forked child cannot
+    use CUDA ("initialization error"); None on a host without a CUDA driver.
+
+    ``cuCtxGetCurrent`` answers CUDA_ERROR_NOT_INITIALIZED until ``cuInit`` has run, and initialises nothing.
+    """
+    import ctypes
+
+    try:
+        driver = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+    context = ctypes.c_void_p()
+    return driver.cuCtxGetCurrent(ctypes.byref(context)) != CUDA_ERROR_NOT_INITIALIZED
+
+
+def preload_is_fork_safe(timeout_s: float = 180.0) -> bool:
+    """Whether importing the preload module leaves the CUDA driver uninitialised, so that forked workers can
+    use the GPU. Always true on a host without a CUDA driver; on a CUDA host, checked once in a throwaway
+    interpreter (an import that asks the CUDA runtime whether a GPU is there, as torchao's float8 utilities
+    do, initialises the driver unless ``PYTORCH_NVML_BASED_CUDA_CHECK=1``, which the workers set)."""
+    if cuda_driver_initialized() is None:
+        return True
+    probe = f"import {PRELOAD_MODULE}; from accel.sweep.workers import cuda_driver_initialized as c; print(c())"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", probe], capture_output=True, text=True, timeout=timeout_s, check=False
+        )
+    except subprocess.TimeoutExpired:
+        return False
+    lines = done.stdout.strip().splitlines()
+    return done.returncode == 0 and bool(lines) and lines[-1] == "False"
+
+
 def _forkserver_context() -> Any:
     global _context
     if _context is None:
+        # torch.cuda.is_available() through NVML: an import that asks must not initialise the CUDA driver in
+        # the forkserver, whose forks would then fail at their first CUDA call.
+        os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
         _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload([PRELOAD_MODULE])
+        if preload_is_fork_safe():
+            _context.set_forkserver_preload([PRELOAD_MODULE])
+        else:  # each worker imports torch and diffusers itself after the fork: slower, but its GPU works
+            print(
+                f"omni-accel: importing {PRELOAD_MODULE} initialises CUDA; workers import their libraries "
+                "after the fork instead (a few seconds more per cell)",
+                file=sys.stderr,
+            )
     return _context
 
 

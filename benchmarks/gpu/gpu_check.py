@@ -203,7 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", type=Path, default=ROOT / "profiles" / "gpu-h200.yaml")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT") or ROOT / "runs" / "gpu-check-out"))
     parser.add_argument("--work", type=Path, default=None, help="Default: runs/gpu-check-work.")
-    parser.add_argument("--budget-s", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET_S", 450)))
+    parser.add_argument("--budget-s", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET_S", 500)))
     parser.add_argument("--smoke", action="store_true", help="CPU size (tests): depth 1, widths / 4, 32x32.")
     args = parser.parse_args(argv)
     started = time.monotonic()

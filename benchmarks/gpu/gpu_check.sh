@@ -3,7 +3,7 @@
 # carried wheels (.gpu-wheels/, from `make gpu-wheels` on the CPU side) into this machine's Python
 # without touching its torch, then run profiles/gpu-h200.yaml, gate it and write report.md, results and
 # figures into $OUT (default runs/gpu-check-out). Budget: GPU_CHECK_BUDGET_S seconds for everything after
-# installation (default 450; the whole check fits 9 minutes).
+# installation (default 500; with installation the whole check fits 9 minutes).
 # Python: $GPU_PYTHON, else /opt/torch/.venv/bin/python when present, else python3.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,7 +24,7 @@ fi
 if [ -d .gpu-site ]; then export PYTHONPATH="$PWD/.gpu-site${PYTHONPATH:+:$PYTHONPATH}"; fi
 "$py" -c "import torch, diffusers, cache_dit, torchao, pydantic; print('torch', torch.__version__, 'diffusers', diffusers.__version__, 'cache-dit', getattr(cache_dit, '__version__', '?'), 'torchao', torchao.__version__)" 2>&1 | tee -a "$out/install.log"
 elapsed=$(( $(date +%s) - start ))
-budget=$(( ${GPU_CHECK_BUDGET_S:-450} ))
+budget=$(( ${GPU_CHECK_BUDGET_S:-500} ))
 echo "installation took ${elapsed}s; sweep, gate and report within ${budget}s"
 OUT="$out" PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" OMNI_ACCEL_ZOO_DIR="${OMNI_ACCEL_ZOO_DIR:-$PWD/.zoo}" \
     HF_HUB_OFFLINE=1 "$py" benchmarks/gpu/gpu_check.py --out "$out" --budget-s "$budget" "$@"

@@ -4,7 +4,7 @@ Run on the GPU machine (no network) by ``gpu_check.sh``. diffusers, cache-dit an
 installed at the carried versions; the others (pydantic and friends, platformdirs) only where missing or
 older than the project needs. Everything goes through ``pip install --no-index --no-deps`` with a
 constraint pinning the torch that is installed, and the torch version is checked again afterwards.
-Where this Python has no pip, the chosen wheels are unpacked into ``--fallback-dir`` (a wheel is a zip
+Where this Python has no pip, or pip fails, the chosen wheels are unpacked into ``--fallback-dir`` (a wheel is a zip
 of what site-packages would hold) and ``gpu_check.sh`` puts that folder on ``PYTHONPATH``.
 Exit codes: 0 installed, 3 something is wrong (message on stderr).
 """
@@ -119,9 +119,10 @@ def main() -> int:
         "-c", str(constraints), *map(str, chosen),
     ]  # fmt: skip
     done = subprocess.run(command, check=False)
-    if done.returncode:
-        print(f"error: pip install failed ({done.returncode})", file=sys.stderr)
-        return 3
+    if done.returncode:  # a read-only environment, say: the wheels still work from PYTHONPATH
+        unpack(chosen, args.fallback_dir)
+        print(f"pip install failed ({done.returncode}): unpacked {len(chosen)} wheel(s) into {args.fallback_dir}")
+        return 0
     torch_after = installed_version("torch")
     if torch_after != torch_before:
         print(f"error: torch changed from {torch_before} to {torch_after}", file=sys.stderr)
