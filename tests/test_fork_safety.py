@@ -64,3 +64,16 @@ def test_the_real_probe_runs_the_preload_import():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] in ("None", "False", "True")
+
+
+def test_the_preload_answers_accelerator_checks_through_nvml_while_importing_and_restores_them():
+    import torch
+
+    from accel.sweep.preload import accelerator_checks_through_nvml
+
+    before = torch.accelerator.is_available, torch.accelerator.current_accelerator
+    with accelerator_checks_through_nvml():
+        assert torch.accelerator.is_available is torch.cuda.is_available
+        expected = torch.device("cuda") if torch.cuda.is_available() else None
+        assert torch.accelerator.current_accelerator() == expected
+    assert (torch.accelerator.is_available, torch.accelerator.current_accelerator) == before

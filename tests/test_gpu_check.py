@@ -57,11 +57,11 @@ def smoke(tmp_path_factory):
     root = tmp_path_factory.mktemp("gpu-check")
     out = root / "out"
     code = gpu_check.main(["--smoke", "--out", str(out), "--work", str(root / "work"), "--budget-s", "1500"])
-    return code, out
+    return code, out, root
 
 
 def test_smoke_run_measures_every_cell_and_packs_at_most_8_flat_files(smoke):
-    code, out = smoke
+    code, out, _ = smoke
     files = sorted(p.name for p in out.iterdir())
     assert len(files) <= 8 and all((out / f).is_file() for f in files)
     assert {"report.md", "results.jsonl", "gate.md", "check.log", "figures.tar.gz", "run.tar.gz"} <= set(files)
@@ -82,7 +82,7 @@ def test_smoke_run_measures_every_cell_and_packs_at_most_8_flat_files(smoke):
 
 
 def test_smoke_report_compares_with_published_numbers(smoke):
-    _, out = smoke
+    _, out, _ = smoke
     report = (out / "report.md").read_text()
     assert report.startswith("# GPU check: gpu-h200.yaml (CPU smoke run)")
     assert "## Against published numbers" in report and "| bf16 eager |" in report
@@ -92,6 +92,26 @@ def test_smoke_report_compares_with_published_numbers(smoke):
         names = archive.getnames()
     assert "run/profile.resolved.yaml" in names and not any("/outputs/" in n or "/images/" in n for n in names)
     assert json.loads((out / "roofline.json").read_text())["forward"]["total"] > 7e13
+
+
+def test_summarise_only_reports_a_run_directory_brought_back_without_its_outputs(smoke, tmp_path):
+    import shutil
+
+    _, out, root = smoke
+    work = tmp_path / "work"
+    shutil.copytree(root / "work" / "run", work / "run")
+    for folder in ("outputs", "images", "figures"):  # what does not come back from the GPU machine
+        shutil.rmtree(work / "run" / folder, ignore_errors=True)
+    summary_out = tmp_path / "out"
+    gpu_check.main(["--smoke", "--summarise-only", "--work", str(work), "--out", str(summary_out)])
+    report = (summary_out / "report.md").read_text()
+    assert report.count("# GPU check:") == 1  # the earlier summary is replaced, not stacked
+    assert "not run by this command: --summarise-only" in report and "9 cell(s) recorded" in report
+    assert "| bf16 eager |" in report and "# omni-accel report" in report
+    with tarfile.open(summary_out / "figures.tar.gz") as archive:
+        names = archive.getnames()
+    assert names and not any("grid-" in name for name in names)  # charts from records; no grids without outputs
+    assert (summary_out / "results.jsonl").read_text() == (out / "results.jsonl").read_text()
 
 
 def test_the_carried_wheels_pair_with_the_gpu_machine_and_the_pins():

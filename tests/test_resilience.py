@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from accel.profile import parse_profile
 from accel.results import ResultsLog, read_results
 from accel.sweep.runner import run_sweep
 
+DIED_IN_START = r"worker died with signal SIGSEGV during the worker's start \(its last \d+ s\)"
 VARIANTS = [{"name": f"v{i}", "features": {"attention_backend": "native"}} for i in range(4)]
 
 
@@ -81,9 +83,40 @@ def test_segfault_and_timeout_are_recorded_and_the_sweep_completes(tmp_path, mon
     profile = parse_profile(_profile(repeats=1, noise_floor=False))
     result = run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
     by_variant = {r["variant"]: r for r in result.records}
-    assert by_variant["v1"]["status"] == "failed" and by_variant["v1"]["error"] == "worker died with signal SIGSEGV"
+    assert by_variant["v1"]["status"] == "failed"
+    # The supervisor names the phase the worker was in when it died (from the worker's phase file).
+    assert re.fullmatch(DIED_IN_START, by_variant["v1"]["error"])
     assert all(by_variant[v]["status"] == "ok" for v in ("baseline", "v0", "v2", "v3"))
     assert len(read_results(tmp_path)) == 5
+
+
+def test_a_cell_notes_each_phase_for_the_supervisor_that_may_have_to_kill_it(tmp_path, monkeypatch):
+    from accel.sweep import cell
+
+    phase_file = tmp_path / "phase.json"
+    monkeypatch.setenv(cell.PHASE_FILE_ENV, str(phase_file))
+    seen: list[str] = []
+    note = cell.note_phase
+    monkeypatch.setattr(cell, "note_phase", lambda phase: (seen.append(phase), note(phase)))
+    profile = small_profile(["tiny-flux"], VARIANTS[:1], steps=2)
+    profile["measure"] = {"warmup": 0, "repeats": 1, "executor": "inline", "noise_floor": False, "pairs": 1}
+    run_sweep(parse_profile(profile), "p.yaml", tmp_path / "run", show_progress=False)
+    variant = seen[seen.index("building the target", 1) :]  # the variant cell's phases, after the baseline's
+    assert variant == [
+        "building the target",
+        "loading the pipeline",
+        "applying attention_backend",
+        "the cold call (compilation and warm-up included)",
+        "the timed calls",
+        "the stage pass",
+        "the interleaved pairs with a reference",
+        "removing the features",
+        "collecting the record (parity, outputs)",
+    ]
+    assert re.fullmatch(
+        r" during collecting the record \(parity, outputs\) \(its last \d+ s\)", cell.describe_phase(phase_file)
+    )
+    assert cell.describe_phase(tmp_path / "missing") == ""
 
 
 def test_full_disk_is_reported_clearly(tmp_path):

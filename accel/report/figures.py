@@ -225,6 +225,8 @@ def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str])
         bars = latency_memory_bars(run_dir, records, model)
         if bars:
             figures[model].append(str(bars.relative_to(run_dir)))
+    if not (run_dir / "outputs").is_dir():  # a run directory copied without its outputs: charts only
+        return figures
     for model, grid in image_grids(run_dir, records, keys):
         figures[model].append(str(grid.relative_to(run_dir)))
     return figures

@@ -9,7 +9,10 @@ shares no storage with the sweep loses nothing.
 
 from __future__ import annotations
 
+import contextlib
 import io
+import json
+import os
 import socket
 import time
 import traceback
@@ -125,6 +128,25 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
 
 
 ENGINE_TARGETS = engine_targets()
+PHASE_FILE_ENV = "OMNI_ACCEL_PHASE_FILE"
+
+
+def note_phase(phase: str) -> None:
+    """Write what the cell is doing now to the file its supervisor names (``OMNI_ACCEL_PHASE_FILE``, set in
+    worker processes): a cell killed at its timeout or by a signal is recorded with the phase it was in."""
+    path = os.environ.get(PHASE_FILE_ENV)
+    if path:
+        with contextlib.suppress(OSError):
+            Path(path).write_text(json.dumps({"phase": phase, "since": time.time()}))
+
+
+def describe_phase(path: str | Path) -> str:
+    """``" during <phase> (its last N s)"`` from a phase file written by ``note_phase``; "" without one."""
+    try:
+        noted = json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return ""
+    return f" during {noted['phase']} (its last {time.time() - noted['since']:.0f} s)"
 
 
 def engine_log_path(run_dir: str | Path, model: str, variant: str) -> Path:
@@ -220,6 +242,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 
     options = validate_variant_features(spec.features, f"variant '{spec.variant}'.features")
     features = ordered(list(options))
+    note_phase("building the target")
     target = make_target(spec.model)
     for feature in features:  # what this device, installation or dtype cannot run: said before loading
         support = feature.probe(target.device, options[feature.name], dtype=spec.model.dtype)
@@ -240,6 +263,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             return {"status": "unsupported", "unsupported_scope": "model", "error": reason}
         load_kwargs.update(extra)
     load_times: list[float] = []
+    note_phase("loading the pipeline")
     with PeakMemory(target.device) as load_memory, timed(target.device, load_times):
         pipeline = target.load(load_kwargs)
     result: dict[str, Any] = {
@@ -254,6 +278,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             if hasattr(module, "parameters")
         },
     }
+    note_phase(f"applying {', '.join(options) or 'no features'}")
     try:  # "environment": this device or installation cannot run a feature; "model": this pipeline cannot
         applied = apply(
             pipeline,
@@ -286,12 +311,18 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
     # Leaving `applied` removes every feature in reverse order, also on an error. The timing phase runs alone
     # on its node with measure.exclusive (loading, before it, may overlap other cells).
     with applied, timing_window(spec.measure.exclusive, window):
+        note_phase("the cold call (compilation and warm-up included)")
         first_call_s = _warm_up(spec, target, applied, requests)
+        note_phase("the timed calls")
         alone = _measure_alone(spec, target, applied, requests)
+        note_phase("the stage pass")
         stages = _stage_pass(target, applied, requests)
         verdicts = applied.verdicts()
         if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
+            note_phase("the interleaved pairs with a reference")
             paired = _measure_interleaved(spec, target, applied, requests)
+        note_phase("removing the features")
+    note_phase("collecting the record (parity, outputs)")
     result = _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
     result["timing"].update(window)
     return result

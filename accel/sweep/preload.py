@@ -5,9 +5,11 @@ Importing only: nothing here runs a kernel or starts a thread pool, which keeps 
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import warnings
+from collections.abc import Iterator
 
 
 def quiet_libraries(verbose: bool = False) -> None:
@@ -44,12 +46,41 @@ def quiet_libraries(verbose: bool = False) -> None:
         pass
 
 
+@contextlib.contextmanager
+def accelerator_checks_through_nvml() -> Iterator[None]:
+    """While importing, answer ``torch.accelerator``'s availability through NVML, which initialises nothing.
+
+    diffusers' ``pipeline_utils`` asks ``torch.accelerator.is_available()`` at import (for its
+    ``SUPPORTED_DEVICE_MAP``): through the CUDA runtime, that initialises the driver, and every worker forked
+    from this process then fails at its first CUDA call (seen on an H200: the preload probe refused it). With
+    ``PYTORCH_NVML_BASED_CUDA_CHECK=1`` (the workers set it) ``torch.cuda.is_available()`` asks NVML instead.
+    diffusers caches the answer ("cuda" on a GPU host), which is what the workers use.
+    """
+    import torch
+
+    accelerator = torch.accelerator
+    saved = accelerator.is_available, accelerator.current_accelerator
+    accelerator.is_available = torch.cuda.is_available
+
+    def current_accelerator(check_available: bool = False) -> torch.device | None:
+        return torch.device("cuda") if torch.cuda.is_available() else None
+
+    accelerator.current_accelerator = current_accelerator
+    try:
+        yield
+    finally:
+        accelerator.is_available, accelerator.current_accelerator = saved
+
+
 quiet_libraries(verbose=os.environ.get("OMNI_ACCEL_VERBOSE") == "1")
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")  # torch.cuda.is_available() without cuInit
 
-import diffusers  # noqa: E402
-import torch  # noqa: E402, F401
-from diffusers import DiffusionPipeline  # noqa: E402, F401
+import torch  # noqa: E402
 
-# Resolve the lazy pipeline classes the zoo uses so that workers do not import them again.
-for _name in ("FluxPipeline", "WanPipeline", "QwenImagePipeline"):
-    getattr(diffusers, _name)
+with accelerator_checks_through_nvml():
+    import diffusers
+    from diffusers import DiffusionPipeline  # noqa: F401
+
+    # Resolve the lazy pipeline classes the zoo uses so that workers do not import them again.
+    for _name in ("FluxPipeline", "WanPipeline", "QwenImagePipeline"):
+        getattr(diffusers, _name)

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accel.sweep.cell import CellSpec, record_head, run_cell
+from accel.sweep.cell import PHASE_FILE_ENV, CellSpec, describe_phase, note_phase, record_head, run_cell
 
 PRELOAD_MODULE = "accel.sweep.preload"
 FAULT_ENV = "OMNI_ACCEL_FAULT"  # fault injection for tests: "segfault:<model>/<variant>"
@@ -146,10 +146,12 @@ def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool, threads
     from accel.sweep.preload import quiet_libraries
 
     quiet_libraries(verbose=verbose)
+    os.environ[PHASE_FILE_ENV] = result_path + ".phase"
     if threads:
         import torch
 
         torch.set_num_threads(threads)
+    note_phase("the worker's start")
     _inject_fault(spec, fault)
     record = run_cell(spec)
     Path(result_path).write_bytes(pickle.dumps(record))  # with the cell's files (bytes): pickle, not JSON
@@ -176,16 +178,18 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
             worker.kill()
             worker.join()
             raise
+        phase = describe_phase(result_path + ".phase")
         if worker.is_alive():
             worker.kill()
             worker.join()
-            return failure(spec, timeout_message(timeout_s), started)
+            return failure(spec, timeout_message(timeout_s) + phase, started)
         data = Path(result_path).read_bytes()
         if worker.exitcode != 0 or not data:
-            return failure(spec, f"worker died with {_describe_exit(worker.exitcode)}", started)
+            return failure(spec, f"worker died with {_describe_exit(worker.exitcode)}{phase}", started)
         return pickle.loads(data)
     finally:
         Path(result_path).unlink(missing_ok=True)
+        Path(result_path + ".phase").unlink(missing_ok=True)
 
 
 def timeout_message(timeout_s: float) -> str:
@@ -235,6 +239,7 @@ def run_supervised(
         # The child imports accel from where this process did (a Ray worker's sys.path is not its PYTHONPATH).
         package_root = str(Path(accel.__file__).resolve().parent.parent)
         child_env["PYTHONPATH"] = os.pathsep.join(p for p in (package_root, child_env.get("PYTHONPATH")) if p)
+        phase_path = result_path + ".phase"  # the child's _worker writes its phases there
         command = [sys.executable, "-m", "accel.sweep.child", spec_path, result_path]
         try:
             child = subprocess.Popen(command, env=child_env)
@@ -245,12 +250,13 @@ def run_supervised(
         except subprocess.TimeoutExpired:
             child.kill()
             child.wait()
-            return failure(spec, timeout_message(timeout_s), started)
+            return failure(spec, timeout_message(timeout_s) + describe_phase(phase_path), started)
         except BaseException:  # cancelled: the cell must not outlive its supervisor
             child.kill()
             child.wait()
             raise
         data = Path(result_path).read_bytes() if os.path.isfile(result_path) else b""
         if child.returncode != 0 or not data:
-            return failure(spec, f"worker died with {_describe_exit(child.returncode)}", started)
+            died = f"worker died with {_describe_exit(child.returncode)}{describe_phase(phase_path)}"
+            return failure(spec, died, started)
         return pickle.loads(data)

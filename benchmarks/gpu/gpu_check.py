@@ -205,6 +205,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=None, help="Default: runs/gpu-check-work.")
     parser.add_argument("--budget-s", type=float, default=float(os.environ.get("GPU_CHECK_BUDGET_S", 500)))
     parser.add_argument("--smoke", action="store_true", help="CPU size (tests): depth 1, widths / 4, 32x32.")
+    parser.add_argument(
+        "--summarise-only",
+        action="store_true",
+        help="No sweep: gate, roofline, compare and pack the run directory already under --work (one copied "
+        "back from the GPU machine, say); device and torch are read from its environment.json.",
+    )
     args = parser.parse_args(argv)
     started = time.monotonic()
     work = args.work or ROOT / "runs" / "gpu-check-work"  # in the tree: $OUT's parent may not be writable
@@ -219,20 +225,36 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
-    log.write(f"device: {device_name}; torch {torch.__version__}; profile {args.profile.name}{' (smoke)' * args.smoke}")
-    if not args.smoke and not torch.cuda.is_available():
+    if args.summarise_only:
+        environment = json.loads((run_dir / "environment.json").read_text())
+        device_name = (environment.get("devices") or ["cpu"])[0]
+        torch_version = f"{environment['packages']['torch']}" + (
+            f" (CUDA {environment['cuda']})" if environment.get("cuda") else ""
+        )
+    else:
+        device_name = torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu"
+        torch_version = torch.__version__
+    log.write(f"device: {device_name}; torch {torch_version}; profile {args.profile.name}{' (smoke)' * args.smoke}")
+    if not args.smoke and not args.summarise_only and not torch.cuda.is_available():
         log.write("warning: no CUDA device: every cell runs on the CPU (use --smoke for a CPU-sized run)")
 
-    sweep_budget = args.budget_s - (time.monotonic() - started) - 60  # leave a minute for the rest
-    code, output = run_bounded(
-        [sys.executable, "-m", "accel", "sweep", str(profile_path), "--out", str(run_dir)], sweep_budget, log
-    )
-    log.write(f"sweep exit {code}\n{output[-4000:]}")
+    if args.summarise_only:
+        code = None
+        log.write(f"--summarise-only: no sweep; the records found in {run_dir}")
+    else:
+        sweep_budget = args.budget_s - (time.monotonic() - started) - 60  # leave a minute for the rest
+        code, output = run_bounded(
+            [sys.executable, "-m", "accel", "sweep", str(profile_path), "--out", str(run_dir)], sweep_budget, log
+        )
+        log.write(f"sweep exit {code}\n{output[-4000:]}")
     if code != 0 and (run_dir / "results.jsonl").is_file():
         try:
             finish_partial(run_dir)
-            log.write("report written from the cells recorded before the sweep stopped")
+            log.write(
+                "report written from the run directory's records"
+                if args.summarise_only
+                else "report written from the cells recorded before the sweep stopped"
+            )
         except Exception as error:  # reported, the rest still runs
             log.write(f"could not write the partial report: {type(error).__name__}: {error}")
 
@@ -253,11 +275,13 @@ def main(argv: list[str] | None = None) -> int:
         records = read_results(run_dir)
     peers = yaml.safe_load(PEERS_FILE.read_text())
     sweep_state = "stopped at the deadline" if code is None else "finished" if code == 0 else "failed"
+    if args.summarise_only:
+        sweep_state = "not run by this command: --summarise-only"
     cells = ", ".join(f"{r['model']}/{r['variant']}={r['status']}" for r in records) or "none"
     summary = [
         f"# GPU check: {args.profile.name}{' (CPU smoke run)' if args.smoke else ''}",
         "",
-        f"- Device: {device_name}; torch {torch.__version__}",
+        f"- Device: {device_name}; torch {torch_version}",
         f"- Sweep: exit {code} ({sweep_state}); {len(records)} cell(s) recorded; gate exit {gate_code} "
         "(0 pass, 1 a cell failed, 2 bad input)",
         f"- Cells: {cells}",
@@ -268,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     report = run_dir / "report.md"
     body = report.read_text() if report.is_file() else "(the sweep wrote no report: see check.log)\n"
+    body = body[body.find("# omni-accel report") :] if "# omni-accel report" in body else body  # no older summary
     run_dir.mkdir(parents=True, exist_ok=True)
     report.write_text("\n".join(summary) + "\n" + body)
     log.write(f"total {time.monotonic() - started:.0f} s")
