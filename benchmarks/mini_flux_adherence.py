@@ -6,10 +6,12 @@ against its caption's ground truth and prints, per guidance setting, each attrib
 95% interval, and the median time of one call. ``--grid`` saves the first images as one PNG.
 
     python benchmarks/mini_flux_adherence.py [--seeds 0 1 2] [--cfg 1 2 3] [--steps 20] [--source DIR]
-        [--seen] [--grid grid.png]
+        [--seen] [--grid grid.png] [--features '{"cache_dit": {"residual_diff_threshold": 0.5}}']
 
 ``--cfg 1`` is the pipeline's default (no guidance); ``>1`` runs true CFG with an empty negative prompt.
-``--seen`` scores the same number of training combinations (new seeds) instead.
+``--seen`` scores the same number of training combinations (new seeds) instead. ``--features`` applies
+a variant's features (the profile's YAML/JSON form) through ``accel.apply`` around every call, and prints
+how many steps a cache reused.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seen", action="store_true", help="score training combinations instead")
     parser.add_argument("--grid", default=None, help="save the first 16 images (first cfg) to this PNG")
+    parser.add_argument("--features", default=None, help="a variant's features as YAML, applied to every call")
     args = parser.parse_args()
     quiet_libraries()
 
@@ -43,6 +46,15 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     pipe = DiffusionPipeline.from_pretrained(args.source or str(zoo.build("mini-flux")))
     pipe.set_progress_bar_config(disable=True)
+    applied = None
+    if args.features:
+        import yaml
+
+        from accel import apply
+        from accel.features import validate_variant_features
+
+        configs = validate_variant_features(yaml.safe_load(args.features), "--features")
+        applied = apply(pipe, *configs.values(), num_inference_steps=args.steps)
     scenes = list(world.HELD_OUT_SCENES)
     if args.seen:
         training = world.training_scenes()
@@ -77,6 +89,8 @@ def main() -> None:
         all_three = sum(s["background"] * s["colour"] * s["position"] for s in scores) / len(scores)
         print(f"cfg {cfg:g}: {parts}; background+colour+position all right {all_three:.3f}; "
               f"median call {statistics.median(times) * 1e3:.0f} ms")  # fmt: skip
+        if applied is not None:
+            print("  " + "; ".join(f"{name}: {e['summary']}" for name, e in applied.evidence().items()))
         if args.grid and cfg == args.cfg[0]:
             from PIL import Image
 
