@@ -68,12 +68,12 @@ def test_smoke_run_measures_every_cell_and_packs_at_most_8_flat_files(smoke):
     assert all((out / f).stat().st_size < 16 * 1024 * 1024 for f in files)
     records = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
     cells = {f"{r['model']}/{r['variant']}": r for r in records}
-    assert len(cells) == 9  # every cell of the profile, none lost
+    assert len(cells) == 10  # every cell of the profile, none lost
     assert cells["flux-dev/baseline"]["status"] == "ok"
     assert cells["flux-dev-native/baseline"]["status"] == "ok"
     # The native port runs the adapter's weights: the adapter's baseline reproduces the native one.
     assert cells["flux-dev/baseline"]["parity_vs_reference"]["ssim"] > 0.999
-    for name in ("sdpa-cudnn", "sdpa-efficient", "layerwise-offload-stream", "compile-fp8-row"):
+    for name in ("sdpa-cudnn", "sdpa-efficient", "layerwise-offload-stream", "fp8-row", "compile-fp8-row"):
         record = cells[f"flux-dev/{name}"]
         assert record["status"] == "unsupported" and record["error"], name  # said before running, with why
     assert cells["flux-dev/compile-regional"]["status"] == "ok"
@@ -106,7 +106,7 @@ def test_summarise_only_reports_a_run_directory_brought_back_without_its_outputs
     gpu_check.main(["--smoke", "--summarise-only", "--work", str(work), "--out", str(summary_out)])
     report = (summary_out / "report.md").read_text()
     assert report.count("# GPU check:") == 1  # the earlier summary is replaced, not stacked
-    assert "not run by this command: --summarise-only" in report and "9 cell(s) recorded" in report
+    assert "not run by this command: --summarise-only" in report and "10 cell(s) recorded" in report
     assert "| bf16 eager |" in report and "# omni-accel report" in report
     with tarfile.open(summary_out / "figures.tar.gz") as archive:
         names = archive.getnames()
