@@ -412,6 +412,50 @@ def _gate_crashed(verdict: CellVerdict, record: dict[str, Any], claims: dict[str
     return verdict
 
 
+def not_engaged_error(evidence: dict[str, dict[str, Any]]) -> str | None:
+    """A measured cell's error when a feature's own verdict says it did not engage (``summary`` of each), or
+    None: the cell records it as failed (its run does not show the feature)."""
+    not_engaged = [f"{name}: {entry.get('summary')}" for name, entry in evidence.items() if not entry.get("engaged")]
+    return "; ".join(not_engaged) or None
+
+
+def judge_engine_engagement(record: dict[str, Any]) -> None:
+    """An engine cell's features engage only on evidence: the engine's own log line, or, for a lossy
+    feature, an output that differs from the engine's baseline (an effect its default path cannot produce).
+    A lossy feature whose output is identical did not engage whatever the engine logged. Without evidence
+    for every feature the cell fails with the reason; acceptance alone is never engagement.
+
+    The sweep records the facts (the engine's log lines as evidence, ``parity.bit_identical`` against the
+    engine's baseline) and calls this before it writes the record, so the record, the report and the gate
+    agree on the cell's status."""
+    from accel.features import FEATURES
+
+    if not record.get("engine") or record["status"] != "ok":
+        return
+    evidence = record.setdefault("evidence", {})
+    parity = record.get("parity") or {}
+    missing = []
+    for name, raw in (record.get("features") or {}).items():
+        entry = evidence.setdefault(name, {"engaged": False, "summary": "accepted by vLLM-Omni"})
+        lossy = FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+        if lossy and parity.get("bit_identical") is False:
+            entry["engaged"] = True
+            entry["summary"] = "; ".join(
+                [*([entry["summary"]] if entry.get("engine_log") else []), "output differs from the engine's baseline"]
+            )
+        elif lossy and parity.get("bit_identical"):
+            entry["engaged"] = False
+            entry["summary"] = f"{entry['summary']}; but the output is identical to the engine's baseline"
+        elif lossy:
+            entry["engaged"] = False
+            entry["summary"] = f"{entry['summary']}; no baseline output to show an effect"
+        if not entry["engaged"]:
+            missing.append(f"{name}: {entry['summary']}")
+    if missing:
+        record["status"] = "failed"
+        record["error"] = "no evidence of engagement: " + "; ".join(missing)
+
+
 def gate_cell(
     record: dict[str, Any],
     data: GateData,
