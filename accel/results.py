@@ -203,6 +203,30 @@ def peak_memory_bytes(record: dict[str, Any]) -> int | None:
     return device if device is not None else record.get("peak_host_rss_bytes")
 
 
+# Readers of the record's sections: what every report, table and gate reads, absent or null alike.
+NOISE_FLOOR_ROLE = "noise_floor"  # ``role`` of the baseline's re-run
+
+
+def is_noise_floor(record: dict[str, Any]) -> bool:
+    """Whether the record is its model's noise-floor cell (the baseline re-run; ``role``)."""
+    return record.get("role") == NOISE_FLOOR_ROLE
+
+
+def feature_options(record: dict[str, Any]) -> dict[str, Any]:
+    """The cell's features (name -> options); empty for a baseline or a record without them."""
+    return record.get("features") or {}
+
+
+def warm_median(record: dict[str, Any]) -> float | None:
+    """The median warm call in seconds (``warm.median``), or None when the cell was not timed."""
+    return (record.get("warm") or {}).get("median")
+
+
+def parity_of(record: dict[str, Any], key: str = "parity") -> dict[str, Any]:
+    """The cell's parity section (``parity``, or ``parity_vs_reference``); empty when not measured."""
+    return record.get(key) or {}
+
+
 def declared_tag(record: dict[str, Any]) -> str:
     """ " (declared, not measured)" for a cell decided from an engine's feature mapping without running the
     engine (``decided: declared``); "" for a measured one. Every table and the gate print it."""
@@ -317,7 +341,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
         check, kind = _CHECKS.get(declared.type, (lambda v: True, ""))
         if value is not None and not check(value):
             raise ConfigError(f"{where}: '{declared.name}' should be {kind} or null, got {_json_type(value)}")
-    for name, raw in (record.get("features") or {}).items():
+    for name, raw in feature_options(record).items():
         if name not in FEATURES:
             raise ConfigError(f"{where}: features: unknown feature {name!r}")
         parse_feature_options(name, raw, f"{where}: features")
@@ -427,12 +451,12 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
 
 def flatten(record: dict[str, Any]) -> dict[str, Any]:
     """One results-table row from a record."""
-    parity = record.get("parity") or {}
+    parity = parity_of(record)
     warm = record.get("warm") or {}
     evidence = record.get("evidence") or {}
     row = {
         **{key: record.get(key) for key in COLUMNS},
-        "feature_names": ",".join(sorted(record.get("features") or {})) or "-",
+        "feature_names": ",".join(sorted(feature_options(record))) or "-",
         "warm_median_s": warm.get("median"),
         "warm_cv": warm.get("cv"),
         "evidence_summary": "; ".join(f"{k}: {v.get('summary')}" for k, v in evidence.items()) or None,

@@ -23,7 +23,7 @@ import yaml
 from accel.errors import ConfigError
 from accel.measure.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.profile import Profile
-from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
+from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
@@ -460,7 +460,7 @@ def _run_sweep(
             if cell.variant == BASELINE:
                 baselines[cell.model.name] = record
             if cell.variant == NOISE_FLOOR:
-                record["role"] = "noise_floor"
+                record["role"] = NOISE_FLOOR_ROLE
                 noise_floors[cell.model.name] = record
             if record.get("device") and not record.get("device_name"):  # engine cells: the device they ran on here
                 record["device_name"] = env.device_name(record["device"])
