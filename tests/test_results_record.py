@@ -174,3 +174,28 @@ def test_engagement_is_judged_in_the_gate():
     assert not_engaged_error({"a": {"engaged": True}}) is None
     sweep = "\n".join(p.read_text() for p in (ROOT / "accel" / "sweep").glob("*.py"))
     assert "def check_engine_effect" not in sweep and "judge_engine_engagement(record)" in sweep
+
+
+def test_a_sweep_resumes_a_run_written_before_versions(tmp_path):
+    """A run directory from before the declaration (no schema_version on any line) continues with --resume:
+    its lines are kept as written, the cells measured now carry the version."""
+    from collections import Counter
+
+    from conftest import small_profile
+
+    from accel.profile import parse_profile
+    from accel.sweep.runner import run_sweep
+
+    raw = small_profile(["tiny-flux"], [{"name": "v0", "features": {"attention_backend": "native"}}], steps=2)
+    raw["measure"] = {"warmup": 0, "repeats": 1, "executor": "inline"}
+    profile = parse_profile(raw)
+    run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
+    results = tmp_path / "results.jsonl"
+    lines = [json.loads(line) for line in results.read_text().splitlines()]
+    assert all(line["schema_version"] == SCHEMA_VERSION for line in lines)
+    legacy = [{k: v for k, v in line.items() if k != "schema_version"} for line in lines[:-1]]
+    results.write_text("".join(json.dumps(line) + "\n" for line in legacy))  # the last cell not measured yet
+    run_sweep(profile, "p.yaml", tmp_path, show_progress=False, resume=True)
+    records = load_results(results).records
+    assert Counter(r["variant"] for r in records) == Counter(line["variant"] for line in lines)
+    assert [record_version(r) for r in records] == [0] * len(legacy) + [SCHEMA_VERSION]
