@@ -33,7 +33,7 @@ import yaml
 
 from accel.errors import ConfigError
 from accel.report.format import fmt, table_lines
-from accel.results import declared_tag
+from accel.results import declared_tag, feature_options, is_noise_floor, parity_of
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # Why a cell was skipped: it could not run here, the model does not support it, or it failed as claimed.
@@ -175,7 +175,7 @@ def _lossy_features(record: dict[str, Any]) -> list[str]:
 
     return [
         name
-        for name, raw in (record.get("features") or {}).items()
+        for name, raw in feature_options(record).items()
         if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
     ]
 
@@ -296,7 +296,7 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
         return None
     families = {
         FEATURES[name].family
-        for name, raw in (record.get("features") or {}).items()
+        for name, raw in feature_options(record).items()
         if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
     }
     bounds = [float(limits[f]) for f in families if f in limits]
@@ -339,7 +339,7 @@ def unmatched_baseline_entries(records: list[dict[str, Any]], data: GateData) ->
     matched = {
         (baseline_device(r, devices), r["model"], r["variant"])
         for r in records
-        if r.get("warm") is not None and r.get("role") != "noise_floor"
+        if r.get("warm") is not None and not is_noise_floor(r)
     }
     here = sorted({f"{r.get('device') or '?'} '{r.get('device_name') or '?'}'" for r in records if r.get("warm")})
     notices = []
@@ -412,6 +412,50 @@ def _gate_crashed(verdict: CellVerdict, record: dict[str, Any], claims: dict[str
     return verdict
 
 
+def not_engaged_error(evidence: dict[str, dict[str, Any]]) -> str | None:
+    """A measured cell's error when a feature's own verdict says it did not engage (``summary`` of each), or
+    None: the cell records it as failed (its run does not show the feature)."""
+    not_engaged = [f"{name}: {entry.get('summary')}" for name, entry in evidence.items() if not entry.get("engaged")]
+    return "; ".join(not_engaged) or None
+
+
+def judge_engine_engagement(record: dict[str, Any]) -> None:
+    """An engine cell's features engage only on evidence: the engine's own log line, or, for a lossy
+    feature, an output that differs from the engine's baseline (an effect its default path cannot produce).
+    A lossy feature whose output is identical did not engage whatever the engine logged. Without evidence
+    for every feature the cell fails with the reason; acceptance alone is never engagement.
+
+    The sweep records the facts (the engine's log lines as evidence, ``parity.bit_identical`` against the
+    engine's baseline) and calls this before it writes the record, so the record, the report and the gate
+    agree on the cell's status."""
+    from accel.features import FEATURES
+
+    if not record.get("engine") or record["status"] != "ok":
+        return
+    evidence = record.setdefault("evidence", {})
+    parity = parity_of(record)
+    missing = []
+    for name, raw in feature_options(record).items():
+        entry = evidence.setdefault(name, {"engaged": False, "summary": "accepted by vLLM-Omni"})
+        lossy = FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+        if lossy and parity.get("bit_identical") is False:
+            entry["engaged"] = True
+            entry["summary"] = "; ".join(
+                [*([entry["summary"]] if entry.get("engine_log") else []), "output differs from the engine's baseline"]
+            )
+        elif lossy and parity.get("bit_identical"):
+            entry["engaged"] = False
+            entry["summary"] = f"{entry['summary']}; but the output is identical to the engine's baseline"
+        elif lossy:
+            entry["engaged"] = False
+            entry["summary"] = f"{entry['summary']}; no baseline output to show an effect"
+        if not entry["engaged"]:
+            missing.append(f"{name}: {entry['summary']}")
+    if missing:
+        record["status"] = "failed"
+        record["error"] = "no evidence of engagement: " + "; ".join(missing)
+
+
 def gate_cell(
     record: dict[str, Any],
     data: GateData,
@@ -423,7 +467,7 @@ def gate_cell(
     from accel.features import FEATURES
 
     verdict = CellVerdict(record["model"], record["variant"], PASS)
-    features = list(record.get("features") or {})
+    features = list(feature_options(record))
     claims = {name: claim_for(data, record["model"], name) for name in features}
     declared = declared_tag(record)
     if declared:
@@ -462,7 +506,7 @@ def gate_cell(
     if not features:
         verdict.checks.append(Check("engagement", False, "no feature", "at least one feature to judge"))
 
-    parity = record.get("parity") or {}
+    parity = parity_of(record)
     ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
     parity_checks = [
         Check(f"SSIM, {kind}", (parity.get("ssim") or 0) >= ssim_min, parity.get("ssim"), f">= {ssim_min:.4g}"),
@@ -558,7 +602,7 @@ class GateReport:
 
 def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Per model, the parity of the baseline's re-run against the baseline."""
-    return {r["model"]: r["parity"] for r in records if r.get("role") == "noise_floor" and r.get("parity")}
+    return {r["model"]: r["parity"] for r in records if is_noise_floor(r) and r.get("parity")}
 
 
 def gate_records(
@@ -570,7 +614,7 @@ def gate_records(
     baselines = {r["model"]: r for r in records if r["variant"] == "baseline"}
     verdicts = []
     for record in records:
-        if record["variant"] == "baseline" or record.get("role") == "noise_floor":
+        if record["variant"] == "baseline" or is_noise_floor(record):
             continue
         verdicts.append(
             gate_cell(record, data, floors.get(record["model"]), _modality(record), baselines.get(record["model"]))
@@ -585,7 +629,7 @@ def gate_records(
     claims = [
         (f"{r['model']}/{r['variant']}", r["speedup_ci"])
         for r in records
-        if r.get("speedup_ci") and r.get("role") != "noise_floor"
+        if r.get("speedup_ci") and not is_noise_floor(r)
     ]
     return GateReport(verdicts, unmatched_baseline_entries(records, data), claims)
 

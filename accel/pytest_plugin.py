@@ -59,7 +59,9 @@ class AccelCells:
 
     def cell_keys(self) -> list[tuple[str, str]]:
         if self.records is not None:
-            return [(r["model"], r["variant"]) for r in self.records if r.get("role") != "noise_floor"]
+            from accel.results import is_noise_floor
+
+            return [(r["model"], r["variant"]) for r in self.records if not is_noise_floor(r)]
         from accel.sweep.cell import NOISE_FLOOR
         from accel.sweep.runner import plan
 

@@ -7,16 +7,180 @@ outputs is ``inf``: stored as JSON ``Infinity`` and printed as ``inf``.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import json
 import os
+import sys
+import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, TypedDict
 
 from accel.errors import ConfigError
 
 RESULTS_FILE = "results.jsonl"
 TABLE_FILE = "results.parquet"
+
+# The version of the cell record's shape, written into every line of results.jsonl. A line without it was
+# written before the record was declared (version 0, the same keys) and is read as such; a line from a newer
+# version than this code knows is refused. Raise it when a key changes meaning or is removed.
+SCHEMA_VERSION = 1
+
+
+# The cell record, one section at a time: every key a sweep writes, its type and one line on what it holds.
+# Every key is optional (a cell that failed early has only its identity and error); null is always allowed.
+# Keys not declared here (a third-party feature's evidence, a future key) are kept as they are.
+class Identity(TypedDict, total=False):
+    """Which cell this is, what it ran on, and its status."""
+
+    schema_version: Annotated[int, "version of this record's shape (absent: 0, written before it was declared)"]
+    model: Annotated[str, "the profile's model name"]
+    source: Annotated[str, "where the model's weights come from (zoo name, path or hub id)"]
+    target: Annotated[str, "how it ran: library, adapter, native or an engine target such as vllm-omni"]
+    variant: Annotated[str, "the profile's variant name (baseline, noise-floor or a feature set)"]
+    features: Annotated[dict[str, Any], "feature name -> its options, as the variant lists them"]
+    status: Annotated[str, "ok, failed or unsupported"]
+    role: Annotated[str, "noise_floor for the baseline's re-run (the measured noise band)"]
+    decided: Annotated[str, "engine cells: declared (from the feature mapping, never ran) or measured"]
+    engine: Annotated[str, "the external engine that ran the cell (vllm-omni); absent for in-process cells"]
+    engine_kwargs: Annotated[dict[str, Any], "the keyword arguments the variant's features became for the engine"]
+    device: Annotated[str, "the torch device it ran on (cpu, cuda, cuda:0)"]
+    device_name: Annotated[str, "the device's name, what performance baselines match on"]
+    dtype: Annotated[str, "what it computed in (float32, bfloat16, float16; uint8 for engines' images)"]
+    modality: Annotated[str, "image or video (from the outputs' shape)"]
+    profile_fingerprint: Annotated[str, "hash of the resolved profile: --resume refuses a different one"]
+    timestamp: Annotated[float, "when the record was written (epoch seconds)"]
+
+
+class Timing(TypedDict, total=False):
+    """How long it took, and the speedup over the baseline."""
+
+    load_s: Annotated[float, "seconds to load the pipeline"]
+    first_call_s: Annotated[float, "seconds of the first (cold) call: compilation and warm-up included"]
+    cold_s: Annotated[float, "load_s + first_call_s; engines: process start to the first image"]
+    process_wall_s: Annotated[float, "engine cells: the engine process's wall time"]
+    cell_wall_s: Annotated[float, "seconds the whole cell took in its worker"]
+    warm: Annotated[dict[str, float], "summary of the warm calls: median, mean, min, max, p90, cv, n"]
+    warm_samples: Annotated[list[float], "seconds of each warm call, in order"]
+    noisy: Annotated[bool, "the warm calls' cv is above measure.max_cv"]
+    paired: Annotated[dict[str, Any], "interleaved timing: reference_s, variant_s (ABBA order), estimate"]
+    speedup: Annotated[float, "baseline warm time / this cell's (speedup_ci.ratio)"]
+    speedup_ci: Annotated[dict[str, Any], "the speedup's interval and what it may be published as (verdict)"]
+    timing: Annotated[dict[str, Any], "how and where it was timed: method, node, threads, executor, overlap"]
+
+
+class Memory(TypedDict, total=False):
+    """Peak memory while loading and while timed."""
+
+    peak_host_rss_bytes: Annotated[int, "peak host resident memory during the timed calls"]
+    peak_device_allocated_bytes: Annotated[int, "peak device memory allocated during the timed calls"]
+    peak_device_reserved_bytes: Annotated[int, "peak device memory reserved by the allocator"]
+    host_pss_bytes: Annotated[int, "host proportional set size after the timed calls"]
+    memory_load: Annotated[dict[str, Any], "the same peaks while loading"]
+    weight_bytes: Annotated[dict[str, int], "bytes of each pipeline component's weights"]
+    memory_reduction: Annotated[float, "baseline peak / this cell's peak (device on a GPU, host RSS on a CPU)"]
+
+
+class Stages(TypedDict, total=False):
+    """Where a call's time goes."""
+
+    stages: Annotated[dict[str, Any], "median seconds per stage, end_to_end_s, step_median_s, steps_per_call"]
+    step_times: Annotated[list[float], "seconds of every denoising step of the stage pass"]
+    stage_sums: Annotated[list[float], "per stage-pass call: the sum of its stages"]
+    stage_outer_s: Annotated[list[float], "per stage-pass call: its time from an independent outer timer"]
+    denoiser_calls_per_call: Annotated[int, "denoiser (transformer) calls in one pipeline call"]
+
+
+class Parity(TypedDict, total=False):
+    """How its outputs compare with the baseline's and the reference model's."""
+
+    parity: Annotated[dict[str, Any], "vs the baseline: ssim, psnr (their minima), abs diffs, bit_identical"]
+    parity_vs_reference: Annotated[dict[str, Any], "a baseline vs the reference model's baseline"]
+    reference_model: Annotated[str, "the model parity_vs_reference compares with"]
+    outputs_stable: Annotated[bool, "the first and last timed passes gave identical outputs"]
+    adherence: Annotated[dict[str, Any], "prompt-adherence scores of a world model's outputs"]
+    adherence_loss: Annotated[float, "the baseline's overall adherence minus this cell's"]
+    outputs_file: Annotated[str, "the cell's outputs (.npz, float32), relative to the run directory"]
+    images: Annotated[list[str], "the PNG images saved from its outputs, relative to the run directory"]
+
+
+class Roofline(TypedDict, total=False):
+    """FLOPs, the device's peak and the floor a step cannot beat."""
+
+    flops_per_denoiser_call: Annotated[int, "baseline: FLOPs of one denoiser call (counted on its inputs)"]
+    peak_flops: Annotated[float, "the device's peak FLOP/s in this dtype"]
+    peak_flops_source: Annotated[str, "where peak_flops comes from (datasheet, measured CPU peak)"]
+    roofline: Annotated[dict[str, Any], "flops_per_step, floor_step_s, fastest_step_s, mfu, below_floor"]
+    invalid_measurement: Annotated[str, "why the timings cannot be trusted (a step below its floor)"]
+
+
+class Evidence(TypedDict, total=False):
+    """Whether each feature engaged, in the feature's or the engine's own words."""
+
+    evidence: Annotated[dict[str, dict[str, Any]], "feature -> engaged, summary and the feature's own keys"]
+    engine_log: Annotated[str, "engine cells: the engine's log, relative to the run directory"]
+
+
+class Errors(TypedDict, total=False):
+    """What went wrong, and notes on what could not be measured."""
+
+    error: Annotated[str, "why the cell failed or is unsupported (null when ok)"]
+    unsupported_scope: Annotated[str, "environment (this device or installation) or model (this pipeline)"]
+    traceback: Annotated[str, "the traceback of an unexpected crash inside a pipeline or a feature"]
+    notes: Annotated[list[str], "what could not be measured or written (no baseline, a file outside the run)"]
+
+
+class CellRecord(Identity, Timing, Memory, Stages, Parity, Roofline, Evidence, Errors, total=False):
+    """One line of results.jsonl: every section's keys, flat (see ``RECORD_SECTIONS``)."""
+
+
+RECORD_SECTIONS: tuple[type, ...] = (Identity, Timing, Memory, Stages, Parity, Roofline, Evidence, Errors)
+
+
+@dataclass(frozen=True)
+class RecordField:
+    """One declared key of the cell record."""
+
+    name: str
+    section: str
+    type: str  # as the README prints it: number, integer, string, boolean, object, list
+    description: str
+
+
+def _kind(annotation: Any) -> str:
+    origin = typing.get_origin(annotation) or annotation
+    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "list"}.get(
+        origin, "any"
+    )
+
+
+@functools.cache
+def record_fields() -> tuple[RecordField, ...]:
+    """Every declared key of the cell record, section by section, from the TypedDicts above."""
+    fields = []
+    for section in RECORD_SECTIONS:
+        hints = typing.get_type_hints(section, include_extras=True)
+        for name in inspect.get_annotations(section):  # its own keys, in declaration order
+            annotation = hints[name]
+            kind = _kind(annotation.__origin__)
+            fields.append(RecordField(name, section.__name__.lower(), kind, annotation.__metadata__[0]))
+    return tuple(fields)
+
+
+def record_fields_markdown() -> str:
+    """The README's table of the record's keys (between the ``results-record`` markers), from the declaration."""
+    lines = [
+        f"Every line of `{RESULTS_FILE}` is one cell's record (`accel.results.CellRecord`, schema version "
+        f"{SCHEMA_VERSION}): flat keys, grouped here by section. Every key may be absent or null; keys not listed "
+        "(a plugin feature's evidence) are kept as written.",
+        "",
+        "| section | key | type | what it holds |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {f.section} | `{f.name}` | {f.type} | {f.description} |" for f in record_fields()]
+    return "\n".join(lines) + "\n"
+
 
 # Flat columns of the results table, in report order.
 COLUMNS = [
@@ -39,6 +203,30 @@ def peak_memory_bytes(record: dict[str, Any]) -> int | None:
     return device if device is not None else record.get("peak_host_rss_bytes")
 
 
+# Readers of the record's sections: what every report, table and gate reads, absent or null alike.
+NOISE_FLOOR_ROLE = "noise_floor"  # ``role`` of the baseline's re-run
+
+
+def is_noise_floor(record: dict[str, Any]) -> bool:
+    """Whether the record is its model's noise-floor cell (the baseline re-run; ``role``)."""
+    return record.get("role") == NOISE_FLOOR_ROLE
+
+
+def feature_options(record: dict[str, Any]) -> dict[str, Any]:
+    """The cell's features (name -> options); empty for a baseline or a record without them."""
+    return record.get("features") or {}
+
+
+def warm_median(record: dict[str, Any]) -> float | None:
+    """The median warm call in seconds (``warm.median``), or None when the cell was not timed."""
+    return (record.get("warm") or {}).get("median")
+
+
+def parity_of(record: dict[str, Any], key: str = "parity") -> dict[str, Any]:
+    """The cell's parity section (``parity``, or ``parity_vs_reference``); empty when not measured."""
+    return record.get(key) or {}
+
+
 def declared_tag(record: dict[str, Any]) -> str:
     """ " (declared, not measured)" for a cell decided from an engine's feature mapping without running the
     engine (``decided: declared``); "" for a measured one. Every table and the gate print it."""
@@ -58,6 +246,8 @@ class ResultsLog:
             raise ConfigError(f"{self.path}: cannot write results: {error.strerror or error}") from error
 
     def append(self, record: dict[str, Any]) -> None:
+        """Write one cell's record as a line, with the ``schema_version`` it was built for."""
+        record.setdefault("schema_version", SCHEMA_VERSION)
         line = json.dumps(record, default=str, sort_keys=True)
         try:
             with self.path.open("a") as handle:
@@ -73,17 +263,14 @@ class ResultsLog:
 
 STATUSES = ("ok", "failed", "unsupported")
 MODALITIES = ("image", "video")
-_NUMBERS = (
-    "speedup", "memory_reduction", "peak_host_rss_bytes", "peak_device_allocated_bytes", "peak_device_reserved_bytes",
-    "load_s", "first_call_s", "cold_s", "cell_wall_s", "peak_flops", "flops_per_denoiser_call", "timestamp",
-    "denoiser_calls_per_call", "host_pss_bytes", "process_wall_s",
-)  # fmt: skip
-_STRINGS = (
-    "error", "role", "device", "device_name", "dtype", "invalid_measurement", "unsupported_scope", "outputs_file",
-    "reference_model", "source", "target", "engine", "profile_fingerprint", "traceback",
-)  # fmt: skip
-_MAPPINGS = ("stages", "roofline", "memory_load", "weight_bytes", "engine_kwargs")
-_LISTS = ("step_times", "warm_samples", "stage_sums", "notes", "images")
+_CHECKS = {
+    "number": (lambda v: _is_number(v), "a number"),
+    "integer": (lambda v: _is_number(v), "a number"),  # as before the declaration: any number is read
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "boolean": (lambda v: isinstance(v, bool), "a boolean"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+}
 
 
 @dataclass
@@ -110,6 +297,26 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def record_version(record: dict[str, Any]) -> int:
+    """The schema version a record was written with: 0 for a line written before versions (same keys)."""
+    return record.get("schema_version") or 0
+
+
+def check_version(record: Any, where: str) -> None:
+    """A ConfigError for a record this code cannot read: a ``schema_version`` that is not a whole number, or
+    one newer than ``SCHEMA_VERSION`` (written by a newer omni-accel)."""
+    if not isinstance(record, dict) or record.get("schema_version") is None:
+        return
+    version = record["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ConfigError(f"{where}: 'schema_version' should be a whole number, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"{where}: written with results schema version {version}; this omni-accel reads versions 0 to "
+            f"{SCHEMA_VERSION}: upgrade omni-accel to read it"
+        )
+
+
 def check_record(record: Any, where: str) -> dict[str, Any]:
     """A record the gate, tables and resume can read; a ConfigError ``where: what is wrong`` otherwise."""
     from accel.features import FEATURES, parse_feature_options
@@ -129,17 +336,12 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: 'status' should be one of {', '.join(STATUSES)}, got {record['status']!r}")
     if record.get("modality") is not None and record["modality"] not in MODALITIES:
         raise ConfigError(f"{where}: 'modality' should be one of {', '.join(MODALITIES)}, got {record['modality']!r}")
-    for keys, check, kind in (
-        (_NUMBERS, _is_number, "a number"),
-        (_STRINGS, lambda v: isinstance(v, str), "a string"),
-        (_MAPPINGS, lambda v: isinstance(v, dict), "a JSON object"),
-        (_LISTS, lambda v: isinstance(v, list), "a list"),
-        (("features", "evidence", "parity", "parity_vs_reference", "warm"), lambda v: isinstance(v, dict), "an object"),
-    ):
-        for key in keys:
-            if record.get(key) is not None and not check(record[key]):
-                raise ConfigError(f"{where}: '{key}' should be {kind} or null, got {_json_type(record[key])}")
-    for name, raw in (record.get("features") or {}).items():
+    for declared in record_fields():  # each declared key's type; null is always allowed
+        value = record.get(declared.name)
+        check, kind = _CHECKS.get(declared.type, (lambda v: True, ""))
+        if value is not None and not check(value):
+            raise ConfigError(f"{where}: '{declared.name}' should be {kind} or null, got {_json_type(value)}")
+    for name, raw in feature_options(record).items():
         if name not in FEATURES:
             raise ConfigError(f"{where}: features: unknown feature {name!r}")
         parse_feature_options(name, raw, f"{where}: features")
@@ -229,6 +431,7 @@ def load_results(path: str | Path) -> ResultsFile:
             raise ConfigError(f"{where}: not a JSON record: {error.msg} at column {error.colno}") from error
         except RecursionError as error:
             raise ConfigError(f"{where}: not a JSON record: nested too deep") from error
+        check_version(record, where)
         check_record(record, where)
         cell = (record["model"], record["variant"])
         if cell in seen:
@@ -248,12 +451,12 @@ def read_results(path: str | Path) -> list[dict[str, Any]]:
 
 def flatten(record: dict[str, Any]) -> dict[str, Any]:
     """One results-table row from a record."""
-    parity = record.get("parity") or {}
+    parity = parity_of(record)
     warm = record.get("warm") or {}
     evidence = record.get("evidence") or {}
     row = {
         **{key: record.get(key) for key in COLUMNS},
-        "feature_names": ",".join(sorted(record.get("features") or {})) or "-",
+        "feature_names": ",".join(sorted(feature_options(record))) or "-",
         "warm_median_s": warm.get("median"),
         "warm_cv": warm.get("cv"),
         "evidence_summary": "; ".join(f"{k}: {v.get('summary')}" for k, v in evidence.items()) or None,
@@ -284,3 +487,41 @@ def write_table(records: list[dict[str, Any]], run_dir: str | Path) -> Path | No
     path = Path(run_dir) / TABLE_FILE
     to_frame(records).to_parquet(path, index=False)
     return path
+
+
+README_BEGIN = "<!-- results-record: generated by 'python -m accel.results --write-readme'; do not edit by hand -->"
+README_END = "<!-- /results-record -->"
+
+
+def readme_with_record_fields(text: str, where: str = "README.md") -> str:
+    """``text`` (the README) with the block between the ``results-record`` markers regenerated."""
+    if README_BEGIN not in text or README_END not in text:
+        raise ConfigError(f"{where}: no results-record block (the lines {README_BEGIN!r} and {README_END!r})")
+    head, rest = text.split(README_BEGIN, 1)
+    _, tail = rest.split(README_END, 1)
+    return f"{head}{README_BEGIN}\n{record_fields_markdown()}{README_END}{tail}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m accel.results --write-readme [README]``: regenerate the README's table of record keys."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m accel.results", description=main.__doc__)
+    parser.add_argument("--write-readme", action="store_true", help="rewrite the results-record block in place")
+    parser.add_argument("readme", nargs="?", default=str(Path(__file__).resolve().parent.parent / "README.md"))
+    args = parser.parse_args(argv)
+    if not args.write_readme:
+        print(record_fields_markdown(), end="")
+        return 0
+    path = Path(args.readme)
+    try:
+        text = path.read_text()
+        path.write_text(readme_with_record_fields(text, str(path)))
+    except (OSError, ConfigError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

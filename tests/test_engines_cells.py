@@ -11,12 +11,11 @@ from pathlib import Path
 import pytest
 
 from accel.engines.vllm_omni import MARKER, VERSION
-from accel.gate import GateData, gate_records, load_gate_data, markdown_summary
+from accel.gate import GateData, gate_records, judge_engine_engagement, load_gate_data, markdown_summary
 from accel.profile import Measure, ModelSpec, Workload
 from accel.report.markdown import model_table
 from accel.report.tables import performance_table, support_matrix
 from accel.sweep.cell import CELL_FILES, CellSpec, run_cell
-from accel.sweep.runner import check_engine_effect
 
 FAKE = Path(__file__).resolve().parent / "fake_engine"
 ATTENTION_LOG = (
@@ -83,7 +82,7 @@ def test_acceptance_alone_is_not_engagement(tmp_path, fake_engine, monkeypatch):
     monkeypatch.setenv("FAKE_OMNI_LOG", DEFAULT_ATTENTION_LOG)
     record = run_cell(_spec(tmp_path, {"attention_backend": "native"}))
     assert _calls(fake_engine)[0]["diffusion_attention_backend"] == "TORCH_SDPA"  # it ran, and accepted it
-    check_engine_effect(record)
+    judge_engine_engagement(record)
     assert record["status"] == "failed" and record["decided"] == "measured"
     assert record["evidence"]["attention_backend"]["engaged"] is False
     assert record["error"] == (
@@ -94,7 +93,7 @@ def test_acceptance_alone_is_not_engagement(tmp_path, fake_engine, monkeypatch):
 def test_the_engines_log_line_is_the_evidence_and_is_kept(tmp_path, fake_engine, monkeypatch):
     monkeypatch.setenv("FAKE_OMNI_LOG", ATTENTION_LOG)
     record = run_cell(_spec(tmp_path, {"attention_backend": "native"}))
-    check_engine_effect(record)
+    judge_engine_engagement(record)
     assert record["status"] == "ok", record["error"]
     evidence = record["evidence"]["attention_backend"]
     assert evidence["engaged"] is True
@@ -161,7 +160,7 @@ def test_a_lossy_feature_engages_only_with_an_effect_on_the_output(parity, log, 
              "line of it engaging", **({"engine_log": log} if log else {})}  # fmt: skip
     record = {"engine": "vllm-omni", "status": "ok", "features": {"tea_cache": 0.4}, "parity": parity,
               "evidence": {"tea_cache": entry}}  # fmt: skip
-    check_engine_effect(record)
+    judge_engine_engagement(record)
     assert record["evidence"]["tea_cache"]["engaged"] is engaged
     assert (record["status"] == "ok") is engaged
     if engaged:

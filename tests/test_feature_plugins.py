@@ -92,3 +92,22 @@ def test_a_name_taken_by_a_built_in_is_refused(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(tmp_path))
     with pytest.raises(ConfigError, match="the name 'compile' is already registered by built-in; choose another"):
         FEATURES.discover()
+
+
+def test_a_plugin_feature_that_does_not_engage_fails_its_cell_and_its_evidence_is_kept(plugin, tmp_path):
+    """The gate's engagement rule fails the cell with the feature's own summary; the plugin's evidence keys
+    (undeclared in the record) are written and read back as they are."""
+    from accel.gate import FAIL, gate_records, load_gate_data
+    from accel.profile import parse_profile
+    from accel.results import read_results
+    from accel.sweep.runner import run_sweep
+
+    raw = small_profile(["tiny-flux"], [{"name": "counted", "features": {NAME: {"min_calls": 3}}}])
+    raw["measure"]["noise_floor"] = False
+    run_sweep(parse_profile(raw), "plugin.yaml", tmp_path / "run", show_progress=False)
+    counted = next(r for r in read_results(tmp_path / "run") if r["variant"] == "counted")
+    assert counted["status"] == "failed"
+    assert counted["error"] == f"{NAME}: fewer than 3 transformer calls on a run"
+    assert counted["evidence"][NAME]["calls_per_run"] and counted["evidence"][NAME]["engaged"] is False
+    verdict = next(v for v in gate_records([counted], load_gate_data()).verdicts if v.variant == "counted")
+    assert verdict.outcome == FAIL and verdict.feature_states == {NAME: "not engaged"}

@@ -68,6 +68,14 @@ BAD_LINES = {
         json.dumps({**GOOD[1], "speedup_ci": {"ratio": "x", "low": 1, "high": 2}}).encode() + b"\n",
         r":2: speedup_ci.ratio should be a number, got 'x'",
     ),
+    "newer-schema": (
+        json.dumps({**GOOD[1], "schema_version": 99}).encode() + b"\n",
+        r":2: written with results schema version 99; this omni-accel reads versions 0 to \d+: upgrade omni-accel",
+    ),
+    "schema-version-not-a-number": (
+        json.dumps({**GOOD[1], "schema_version": "1"}).encode() + b"\n",
+        r":2: 'schema_version' should be a whole number, got '1'",
+    ),
     "speedup-not-an-object": (
         json.dumps({**GOOD[1], "speedup_ci": [1]}).encode() + b"\n",
         r":2: 'speedup_ci' should be an object or null, got a list",

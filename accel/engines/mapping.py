@@ -140,7 +140,7 @@ def read_engine_log(
     A failed run whose output holds one of the refusal messages of this path (``paths.<path>.refuses``) or
     device (``devices.<device>.refuses``) for a feature of the variant is that feature's refusal. Each
     feature with an ``evidence`` pattern found in the output has engaged; the others have no evidence
-    from the engine (a lossy one may still show an effect on the output: see ``check_engine_effect``).
+    from the engine (a lossy one may still show an effect on the output: see ``gate.judge_engine_engagement``).
     """
     mapping = mapping or load_mapping()
     outcome = EngineOutcome()

@@ -11,6 +11,7 @@ from typing import Any
 from accel.measure.adherence import ATTRIBUTES
 from accel.measure.speedup import format_speedup
 from accel.report.format import fmt, table_lines
+from accel.results import is_noise_floor, parity_of
 
 ADHERENCE_DEFINITION = (
     "share of the prompt's attributes (background colour, shape colour, shape class, position) that "
@@ -31,11 +32,11 @@ def adherence_table(records: list[dict[str, Any]]) -> str:
     rows = []
     for r in records:
         score = r.get("adherence")
-        if not score or r.get("role") == "noise_floor":
+        if not score or is_noise_floor(r):
             continue
         speedup = "1.00x" if r["variant"] == "baseline" else format_speedup(r.get("speedup_ci"))
         low, high = score.get("overall_ci") or (None, None)
-        ssim = (r.get("parity") or {}).get("ssim")
+        ssim = parity_of(r).get("ssim")
         rows.append(
             (
                 r["variant"], speedup, fmt(ssim, 3), *(fmt(score.get(k), 3) for k in ATTRIBUTES),

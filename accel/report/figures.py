@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from accel.report.format import fmt
-from accel.results import peak_memory_bytes
+from accel.results import is_noise_floor, parity_of, peak_memory_bytes
 
 FIGURES = "figures"
 TILE = 128  # pixels per image in a grid (tiny outputs are scaled up with nearest neighbour)
@@ -18,7 +18,7 @@ VIDEO_FRAMES = 3
 
 
 def _with_outputs(records: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
-    return [r for r in records if r["model"] == model and r.get("outputs_file") and r.get("role") != "noise_floor"]
+    return [r for r in records if r["model"] == model and r.get("outputs_file") and not is_noise_floor(r)]
 
 
 def _thumbnail(frames: np.ndarray) -> Any:
@@ -58,7 +58,7 @@ def image_grids(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -
             for index, (record, tile) in enumerate(tiles):
                 x = index * TILE
                 canvas.paste(tile, (x, label_h))
-                parity = record.get("parity") or {}
+                parity = parity_of(record)
                 speed = record.get("speedup", 1.0 if record["variant"] == "baseline" else None)
                 draw.text((x + 2, 1), record["variant"][:20], fill="black")
                 draw.text(
@@ -91,7 +91,7 @@ def _plottable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
         and not r.get("invalid_measurement")
         and r.get("speedup")
         and r.get("parity")
-        and r.get("role") != "noise_floor"
+        and not is_noise_floor(r)
     ]
 
 
@@ -150,7 +150,7 @@ def latency_memory_bars(run_dir: Path, records: list[dict[str, Any]], model: str
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [r for r in records if r["model"] == model and r.get("warm") and r.get("role") != "noise_floor"]
+    cells = [r for r in records if r["model"] == model and r.get("warm") and not is_noise_floor(r)]
     if not cells:
         return None
     names = [r["variant"] for r in cells]
@@ -180,7 +180,7 @@ def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [r for r in records if r.get("adherence") and r.get("role") != "noise_floor" and r.get("warm")]
+    cells = [r for r in records if r.get("adherence") and not is_noise_floor(r) and r.get("warm")]
     if not cells:
         return None
     figure, axis = plt.subplots(figsize=(7, 5))

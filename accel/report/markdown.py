@@ -10,7 +10,7 @@ from accel.measure.parity import PARITY_DEFINITION
 from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
 from accel.report.format import fmt, table_lines
-from accel.results import declared_tag
+from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, warm_median
 
 REPORT_FILE = "report.md"
 
@@ -56,12 +56,12 @@ def model_table(records: list[dict[str, Any]]) -> str:
     rows = []
     for r in records:
         warm = r.get("warm") or {}
-        parity = r.get("parity") or {}
+        parity = parity_of(r)
         evidence = "; ".join(v.get("summary", "") for v in (r.get("evidence") or {}).values()) or "–"
         speedup = "1.00x" if r["variant"] == "baseline" and warm else format_speedup(r.get("speedup_ci"))
         rows.append(
             (
-                r["variant"], ", ".join(sorted(r.get("features") or {})) or "–", _ms(warm.get("median")),
+                r["variant"], ", ".join(sorted(feature_options(r))) or "–", _ms(warm.get("median")),
                 fmt(warm.get("cv"), 2), speedup, _beside(r), fmt(r.get("cold_s"), 2),
                 _mib(r.get("peak_host_rss_bytes")), fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2),
                 fmt(parity.get("max_abs_diff"), 4), evidence, _status(r),
@@ -127,7 +127,7 @@ def compute_table(records: list[dict[str, Any]]) -> str:
 
 def noise_floor_line(records: list[dict[str, Any]]) -> str:
     """The baseline measured against itself: in a fresh cell (parity) and interleaved with a copy (speed)."""
-    rerun = next((r for r in records if r.get("role") == "noise_floor"), None)
+    rerun = next((r for r in records if is_noise_floor(r)), None)
     if rerun is None or not rerun.get("parity"):
         return (
             "Noise floor: not measured (measure.noise_floor: false, or the re-run failed): every speedup of this "
@@ -250,7 +250,7 @@ def render(
     lines += [f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get("_all", [])]
     for model in dict.fromkeys(r["model"] for r in records):
         model_records = [r for r in records if r["model"] == model]
-        measured = [r for r in model_records if r.get("role") != "noise_floor"]
+        measured = [r for r in model_records if not is_noise_floor(r)]
         lines += [
             f"## {model}",
             "",
@@ -327,7 +327,7 @@ def reference_table(records: list[dict[str, Any]]) -> list[str]:
     for r in baselines:
         parity = r.get("parity_vs_reference") or ({"ssim": 1.0, "psnr": math.inf, "max_abs_diff": 0.0}
                                                  if r["model"] == reference else {})  # fmt: skip
-        warm = (r.get("warm") or {}).get("median")
+        warm = warm_median(r)
         status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}") + declared_tag(r)
         status = status.replace("|", "/")
         cells.append(

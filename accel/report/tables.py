@@ -22,7 +22,7 @@ from typing import Any
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.measure.speedup import format_speedup
 from accel.report.format import fmt, table_lines
-from accel.results import declared_tag, peak_memory_bytes
+from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, peak_memory_bytes, warm_median
 
 
 class Footnotes:
@@ -50,7 +50,7 @@ def _families() -> dict[str, list[str]]:
 
 
 def _measured(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [r for r in records if r["variant"] != "baseline" and r.get("role") != "noise_floor"]
+    return [r for r in records if r["variant"] != "baseline" and not is_noise_floor(r)]
 
 
 def _verdicts(records: list[dict[str, Any]], data: GateData) -> dict[tuple[str, str], Any]:
@@ -59,7 +59,7 @@ def _verdicts(records: list[dict[str, Any]], data: GateData) -> dict[tuple[str, 
 
 def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     """(mark, footnote) of one cell."""
-    parity = record.get("parity") or {}
+    parity = parity_of(record)
     variant = record["variant"]
     if verdict.outcome == SKIP and verdict.skip_kind == ENVIRONMENT:
         return "➖", f"{variant}: not measured, {record.get('error')}"
@@ -88,7 +88,7 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
     verdicts = _verdicts(records, data)
     notes = Footnotes()
     families = _families()
-    single = [r for r in _measured(records) if len(r.get("features") or {}) == 1]
+    single = [r for r in _measured(records) if len(feature_options(r)) == 1]
     used = {name for r in single for name in r["features"]}
     columns = [(family, name) for family, names in families.items() for name in names if name in used]
     if not columns:
@@ -132,10 +132,10 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
     verdicts = _verdicts(records, data)
     notes = Footnotes()
     measured = _measured(records)
-    names = [n for n in FEATURES if any(n in (r.get("features") or {}) for r in measured)]
+    names = [n for n in FEATURES if any(n in feature_options(r) for r in measured)]
     pairs: dict[frozenset[str], str] = {}
     for record in measured:
-        features = sorted(record.get("features") or {})
+        features = sorted(feature_options(record))
         for i, a in enumerate(features):
             for b in features[i + 1 :]:
                 verdict = verdicts[(record["model"], record["variant"])]
@@ -203,10 +203,10 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
     )
     rows = []
     for r in records:
-        if r["model"] != model or r.get("role") == "noise_floor":
+        if r["model"] != model or is_noise_floor(r):
             continue
-        warm = (r.get("warm") or {}).get("median")
-        parity = r.get("parity") or {}
+        warm = warm_median(r)
+        parity = parity_of(r)
         memory = peak_memory_bytes(r)
         verdict = verdicts.get((model, r["variant"]))
         status = "baseline" if r["variant"] == "baseline" else _status(verdict, r) + declared_tag(r)

@@ -24,7 +24,7 @@ import numpy as np
 
 from accel.errors import AccelError
 from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
-from accel.results import outputs_path
+from accel.results import SCHEMA_VERSION, outputs_path
 from accel.targets.registry import engine_targets
 
 BASELINE = "baseline"
@@ -95,8 +95,10 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 
 
 def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) -> dict[str, Any]:
-    """The first keys of every cell's record: which cell it is, its status and error."""
+    """The first keys of every cell's record (``accel.results.CellRecord``): which cell it is, its status and
+    error, and the schema version it is built for."""
     return {
+        "schema_version": SCHEMA_VERSION,
         "model": spec.model.name,
         "source": spec.model.source,
         "target": spec.model.target,
@@ -159,7 +161,7 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
 
     ``decided`` says how the cell's outcome was reached: ``declared`` from the mapping alone (vLLM-Omni never
     ran), ``measured`` from a run of vLLM-Omni. A feature engages only on evidence from the engine's own
-    output (or, for a lossy feature, an effect on the image: ``runner.check_engine_effect``).
+    output (or, for a lossy feature, an effect on the image: ``gate.judge_engine_engagement``).
     """
     from accel import zoo
     from accel.engines.mapping import DECLARED, MEASURED, map_variant, read_engine_log
@@ -463,6 +465,7 @@ def _collect(
 ) -> dict[str, Any]:
     """The cell's record from what was measured; the outputs saved for parity."""
     from accel.env import recorded_cpu_peak
+    from accel.gate import not_engaged_error
     from accel.measure.contention import execution_context
     from accel.measure.flops import device_peak
     from accel.measure.speedup import paired_speedup
@@ -518,9 +521,9 @@ def _collect(
             "estimate": estimate.to_dict(),
         }
         arrays[REFERENCE_OUTPUT_KEY] = paired["reference_output"]
-    not_engaged = [f"{name}: {v.summary}" for name, v in verdicts.items() if not v.engaged]
+    not_engaged = not_engaged_error(result["evidence"])  # the gate's rule, recorded with the cell
     if not_engaged:
-        result.update(status="failed", error="; ".join(not_engaged))
+        result.update(status="failed", error=not_engaged)
     path = outputs_path("", spec.model.name, spec.variant)
     result["outputs_file"] = str(path)
     result[CELL_FILES] = {str(path): npz_bytes(arrays)}

@@ -23,7 +23,7 @@ import yaml
 from accel.errors import ConfigError
 from accel.measure.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.profile import Profile
-from accel.results import RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
+from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
@@ -226,39 +226,6 @@ def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -
     return None
 
 
-def check_engine_effect(record: dict[str, Any]) -> None:
-    """An engine cell's features engage only on evidence: the engine's own log line, or, for a lossy
-    feature, an output that differs from the engine's baseline (an effect its default path cannot produce).
-    A lossy feature whose output is identical did not engage whatever the engine logged. Without evidence
-    for every feature the cell fails with the reason; acceptance alone is never engagement."""
-    from accel.features import FEATURES
-
-    if not record.get("engine") or record["status"] != "ok":
-        return
-    evidence = record.setdefault("evidence", {})
-    parity = record.get("parity") or {}
-    missing = []
-    for name, raw in (record.get("features") or {}).items():
-        entry = evidence.setdefault(name, {"engaged": False, "summary": "accepted by vLLM-Omni"})
-        lossy = FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
-        if lossy and parity.get("bit_identical") is False:
-            entry["engaged"] = True
-            entry["summary"] = "; ".join(
-                [*([entry["summary"]] if entry.get("engine_log") else []), "output differs from the engine's baseline"]
-            )
-        elif lossy and parity.get("bit_identical"):
-            entry["engaged"] = False
-            entry["summary"] = f"{entry['summary']}; but the output is identical to the engine's baseline"
-        elif lossy:
-            entry["engaged"] = False
-            entry["summary"] = f"{entry['summary']}; no baseline output to show an effect"
-        if not entry["engaged"]:
-            missing.append(f"{name}: {entry['summary']}")
-    if missing:
-        record["status"] = "failed"
-        record["error"] = "no evidence of engagement: " + "; ".join(missing)
-
-
 def attach_reference_parity(record: dict[str, Any], reference: str, run_dir: Path, keys: list[str]) -> None:
     """Parity of a model's baseline against the reference model's baseline (same prompts and seeds)."""
     from accel.measure.parity import aggregate, compare
@@ -435,6 +402,7 @@ def _run_sweep(
     ray_address: str | None,
 ) -> SweepResult:
     from accel import env
+    from accel.gate import judge_engine_engagement
     from accel.report.figures import write_figures
     from accel.report.images import save_images
     from accel.report.markdown import write_report
@@ -492,7 +460,7 @@ def _run_sweep(
             if cell.variant == BASELINE:
                 baselines[cell.model.name] = record
             if cell.variant == NOISE_FLOOR:
-                record["role"] = "noise_floor"
+                record["role"] = NOISE_FLOOR_ROLE
                 noise_floors[cell.model.name] = record
             if record.get("device") and not record.get("device_name"):  # engine cells: the device they ran on here
                 record["device_name"] = env.device_name(record["device"])
@@ -502,7 +470,7 @@ def _run_sweep(
             )
             attach_adherence(record, cell.model, profile.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
-            check_engine_effect(record)
+            judge_engine_engagement(record)  # the gate's rule, applied before the record is written
             if cell.variant == BASELINE and profile.measure.reference_model:
                 attach_reference_parity(record, profile.measure.reference_model, run_dir, keys)
             if record.get("outputs_file"):
