@@ -93,7 +93,6 @@ def sweep(
 @app.command()
 def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
     """Print the cells a sweep of PROFILE would run, without running anything."""
-    from accel.features.combinations import plan_pairwise
     from accel.profile import load_profile
     from accel.sweep.runner import plan as plan_cells
 
@@ -103,8 +102,8 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
         features = ", ".join(f"{k}={v}" for k, v in cell.features.items()) or "(none)"
         typer.echo(f"{cell.key:45} {features}")
     typer.echo(f"{len(cells)} cells: {len(loaded.models)} model(s) x {len(cells) // len(loaded.models)} configurations")
-    if loaded.combinations is not None:
-        result = plan_pairwise(loaded.combinations.features, f"{profile}: combinations", loaded.combinations.prefix)
+    result = loaded.variant_plan().pairwise  # planned once, when the profile was loaded
+    if result is not None:
         typer.echo(
             f"pairwise: {len(result.variants)} variants cover {len(result.covered_pairs)} feature pairs and every "
             f"option value (the full product has {result.full_product} variants)"

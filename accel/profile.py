@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from accel.data import data_dir
 from accel.errors import ConfigError, did_you_mean, unknown_choice
@@ -237,17 +237,17 @@ class Profile(StrictModel):
     variants: list[Variant] = Field(default_factory=list)
     combinations: Combinations | None = None
     measure: Measure = Field(default_factory=Measure)
+    _variant_plan: Any = PrivateAttr(default=None)
 
-    def all_variants(self, source: str = "<profile>") -> list[Variant]:
-        """The explicit variants, then those the ``combinations`` section generates."""
-        if self.combinations is None:
-            return list(self.variants)
-        from accel.features.combinations import plan_pairwise
+    def variant_plan(self, source: str = "<profile>") -> Any:
+        """Every variant with its options parsed (``accel.features.variants.VariantPlan``), computed once:
+        the explicit variants, then those the ``combinations`` section plans. ``source`` names the file in
+        errors; ``parse_profile`` computes it at load, so later calls only return it."""
+        if self._variant_plan is None:
+            from accel.features.variants import plan_variants
 
-        generated = plan_pairwise(
-            self.combinations.features, f"{source}: combinations", self.combinations.prefix
-        ).variants
-        return [*self.variants, *(Variant(**v) for v in generated)]
+            self._variant_plan = plan_variants(self.variants, self.combinations, source)
+        return self._variant_plan
 
     @model_validator(mode="after")
     def _variant_models_exist(self) -> Profile:
@@ -317,17 +317,7 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
         profile = Profile.model_validate(data)
     except ValidationError as error:
         raise ConfigError(format_validation_error(source, error)) from error
-    from accel.features import validate_variant_features
-
-    for index, variant in enumerate(profile.variants):
-        validate_variant_features(variant.features, f"{source}: variants[{index}].features")
-    names = [v.name for v in profile.variants]
-    for generated in profile.all_variants(source)[len(names) :]:
-        if generated.name in names:
-            raise ConfigError(
-                f"{source}: combinations.prefix: generated variant '{generated.name}' clashes with an explicit "
-                "variant; choose another prefix"
-            )
+    profile.variant_plan(source)  # every variant's options parsed and checked once, named by file and key
     return profile
 
 

@@ -6,6 +6,7 @@ import itertools
 import sys
 
 import pytest
+from conftest import small_profile
 
 from accel.cli import main
 from accel.errors import ConfigError
@@ -52,7 +53,7 @@ def test_profile_combinations_expand_after_explicit_variants(capsys, monkeypatch
         "variants": [{"name": "mine", "features": {"vae_use_slicing": True}}],
         "combinations": {"features": {"tea_cache": [0.3], "quantization": ["int8wo"], "compile": ["regional"]}},
     }
-    names = [v.name for v in parse_profile(data).all_variants()]
+    names = [v.name for v in parse_profile(data).variant_plan().variants]
     assert names == ["mine", "pairwise-01"]
     path = tmp_path / "p.yaml"
     import yaml
@@ -71,3 +72,30 @@ def test_bad_combinations_are_config_errors():
         plan_pairwise({"tea_cache": [0.2], "compile": "regional"}, "p.yaml: combinations")
     with pytest.raises(ConfigError, match=r"unknown feature 'teacache'\. Did you mean 'tea_cache'"):
         plan_pairwise({"teacache": [0.2], "compile": ["regional"]}, "p.yaml: combinations")
+
+
+def test_a_variants_options_are_parsed_once_when_the_profile_loads(monkeypatch, tmp_path):
+    import accel.features
+    from accel.engines.mapping import map_variant
+    from accel.sweep.cell import run_cell
+    from accel.sweep.runner import plan as plan_cells
+
+    data = small_profile(["tiny-flux"], [{"name": "tiling", "features": {"vae_use_tiling": {"tile_size": 32}}}])
+    data["workload"]["steps"] = 2
+    data["combinations"] = {"mode": "pairwise", "features": {"tea_cache": [0.3], "vae_use_slicing": [True]}}
+    profile = parse_profile(data)
+    planned = profile.variant_plan()
+    assert profile.variant_plan() is planned  # expanded once, pairwise included
+    assert [v.name for v in planned.variants] == ["tiling", "pairwise-01"] and planned.pairwise is not None
+    cells = {cell.variant: cell for cell in plan_cells(profile, tmp_path)}
+    assert cells["tiling"].configs is planned.variants[0].configs  # the cell carries the parsed configs
+
+    def parsed_again(*args, **kwargs):
+        raise AssertionError("a variant's options were parsed again after the profile was loaded")
+
+    monkeypatch.setattr(accel.features, "parse_feature_options", parsed_again)
+    monkeypatch.setattr(accel.features, "validate_variant_features", parsed_again)
+    assert map_variant(cells["pairwise-01"].configs, "vllm-omni").kwargs  # the engines mapping takes configs
+    record = run_cell(cells["tiling"])
+    assert record["status"] == "ok", record.get("error")
+    assert record["features"] == {"vae_use_tiling": {"tile_size": 32}}  # records keep the options as written

@@ -89,8 +89,10 @@ def _untranslated(name: str, options: dict[str, Any], entry: dict[str, Any]) -> 
 def map_variant(
     features: dict[str, Any], path: str, device: str = "cpu", mapping: dict[str, Any] | None = None
 ) -> EngineCall:
-    """Engine kwargs for a variant's features on one path, or the declared reason it cannot run."""
+    """Engine kwargs for a variant's features (name -> config object or raw options) on one path, or the
+    declared reason it cannot run."""
     from accel.features import parse_feature_options
+    from accel.features.base import FeatureConfig
 
     if path not in PATHS:
         raise ConfigError(f"unknown engine path '{path}'. Allowed: {', '.join(PATHS)}")
@@ -102,7 +104,8 @@ def map_variant(
         if entry is None or "unsupported" in (entry or {}):
             reason = (entry or {}).get("unsupported") or f"no vLLM-Omni mapping for feature {name}"
             return EngineCall(unsupported=f"{name}: {reason}")
-        options = parse_feature_options(name, raw, "variant").model_dump()
+        # A config object from the profile's variant plan; a raw option (tests, scripts) is parsed here.
+        options = (raw if isinstance(raw, FeatureConfig) else parse_feature_options(name, raw, "variant")).model_dump()
         untranslated = _untranslated(name, options, entry)
         if untranslated:
             return EngineCall(unsupported=untranslated)

@@ -50,6 +50,16 @@ class CellSpec:
     run_dir: str = "."  # the driver's run directory (absolute), for messages only: a cell never writes there
     # The CPU peak FLOPs the sweep measured on its host ({"host": ..., "flops": {dtype: ...}}), or None.
     cpu_peaks: dict[str, Any] | None = None
+    # ``features`` parsed (feature name -> its config object), from the profile's variant plan; a spec built
+    # by hand with raw ``features`` only gets them parsed here, on the driver, once.
+    configs: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.features and not self.configs:
+            from accel.features import validate_variant_features
+
+            configs = validate_variant_features(self.features, f"variant '{self.variant}'.features")
+            object.__setattr__(self, "configs", configs)  # frozen: set once, at construction
 
     @property
     def key(self) -> str:
@@ -177,7 +187,7 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
     if spec.workload.num_images_per_prompt != 1:
         reason = "engine targets generate one image per request: set workload.num_images_per_prompt: 1"
         return {**result, "status": "unsupported", "unsupported_scope": "model", "error": reason}
-    call = map_variant(spec.features, spec.model.target, device)
+    call = map_variant(spec.configs, spec.model.target, device)
     if call.unsupported:
         return {**result, "status": "unsupported", "unsupported_scope": "model", "error": call.unsupported,
                 "decided": DECLARED}  # fmt: skip
@@ -232,7 +242,7 @@ def _measure_engine(spec: CellSpec) -> dict[str, Any]:
 
 
 def _measure(spec: CellSpec) -> dict[str, Any]:
-    from accel.features import apply, ordered, validate_variant_features
+    from accel.features import apply, ordered
     from accel.features.applied import FeatureUnavailable
 
     if spec.model.target in ENGINE_TARGETS:
@@ -242,7 +252,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.measure.timing import timed
     from accel.targets.native import make_target
 
-    options = validate_variant_features(spec.features, f"variant '{spec.variant}'.features")
+    options = spec.configs  # parsed and checked when the profile was loaded
     features = ordered(list(options))
     note_phase("building the target")
     target = make_target(spec.model)

@@ -60,7 +60,7 @@ def local_sources_resolved(models: list[Any]) -> list[Any]:
 def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
     """Every cell in execution order: per model, the baseline, its noise-floor re-run, then each variant."""
     cells = []
-    variants = profile.all_variants()
+    variants = profile.variant_plan().variants
     reference = profile.measure.reference_model
     models = local_sources_resolved(profile.models)
     models = sorted(models, key=lambda m: m.name != reference) if reference else models
@@ -69,7 +69,7 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
         if profile.measure.noise_floor:
             cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
-            CellSpec(model, profile.workload, profile.measure, v.name, dict(v.features), str(run_dir))
+            CellSpec(model, profile.workload, profile.measure, v.name, v.features, str(run_dir), configs=v.configs)
             for v in variants
             if v.models is None or model.name in v.models
         )
