@@ -303,7 +303,9 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     if not bounds:
         return None
     limit = max(bounds)
-    return Check("adherence loss vs baseline", loss <= limit + 1e-9, loss, f"<= {limit:.4g} (lossy)")
+    return Check(
+        "adherence loss vs baseline", loss <= limit + 1e-9, loss, f"<= {fmt(limit, 4, significant=True)} (lossy)"
+    )
 
 
 def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, str | None]:
@@ -321,7 +323,12 @@ def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, s
     refresh = float(data.perf.get("refresh_if_faster_by", 0.2))
     measured = record["warm"]["median"]
     limit = max(base * (1 + rel), base + absolute)
-    check = Check("warm latency (s)", measured <= limit, measured, f"<= {limit:.4g} (baseline {base:.4g} on {device})")
+    check = Check(
+        "warm latency (s)",
+        measured <= limit,
+        measured,
+        f"<= {fmt(limit, 4, significant=True)} (baseline {fmt(base, 4, significant=True)} on {device})",
+    )
     notice = None
     if measured < base * (1 - refresh):
         notice = (
@@ -509,8 +516,18 @@ def gate_cell(
     parity = parity_of(record)
     ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
     parity_checks = [
-        Check(f"SSIM, {kind}", (parity.get("ssim") or 0) >= ssim_min, parity.get("ssim"), f">= {ssim_min:.4g}"),
-        Check(f"PSNR dB, {kind}", (parity.get("psnr") or 0) >= psnr_min, parity.get("psnr"), f">= {psnr_min:.4g}"),
+        Check(
+            f"SSIM, {kind}",
+            (parity.get("ssim") or 0) >= ssim_min,
+            parity.get("ssim"),
+            f">= {fmt(ssim_min, 4, significant=True)}",
+        ),
+        Check(
+            f"PSNR dB, {kind}",
+            (parity.get("psnr") or 0) >= psnr_min,
+            parity.get("psnr"),
+            f">= {fmt(psnr_min, 4, significant=True)}",
+        ),
     ]
     baseline_stable = (baseline or {}).get("outputs_stable") is not False
     lossless = [name for name in features if name not in _lossy_features(record)]

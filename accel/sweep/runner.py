@@ -281,9 +281,10 @@ def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] |
     import torch
 
     from accel import env
+    from accel.targets.registry import is_engine
 
     on_cpu = ("cpu", "auto") if not torch.cuda.is_available() else ("cpu",)
-    dtypes = [m.dtype for m in profile.models if m.target in ("adapter", "native") and m.device in on_cpu]
+    dtypes = [m.dtype for m in profile.models if not is_engine(m.target) and m.device in on_cpu]
     if not dtypes:
         return None
     if resume:
