@@ -223,7 +223,7 @@ def load_results(path: str | Path) -> ResultsFile:
         try:
             record = json.loads(line.decode("utf-8"))
             json.dumps(record, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be printed
-        except UnicodeError as error:
+        except (UnicodeDecodeError, UnicodeEncodeError) as error:
             raise ConfigError(f"{where}: not UTF-8 text (or an unpaired surrogate): {error.reason}") from error
         except json.JSONDecodeError as error:
             raise ConfigError(f"{where}: not a JSON record: {error.msg} at column {error.colno}") from error
@@ -264,7 +264,7 @@ def flatten(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def to_frame(records: list[dict[str, Any]]):
+def to_frame(records: list[dict[str, Any]]) -> Any:
     """A pandas DataFrame with one row per cell and the ``COLUMNS`` columns."""
     import pandas as pd
 
