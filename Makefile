@@ -27,7 +27,7 @@ test: $(STAMP)
 	$(VENV)/bin/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache
 
 # Regenerate reports/quickstart (the default CPU profile's report, committed) and gate it.
 report: $(STAMP)

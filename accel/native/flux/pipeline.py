@@ -47,8 +47,9 @@ class NativeFluxPipeline(NativePipeline):
             return
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
         from safetensors.torch import load_file
-        from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel
-        from transformers import T5Tokenizer as T5TokenizerFast  # transformers 5: one class, the fast one
+
+        # transformers 5 resolves the old name T5TokenizerFast lazily (to T5Tokenizer); its stubs do not list it.
+        from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast  # type: ignore[attr-defined]
 
         if checkpoint is None:
             raise TypeError("NativeFluxPipeline needs a checkpoint directory or components")
