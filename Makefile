@@ -1,7 +1,7 @@
 # Two entry points, each doing its own setup in .venv (created and installed on first use, and again
 # whenever pyproject.toml changes):
 #   make sweep   run omni-accel sweep on the embedded default profile (profiles/quickstart.yaml)
-#   make test    ruff (lint + format check) and the test suite
+#   make test    ruff (lint + format check), mypy (strict, on accel/) and the test suite
 PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
@@ -23,10 +23,11 @@ sweep: $(STAMP)
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy accel
 	$(VENV)/bin/python -m pytest -q
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache
+	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache
 
 # Regenerate reports/quickstart (the default CPU profile's report, committed) and gate it.
 report: $(STAMP)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -112,7 +113,7 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
 
 
-def _read_records(path: Path) -> list:
+def _read_records(path: Path) -> list[dict[str, Any]]:
     """A run's records, as gate and table read them; a last line cut short is noted on stderr and skipped."""
     from accel.results import load_results
 
@@ -341,7 +342,7 @@ def main() -> None:
     try:  # typer >= 0.2x vendors click; older releases use click itself
         from typer._click import exceptions as click_exceptions
     except ImportError:  # pragma: no cover
-        from click import exceptions as click_exceptions
+        from click import exceptions as click_exceptions  # type: ignore[no-redef]  # the same module, older typer
 
     try:
         result = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.metadata
 import platform
 import subprocess
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ def device_name(device: str) -> str:
 CPU_PEAKS_KEY = "cpu_peak_flops"
 
 
-def measure_cpu_peaks(dtypes: list[str]) -> dict[str, Any]:
+def measure_cpu_peaks(dtypes: Iterable[str]) -> dict[str, Any]:
     """The CPU's peak FLOP/s per dtype, measured once for a sweep, with the host it was measured on."""
     import socket
 

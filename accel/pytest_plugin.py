@@ -12,9 +12,14 @@ from __future__ import annotations
 
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
+
+if TYPE_CHECKING:
+    from _pytest._code.code import TerminalRepr
+
+    from accel.profile import Profile
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -44,7 +49,7 @@ class AccelCells:
             _path(option("accel_thresholds")), _path(option("accel_claims")), _path(option("accel_baseline"))
         )
         self.records: list[dict[str, Any]] | None = None
-        self.profile = None
+        self.profile: Profile | None = None  # None when the records were read (--accel-results)
         results = option("accel_results")
         if results:
             from accel.results import read_results
@@ -65,12 +70,14 @@ class AccelCells:
         from accel.sweep.cell import NOISE_FLOOR
         from accel.sweep.runner import plan
 
+        assert self.profile is not None  # no records: a profile was loaded
         return [(c.model.name, c.variant) for c in plan(self.profile, self.run_dir) if c.variant != NOISE_FLOOR]
 
     def measured(self) -> list[dict[str, Any]]:
         if self.records is None:
             from accel.sweep.runner import run_sweep
 
+            assert self.profile is not None  # no records: a profile was loaded
             self.records = run_sweep(self.profile, self.profile_path, self.run_dir, show_progress=False).records
         return self.records
 
@@ -117,7 +124,7 @@ class AccelItem(pytest.Item):
         if verdict.outcome == FAIL:
             raise AccelGateFailure(verdict.message())
 
-    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str:
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> str | TerminalRepr:
         if isinstance(excinfo.value, AccelGateFailure):
             return f"{self.cell[0]}/{self.cell[1]} failed the gate:\n{excinfo.value}"
         return super().repr_failure(excinfo)

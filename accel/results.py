@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
@@ -261,9 +262,13 @@ class ResultsLog:
             ) from error
 
 
+def _anything(value: Any) -> bool:
+    return True
+
+
 STATUSES = ("ok", "failed", "unsupported")
 MODALITIES = ("image", "video")
-_CHECKS = {
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
     "number": (lambda v: _is_number(v), "a number"),
     "integer": (lambda v: _is_number(v), "a number"),  # as before the declaration: any number is read
     "string": (lambda v: isinstance(v, str), "a string"),
@@ -338,7 +343,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
         raise ConfigError(f"{where}: 'modality' should be one of {', '.join(MODALITIES)}, got {record['modality']!r}")
     for declared in record_fields():  # each declared key's type; null is always allowed
         value = record.get(declared.name)
-        check, kind = _CHECKS.get(declared.type, (lambda v: True, ""))
+        check, kind = _CHECKS.get(declared.type, (_anything, ""))
         if value is not None and not check(value):
             raise ConfigError(f"{where}: '{declared.name}' should be {kind} or null, got {_json_type(value)}")
     for name, raw in feature_options(record).items():
@@ -425,7 +430,7 @@ def load_results(path: str | Path) -> ResultsFile:
         try:
             record = json.loads(line.decode("utf-8"))
             json.dumps(record, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be printed
-        except UnicodeError as error:
+        except (UnicodeDecodeError, UnicodeEncodeError) as error:
             raise ConfigError(f"{where}: not UTF-8 text (or an unpaired surrogate): {error.reason}") from error
         except json.JSONDecodeError as error:
             raise ConfigError(f"{where}: not a JSON record: {error.msg} at column {error.colno}") from error
@@ -467,7 +472,7 @@ def flatten(record: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def to_frame(records: list[dict[str, Any]]):
+def to_frame(records: list[dict[str, Any]]) -> Any:
     """A pandas DataFrame with one row per cell and the ``COLUMNS`` columns."""
     import pandas as pd
 

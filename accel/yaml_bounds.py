@@ -40,9 +40,9 @@ class BoundedLoader(yaml.SafeLoader):
                 text += f".{part}" if text else part
         return text or "(top level)"
 
-    def compose_node(self, parent: Node | None, index: Any) -> Node:
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
         if self.check_event(AliasEvent):
-            anchor = self.peek_event().anchor
+            anchor = self.peek_event().anchor  # type: ignore[no-untyped-call]  # unannotated in types-PyYAML
             node = self.anchors.get(anchor)
             if node is not None and id(node) not in self._sizes:  # its own composition is not finished
                 raise ExpansionError(f"{self._where()}: alias '*{anchor}' refers to a node that contains it")
@@ -61,7 +61,7 @@ class BoundedLoader(yaml.SafeLoader):
         self._path.pop()
         return node
 
-    def _account(self, node: Node) -> None:
+    def _account(self, node: Node | None) -> None:
         if isinstance(node, ScalarNode):
             size = (1, len(node.value))
         else:

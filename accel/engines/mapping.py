@@ -59,7 +59,7 @@ def load_mapping(engine: str = "vllm-omni", path: Path | None = None) -> dict[st
     path = path or _mapping_file(engine)
     if not path.is_file():
         raise ConfigError(f"{path}: no feature mapping for engine '{engine}'")
-    mapping = yaml.safe_load(path.read_text())
+    mapping: dict[str, Any] = yaml.safe_load(path.read_text())
     for name, entry in (mapping.get("features") or {}).items():
         values = (entry or {}).get("values") or {}
         seen: dict[Any, str] = {}

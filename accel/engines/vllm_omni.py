@@ -59,7 +59,8 @@ def environment_info() -> dict[str, Any] | None:
     marker = environment_dir() / MARKER
     if not marker.is_file() or not python_path().is_file():
         return None
-    return json.loads(marker.read_text())
+    info: dict[str, Any] = json.loads(marker.read_text())
+    return info
 
 
 def _run(command: list[str], log: Any) -> None:

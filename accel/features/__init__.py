@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from accel.errors import ConfigError, did_you_mean, unknown_choice
 from accel.features.attention import AttentionBackend, AttentionBackendConfig
-from accel.features.base import Feature, FeatureConfig
+from accel.features.base import AnyFeature, Feature, FeatureConfig
 from accel.features.cache import (
     CacheDit,
     CacheDitConfig,
@@ -104,7 +104,8 @@ def parse_feature_options(name: str, raw: Any, where: str) -> FeatureConfig:
     if name not in FEATURES:
         raise ConfigError(f"{where}: {unknown_choice('feature', name, FEATURES)}")
     try:
-        return FEATURES[name].parse_options(raw)
+        options: FeatureConfig = FEATURES[name].parse_options(raw)
+        return options
     except ValidationError as error:
         first = error.errors()[0]
         key = ".".join(str(p) for p in first["loc"])
@@ -126,6 +127,6 @@ def validate_variant_features(features: dict[str, Any], where: str) -> dict[str,
     return parsed
 
 
-def ordered(names: list[str]) -> list[Feature]:
+def ordered(names: list[str]) -> list[AnyFeature]:
     """Features in application order (by stage, then name for a stable order)."""
     return sorted((get_feature(n) for n in names), key=lambda f: (int(f.stage), f.name))

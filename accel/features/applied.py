@@ -26,7 +26,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from accel.errors import ConfigError, UnavailableError
-from accel.features.base import Feature, FeatureConfig, Handle, RunContext, Verdict, compute_dtype
+from accel.features.base import AnyFeature, FeatureConfig, Handle, RunContext, Verdict, compute_dtype
 from accel.features.registry import FEATURES
 from accel.features.rules import check_conflicts
 
@@ -48,13 +48,13 @@ class Applied:
     def __init__(self, pipeline: Any, context: RunContext) -> None:
         self.pipeline = pipeline
         self.context = context
-        self.applied: list[tuple[Feature, FeatureConfig, Handle]] = []
+        self.applied: list[tuple[AnyFeature, FeatureConfig, Handle]] = []
         self._original_class: type | None = None
         self._window_open = False
         self._removed = False
 
     @property
-    def features(self) -> list[Feature]:
+    def features(self) -> list[AnyFeature]:
         """The applied features, in application order."""
         return [feature for feature, _, _ in self.applied]
 
@@ -164,9 +164,9 @@ def default_steps(pipeline: Any) -> int | None:
     return default if isinstance(default, int) and not isinstance(default, bool) else None
 
 
-def resolve(configs: tuple[Any, ...], where: str = "apply()") -> list[tuple[Feature, FeatureConfig]]:
+def resolve(configs: tuple[Any, ...], where: str = "apply()") -> list[tuple[AnyFeature, FeatureConfig]]:
     """The feature of each config (found by the config's type), in application order; conflicts rejected."""
-    chosen: dict[str, tuple[Feature, FeatureConfig]] = {}
+    chosen: dict[str, tuple[AnyFeature, FeatureConfig]] = {}
     for config in configs:
         feature = FEATURES.for_config(config)
         if feature.name in chosen:

@@ -157,7 +157,11 @@ class _NativeAttentionHandle(Handle):
             layer.count_calls = False
 
 
-class AttentionBackend(Feature):
+# The handle of either route: diffusers' dispatcher or the native attention layers.
+_AttentionHandle = _DispatchHandle | _NativeAttentionHandle
+
+
+class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
     """Route the transformer's attention through one diffusers backend."""
 
     name = "attention_backend"
@@ -170,7 +174,7 @@ class AttentionBackend(Feature):
     primary_option = "backend"
     description = "attention backend of the transformer (transformer.set_attention_backend)"
 
-    def feature_class_for(self, options: AttentionBackendConfig) -> FeatureClass:  # type: ignore[override]
+    def feature_class_for(self, options: AttentionBackendConfig) -> FeatureClass:
         """Sage kernels quantise Q/K: lossy. Exact backends: lossless."""
         return FeatureClass.LOSSY if options.backend.startswith(LOSSY_BACKENDS_PREFIX) else FeatureClass.LOSSLESS
 
@@ -191,7 +195,7 @@ class AttentionBackend(Feature):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
         return self.probe(device, options, compute_dtype(pipeline))
 
-    def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:
         backend = options.backend
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:
@@ -210,7 +214,7 @@ class AttentionBackend(Feature):
             )
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> _AttentionHandle:
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
         layers = native_attention_layers(pipeline.transformer)
@@ -221,7 +225,7 @@ class AttentionBackend(Feature):
         pipeline.transformer.set_attention_backend(options.backend)
         return _DispatchHandle(pipeline.transformer, options.backend, previous_active, context.device)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _AttentionHandle) -> Verdict:
         wanted = handle.wanted
         per_run = [run.get("dispatched", {}) for run in handle.runs]
         evidence = {"dispatched_per_run": per_run}

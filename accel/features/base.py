@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from enum import Enum, IntEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -192,7 +192,7 @@ class Handle(ABC):
 
 def compute_dtype(pipeline: Any) -> str | None:
     """The dtype the pipeline's denoiser computes in (``bfloat16``, ``float32``, ...), or None if unknown."""
-    module = getattr(pipeline, "transformer", None) or getattr(pipeline, "unet", None)
+    module: Any = getattr(pipeline, "transformer", None) or getattr(pipeline, "unet", None)
     try:
         parameter = next(module.parameters())
     except (AttributeError, StopIteration, TypeError):
@@ -200,14 +200,23 @@ def compute_dtype(pipeline: Any) -> str | None:
     return str(parameter.dtype).removeprefix("torch.")
 
 
-class Feature(ABC):
-    """One acceleration feature. Subclasses set the class attributes and implement the three methods."""
+ConfigT = TypeVar("ConfigT", bound=FeatureConfig)
+HandleT = TypeVar("HandleT", bound=Handle)
+
+
+class Feature(ABC, Generic[ConfigT, HandleT]):
+    """One acceleration feature. Subclasses set the class attributes and implement the three methods.
+
+    Generic in its options model and its handle: ``class CacheDit(Feature[CacheDitConfig, CacheDitHandle])``
+    types ``check``/``apply``'s options and ``verify``'s handle (a plugin may subclass plain ``Feature``).
+    """
 
     name: ClassVar[str]
     family: ClassVar[str]
     feature_class: ClassVar[FeatureClass]
     stage: ClassVar[Stage | int]  # application order; a plugin may use any int between the stages
-    config_cls: ClassVar[type[FeatureConfig]]
+    # The options model (a class attribute; not ClassVar only because a ClassVar cannot use a type variable).
+    config_cls: type[ConfigT]
     description: ClassVar[str]
     # Option filled by a scalar shorthand in a profile (``attention_backend: _native_math``).
     primary_option: ClassVar[str | None] = None
@@ -228,7 +237,7 @@ class Feature(ABC):
     # Plans by denoising step (needs ``RunContext.steps`` to match the calls): ``apply`` refuses other steps.
     needs_steps: ClassVar[bool] = False
 
-    def parse_options(self, raw: Any) -> FeatureConfig:
+    def parse_options(self, raw: Any) -> ConfigT:
         """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""
         if raw is None or raw is True:
             return self.config_cls()
@@ -238,15 +247,15 @@ class Feature(ABC):
             return self.config_cls(**{self.primary_option: raw})
         raise ValueError(f"expected a mapping of options or true, got {raw!r}")
 
-    def feature_class_for(self, options: FeatureConfig) -> FeatureClass:
+    def feature_class_for(self, options: ConfigT) -> FeatureClass:
         """The class of this feature with these options (some options change it); default: the feature's."""
         return self.feature_class
 
-    def load_kwargs(self, options: FeatureConfig) -> dict[str, Any]:
+    def load_kwargs(self, options: ConfigT) -> dict[str, Any]:
         """Extra ``from_pretrained`` kwargs when the feature acts at load time (default: none)."""
         return {}
 
-    def probe(self, device: str, options: FeatureConfig, dtype: str | None = None) -> Support:
+    def probe(self, device: str, options: ConfigT, dtype: str | None = None) -> Support:
         """Whether the feature can run on this device, installation and compute dtype (``None``: not known
         yet), before any pipeline is loaded.
 
@@ -264,13 +273,17 @@ class Feature(ABC):
         return list(typing.get_args(annotation)) if typing.get_origin(annotation) is typing.Literal else []
 
     @abstractmethod
-    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+    def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         """Whether the feature can run on this pipeline and device, with the reason when not."""
 
     @abstractmethod
-    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> HandleT:
         """Enable the feature on a loaded pipeline; the handle records evidence and can remove it."""
 
     @abstractmethod
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: HandleT) -> Verdict:
         """Judge from the handle's evidence whether the feature engaged on every timed run."""
+
+
+# A feature of any options and handle: what the registry, the planner and ``apply`` hold.
+AnyFeature = Feature[Any, Any]

@@ -20,6 +20,7 @@ from pydantic import Field
 
 from accel.features.base import (
     LOSSY_LIMITS,
+    ConfigT,
     Feature,
     FeatureClass,
     FeatureConfig,
@@ -52,6 +53,8 @@ class WorkCounter(Handle):
         for layer in self.native_layers:  # the native attention layer counts its own computations
             layer.count_calls = True
         self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
+        # The modules a hook matched by name (taylorseer_cache fills it; its evidence).
+        self.hooked: list[str] = []
         self.calls = Tally(device)
         self.computed = Tally(device)
         self.start = (0, 0)
@@ -170,7 +173,7 @@ class _CacheDitHandle(Handle):
                 module.__dict__.pop("forward", None)
 
 
-class CacheDit(Feature):
+class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
     """Cache-DiT DBCache on the whole pipeline (``cache_dit.enable_cache``)."""
 
     name = "cache_dit"
@@ -183,7 +186,7 @@ class CacheDit(Feature):
     needs_steps = True  # the step mask and the transformer-only mode count steps
     description = "Cache-DiT DBCache (+ TaylorSeer, SCM)"
 
-    def probe(self, device: str, options: CacheDitConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: CacheDitConfig, dtype: str | None = None) -> Support:
         import importlib.util
 
         if importlib.util.find_spec("cache_dit") is None:
@@ -200,7 +203,7 @@ class CacheDit(Feature):
             return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: CacheDitConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: CacheDitConfig, context: RunContext) -> _CacheDitHandle:
         import cache_dit
         from cache_dit import DBCacheConfig, TaylorSeerCalibratorConfig
 
@@ -229,7 +232,7 @@ class CacheDit(Feature):
         cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
         return _CacheDitHandle(pipeline, patched_before)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _CacheDitHandle) -> Verdict:
         # One entry per cached block group; they share the steps, so a run's count is the largest.
         per_run = [max((len(s) for s in run.get("cached_steps", [])), default=0) for run in handle.runs]
         evidence = {
@@ -263,7 +266,7 @@ def _cache_dit_supported(pipeline: Any) -> bool:
 # --- diffusers cache hooks ----------------------------------------------------------------------------
 
 
-class _DiffusersHookFeature(Feature):
+class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     """A diffusers cache hook enabled with ``transformer.enable_cache(config)``."""
 
     family = "cache"
@@ -275,10 +278,10 @@ class _DiffusersHookFeature(Feature):
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
 
-    def hook_config(self, pipeline: Any, options: Any, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, options: ConfigT, context: RunContext) -> Any:
         raise NotImplementedError
 
-    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+    def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "enable_cache"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
@@ -293,12 +296,12 @@ class _DiffusersHookFeature(Feature):
             return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> WorkCounter:
         transformer = pipeline.transformer
         transformer.enable_cache(self.hook_config(pipeline, options, context))
         return WorkCounter(transformer, undo=transformer.disable_cache, device=context.device)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: WorkCounter) -> Verdict:
         return verify_skipped_work(handle, self.name)
 
 
@@ -308,7 +311,7 @@ class FirstBlockCacheConfig(FeatureConfig):
     threshold: float = Field(default=0.05, gt=0, description="Reuse when the first block changed less; higher: faster.")
 
 
-class FirstBlockCache(_DiffusersHookFeature):
+class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
     name = "first_block_cache"
     config_cls = FirstBlockCacheConfig
     primary_option = "threshold"
@@ -329,7 +332,7 @@ class MagCacheConfig(FeatureConfig):
     mag_ratios: list[float] | None = Field(default=None, description="Per-step magnitude ratios (calibrated).")
 
 
-class MagCache(_DiffusersHookFeature):
+class MagCache(_DiffusersHookFeature[MagCacheConfig]):
     name = "mag_cache"
     config_cls = MagCacheConfig
     needs_steps = True  # diffusers' MagCache takes num_inference_steps
@@ -399,7 +402,7 @@ def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
     return [name for name, _ in transformer.named_modules() if any(re.fullmatch(p, name) for p in patterns)]
 
 
-class TaylorSeerCache(_DiffusersHookFeature):
+class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
     name = "taylorseer_cache"
     config_cls = TaylorSeerCacheConfig
     description = "diffusers TaylorSeer cache (feature forecasting)"
@@ -418,7 +421,7 @@ class TaylorSeerCache(_DiffusersHookFeature):
             )
         return support
 
-    def apply(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> WorkCounter:
         handle = super().apply(pipeline, options, context)
         handle.hooked = _matching_modules(pipeline.transformer, taylorseer_identifiers(pipeline.transformer, options))
         return handle
@@ -433,7 +436,7 @@ class TaylorSeerCache(_DiffusersHookFeature):
             taylor_factors_dtype=torch.float32,
         )
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: WorkCounter) -> Verdict:
         verdict = verify_skipped_work(handle, self.name)
         verdict.evidence["hooked_modules"] = len(handle.hooked)
         return verdict
@@ -448,7 +451,7 @@ class PyramidAttentionBroadcastConfig(FeatureConfig):
     )
 
 
-class PyramidAttentionBroadcast(_DiffusersHookFeature):
+class PyramidAttentionBroadcast(_DiffusersHookFeature[PyramidAttentionBroadcastConfig]):
     name = "pyramid_attention_broadcast"
     needs_diffusers_attention = True
     needs_current_timestep = True
@@ -476,7 +479,7 @@ class FasterCacheConfig(FeatureConfig):
     is_guidance_distilled: bool = Field(default=False, description="True for guidance-distilled models (Flux-dev).")
 
 
-class FasterCache(_DiffusersHookFeature):
+class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
     name = "faster_cache"
     needs_diffusers_attention = True
     needs_current_timestep = True
@@ -493,7 +496,7 @@ class FasterCache(_DiffusersHookFeature):
             tensor_format="BFCHW",  # Wan-style video transformers take (B, C, F, H, W) but filter per frame
         )
 
-    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+    def check(self, pipeline: Any, device: str, options: FasterCacheConfig) -> Support:
         support = super().check(pipeline, device, options)
         if not support.supported:
             return support

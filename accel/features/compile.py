@@ -88,7 +88,7 @@ class _CompileHandle(Handle):
         torch._dynamo.reset()
 
 
-class Compile(Feature):
+class Compile(Feature[CompileConfig, _CompileHandle]):
     """Compile the transformer with torch.compile."""
 
     name = "compile"
@@ -108,12 +108,12 @@ class Compile(Feature):
             return Support.no(f"transformer {type(transformer).__name__} has no _repeated_blocks")
         return self.probe(device, options)
 
-    def probe(self, device: str, options: CompileConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: CompileConfig, dtype: str | None = None) -> Support:
         if options.mode == "reduce-overhead" and not device.startswith("cuda"):
             return Support.no(f"mode reduce-overhead uses CUDA graphs (found: {device})")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: CompileConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: CompileConfig, context: RunContext) -> _CompileHandle:
         import torch
 
         # Regional compile compiles one graph per block class; many blocks of a big model, each with
@@ -134,11 +134,11 @@ class Compile(Feature):
         modules = [m for m in transformer.modules() if getattr(m, "_compiled_call_impl", None) is not None]
         return _CompileHandle(modules, before)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _CompileHandle) -> Verdict:
         delta = handle.dynamo_delta()
         calls = [run.get("compiled_calls", 0) for run in handle.runs]
         recompiles = [run.get("frames_converted", 0) for run in handle.runs]
-        evidence = {
+        evidence: dict[str, Any] = {
             "compiled_modules": len(handle.modules),
             "compiled_calls_per_run": calls,
             "new_graphs_per_run": [run.get("new_graphs", 0) for run in handle.runs],

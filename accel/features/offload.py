@@ -17,7 +17,17 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    ConfigT,
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+)
 
 
 class _OnloadCounter(Handle):
@@ -70,7 +80,7 @@ class _ClassHookCounter(Handle):
         self.undo()
 
 
-def _verify_onloads(handle: Handle, what: str) -> Verdict:
+def _verify_onloads(handle: _OnloadCounter | _ClassHookCounter, what: str) -> Verdict:
     onloads = [run.get("onloads", 0) for run in handle.runs]
     evidence = {"hooks_installed": handle.hooks_installed, "onloads_per_run": onloads}
     if handle.hooks_installed and onloads and all(n > 0 for n in onloads):
@@ -120,7 +130,7 @@ def _torch_modules(pipeline: Any) -> list[Any]:
     return [m for m in pipeline.components.values() if isinstance(m, torch.nn.Module)]
 
 
-def _accelerate_offload(pipeline: Any, method: str, hook_cls: Any) -> Handle:
+def _accelerate_offload(pipeline: Any, method: str, hook_cls: Any) -> _ClassHookCounter:
     """Enable an accelerate-based offload method of the pipeline; the handle counts ``hook_cls`` onloads."""
     device = str(pipeline.device)
     getattr(pipeline, method)(device=device)
@@ -139,7 +149,7 @@ class ModelOffloadConfig(FeatureConfig):
 OFFLOAD_NO_EFFECT_ON_CPU = "nothing moved off any device: the weights already live in host memory"
 
 
-class ModelOffload(Feature):
+class ModelOffload(Feature[ModelOffloadConfig, _ClassHookCounter]):
     """Keep components on the CPU and move each to the device while it runs."""
 
     name = "enable_cpu_offload"
@@ -150,17 +160,17 @@ class ModelOffload(Feature):
     config_cls = ModelOffloadConfig
     description = "model-level CPU offload (pipe.enable_model_cpu_offload)"
 
-    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+    def check(self, pipeline: Any, device: str, options: ModelOffloadConfig) -> Support:
         if not hasattr(pipeline, "enable_model_cpu_offload"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no enable_model_cpu_offload()")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: ModelOffloadConfig, context: RunContext) -> _ClassHookCounter:
         from accelerate.hooks import CpuOffload
 
         return _accelerate_offload(pipeline, "enable_model_cpu_offload", CpuOffload)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _ClassHookCounter) -> Verdict:
         return _verify_onloads(handle, "model offload")
 
 
@@ -168,7 +178,7 @@ class SequentialOffloadConfig(FeatureConfig):
     """``enable_sequential_cpu_offload`` has no options."""
 
 
-class SequentialOffload(Feature):
+class SequentialOffload(Feature[SequentialOffloadConfig, _ClassHookCounter]):
     """Move every leaf module to the device just before it runs: least memory, slowest."""
 
     name = "enable_sequential_cpu_offload"
@@ -178,20 +188,20 @@ class SequentialOffload(Feature):
     config_cls = SequentialOffloadConfig
     description = "sequential (leaf-level) CPU offload (pipe.enable_sequential_cpu_offload)"
 
-    def probe(self, device: str, options: FeatureConfig, dtype: str | None = None) -> Support:
+    def probe(self, device: str, options: SequentialOffloadConfig, dtype: str | None = None) -> Support:
         if not device.startswith("cuda"):
             return Support.no(f"sequential offload needs an accelerator to offload from (found: {device})")
         return Support.yes()
 
-    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+    def check(self, pipeline: Any, device: str, options: SequentialOffloadConfig) -> Support:
         return self.probe(device, options)
 
-    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: SequentialOffloadConfig, context: RunContext) -> _ClassHookCounter:
         from accelerate.hooks import AlignDevicesHook
 
         return _accelerate_offload(pipeline, "enable_sequential_cpu_offload", AlignDevicesHook)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _ClassHookCounter) -> Verdict:
         return _verify_onloads(handle, "sequential offload")
 
 
@@ -207,7 +217,7 @@ class GroupOffloadConfig(FeatureConfig):
     low_cpu_mem_usage: bool = Field(default=False, description="With use_stream: pin on the fly, less host memory.")
 
 
-class _GroupOffloadFeature(Feature):
+class _GroupOffloadFeature(Feature[ConfigT, _OnloadCounter]):
     family = "offload"
     no_effect_on_cpu = OFFLOAD_NO_EFFECT_ON_CPU
     feature_class = FeatureClass.LOSSLESS
@@ -216,20 +226,20 @@ class _GroupOffloadFeature(Feature):
     def _modules(self, pipeline: Any) -> list[Any]:
         return _torch_modules(pipeline)
 
-    def _kwargs(self, options: Any, device: str) -> dict[str, Any]:
+    def _kwargs(self, options: ConfigT, device: str) -> dict[str, Any]:
         raise NotImplementedError
 
-    def probe(self, device: str, options: Any, dtype: str | None = None) -> Support:
+    def probe(self, device: str, options: ConfigT, dtype: str | None = None) -> Support:
         if self._kwargs(options, device).get("use_stream") and not device.startswith("cuda"):
             return Support.no(f"use_stream needs CUDA streams (found: {device}); set use_stream: false")
         return Support.yes()
 
-    def check(self, pipeline: Any, device: str, options: Any) -> Support:
+    def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         if not self._modules(pipeline):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload")
         return self.probe(device, options)
 
-    def apply(self, pipeline: Any, options: Any, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> _OnloadCounter:
         from diffusers.hooks import apply_group_offloading
 
         device = str(pipeline.device)
@@ -241,11 +251,11 @@ class _GroupOffloadFeature(Feature):
                 apply_group_offloading(module, **self._kwargs(options, device))
         return _OnloadCounter(_group_hooks(modules), lambda: _remove_group_offload(modules, device))
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _OnloadCounter) -> Verdict:
         return _verify_onloads(handle, "group offload")
 
 
-class GroupOffload(_GroupOffloadFeature):
+class GroupOffload(_GroupOffloadFeature[GroupOffloadConfig]):
     """diffusers group offloading of every component."""
 
     name = "group_offload"
@@ -269,7 +279,7 @@ class LayerwiseOffloadConfig(FeatureConfig):
     )
 
 
-class LayerwiseOffload(_GroupOffloadFeature):
+class LayerwiseOffload(_GroupOffloadFeature[LayerwiseOffloadConfig]):
     """The transformer's blocks one at a time, the rest of the pipeline resident."""
 
     name = "enable_layerwise_offload"

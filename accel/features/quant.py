@@ -197,7 +197,7 @@ class _QuantHandle(Handle):
         self.originals = {}
 
 
-class Quantization(Feature):
+class Quantization(Feature[QuantizationConfig, _QuantHandle]):
     """Quantize linear layers with torchao."""
 
     name = "quantization"
@@ -211,7 +211,7 @@ class Quantization(Feature):
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
 
-    def probe(self, device: str, options: QuantizationConfig, dtype: str | None = None) -> Support:  # type: ignore[override]
+    def probe(self, device: str, options: QuantizationConfig, dtype: str | None = None) -> Support:
         import importlib.util
 
         if importlib.util.find_spec("torchao") is None:
@@ -252,10 +252,10 @@ class Quantization(Feature):
             return {}
         from diffusers import PipelineQuantizationConfig, TorchAoConfig
 
-        mapping = {c: TorchAoConfig(torchao_config(options.method)) for c in options.components}
+        mapping: dict[str, Any] = {c: TorchAoConfig(torchao_config(options.method)) for c in options.components}
         return {"quantization_config": PipelineQuantizationConfig(quant_mapping=mapping)}
 
-    def apply(self, pipeline: Any, options: QuantizationConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: QuantizationConfig, context: RunContext) -> _QuantHandle:
         import torch
         from torchao.quantization import quantize_
 
@@ -293,7 +293,7 @@ class Quantization(Feature):
             }
         return _QuantHandle(pipeline, originals, census, eligible, options.min_quantized_share)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _QuantHandle) -> Verdict:
         census = handle.census
         eligible = sum(c["eligible_linears"] for c in census.values())
         per_run = [sum(run.get("quantized", {}).values()) for run in handle.runs]

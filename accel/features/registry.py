@@ -18,21 +18,21 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from accel.errors import ConfigError, unknown_choice
-from accel.features.base import Feature, FeatureConfig
+from accel.features.base import AnyFeature, Feature, FeatureConfig
 
 ENTRY_POINT_GROUP = "omni_accel.features"
 
 
-class FeatureRegistry(Mapping[str, Feature]):
+class FeatureRegistry(Mapping[str, AnyFeature]):
     """Features by name (a read-only mapping), with a second index by config type."""
 
     def __init__(self) -> None:
-        self._features: dict[str, Feature] = {}
-        self._by_config: dict[type[FeatureConfig], Feature] = {}
+        self._features: dict[str, AnyFeature] = {}
+        self._by_config: dict[type[FeatureConfig], AnyFeature] = {}
         self._sources: dict[str, str] = {}
         self._discovered = False
 
-    def register(self, feature: Feature, source: str = "built-in") -> Feature:
+    def register(self, feature: AnyFeature, source: str = "built-in") -> AnyFeature:
         """Add ``feature``; a ConfigError when its name or config class is taken or it lacks a declaration."""
         missing = [
             attribute
@@ -68,7 +68,7 @@ class FeatureRegistry(Mapping[str, Feature]):
         self._discover()
         return self._sources[name]
 
-    def for_config(self, config: Any) -> Feature:
+    def for_config(self, config: Any) -> AnyFeature:
         """The feature whose config class is ``type(config)``; a ConfigError listing the config classes."""
         self._discover()
         feature = self._by_config.get(type(config))
@@ -101,7 +101,7 @@ class FeatureRegistry(Mapping[str, Feature]):
         if not self._discovered:
             self.discover()
 
-    def __getitem__(self, name: str) -> Feature:
+    def __getitem__(self, name: str) -> AnyFeature:
         self._discover()
         return self._features[name]
 
@@ -121,7 +121,7 @@ class FeatureRegistry(Mapping[str, Feature]):
 FEATURES = FeatureRegistry()
 
 
-def get_feature(name: str) -> Feature:
+def get_feature(name: str) -> AnyFeature:
     """The feature registered as ``name``; a ConfigError listing the names otherwise."""
     if name not in FEATURES:
         raise ConfigError(unknown_choice("feature", name, FEATURES))

@@ -58,7 +58,7 @@ class ConflictRule:
         return None
 
 
-def parse_rules(data: dict, where: str) -> list[ConflictRule]:
+def parse_rules(data: dict[str, Any], where: str) -> list[ConflictRule]:
     """Rules from the YAML document ``data``; every named feature and family must be registered."""
     from accel.features.registry import FEATURES
 
@@ -113,7 +113,9 @@ def load_rules(path: Path | None = None) -> tuple[ConflictRule, ...]:
     return _file_rules(path or data_dir("feature_matrix") / "rules.yaml") + declared_rules()
 
 
-def find_conflict(parsed: dict[str, Any], rules: tuple[ConflictRule, ...] | None = None):
+def find_conflict(
+    parsed: dict[str, Any], rules: tuple[ConflictRule, ...] | None = None
+) -> tuple[ConflictRule, tuple[str, ...]] | None:
     """The first rule the parsed features of a variant break, with the features that break it."""
     for rule in load_rules() if rules is None else rules:
         chosen = rule.matched_by(parsed)

@@ -64,7 +64,9 @@ class _ReuseResidual(torch.nn.Module):
         super().__init__()
         self.residual = residual
 
-    def forward(self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, **_: Any):
+    def forward(
+        self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, **_: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         return encoder_hidden_states, hidden_states + self.residual
 
 
@@ -113,37 +115,39 @@ class _TeaCacheHandle(Handle):
             temb = t.time_text_embed(timestep, kwargs["pooled_projections"])
         else:
             temb = t.time_text_embed(timestep, guidance.to(hidden.dtype) * 1000, kwargs["pooled_projections"])
-        return t.transformer_blocks[0].norm1(hidden, emb=temb)[0]
+        modulated: torch.Tensor = t.transformer_blocks[0].norm1(hidden, emb=temb)[0]
+        return modulated
 
     @torch.no_grad()
-    def _decide(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def _decide(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         modulated = self._modulated_input(kwargs)
         step = self.call
         self.call += 1
-        compute = self.previous is None or self.residual is None or step >= self.steps - 1
-        if not compute:
-            change = ((modulated - self.previous).abs().mean() / self.previous.abs().mean()).item()
-            self.accumulated += float(self.rescale(change))
-            compute = self.accumulated >= self.threshold
+        previous, residual = self.previous, self.residual
         self.previous = modulated
-        if compute:
+        if previous is None or residual is None or step >= self.steps - 1:  # compute: nothing to reuse, or last
+            self.accumulated = 0.0
+            return
+        change = ((modulated - previous).abs().mean() / previous.abs().mean()).item()
+        self.accumulated += float(self.rescale(change))
+        if self.accumulated >= self.threshold:  # compute: the input changed too much since the last computed step
             self.accumulated = 0.0
             return
         self.skipping = True
         self.current.setdefault("cached_steps", []).append(step)
         module.transformer_blocks = torch.nn.ModuleList()
-        module.single_transformer_blocks = torch.nn.ModuleList([_ReuseResidual(self.residual)])
+        module.single_transformer_blocks = torch.nn.ModuleList([_ReuseResidual(residual)])
 
-    def _restore(self, module: Any, args: tuple, output: Any) -> None:
+    def _restore(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         if self.skipping:
             module.transformer_blocks = self.double_blocks
             module.single_transformer_blocks = self.single_blocks
             self.skipping = False
 
-    def _record_input(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def _record_input(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         self.block_input = kwargs["hidden_states"]
 
-    def _record_output(self, module: Any, args: tuple, output: Any) -> None:
+    def _record_output(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
         self.residual = output[1] - self.block_input
 
     def remove(self) -> None:
@@ -152,7 +156,7 @@ class _TeaCacheHandle(Handle):
         self._restore(self.transformer, (), None)
 
 
-class TeaCache(Feature):
+class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
     """TeaCache for FLUX-style transformers: published coefficients (FLUX) or the user's own."""
 
     name = "tea_cache"
@@ -181,10 +185,10 @@ class TeaCache(Feature):
             )
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: TeaCacheConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: TeaCacheConfig, context: RunContext) -> _TeaCacheHandle:
         return _TeaCacheHandle(pipeline.transformer, options, context.steps)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _TeaCacheHandle) -> Verdict:
         per_run = [run.get("cached_steps", []) for run in handle.runs]
         evidence = {"cached_steps_per_run": per_run, "coefficients": getattr(handle, "coefficients_source", None)}
         counts = [len(steps) for steps in per_run]

@@ -56,7 +56,8 @@ class _CountingHandle(Handle):
         self.wrapped.clear()
 
 
-def _find_vae(pipeline: Any) -> Any | None:
+def _find_vae(pipeline: Any) -> Any:
+    """The pipeline's VAE, or None (``check`` refuses a pipeline without one before ``apply``)."""
     return getattr(pipeline, "vae", None)
 
 
@@ -87,7 +88,7 @@ class _TilingHandle(_CountingHandle):
             setattr(self.module, attribute, value)
 
 
-class VaeTiling(Feature):
+class VaeTiling(Feature[VaeTilingConfig, _TilingHandle]):
     """Decode latents in overlapping tiles: bounded memory at large resolutions, approximately the same image.
 
     Lossy, not lossless: each tile is decoded without its neighbours (GroupNorm statistics are taken per
@@ -103,13 +104,13 @@ class VaeTiling(Feature):
     lossy_limits = LOSSY_LIMITS
     description = "VAE tiled decode (pipe.vae.enable_tiling)"
 
-    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+    def check(self, pipeline: Any, device: str, options: VaeTilingConfig) -> Support:
         vae = _find_vae(pipeline)
         if vae is None or not hasattr(vae, "enable_tiling"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_tiling()")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: VaeTilingConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: VaeTilingConfig, context: RunContext) -> _TilingHandle:
         vae = _find_vae(pipeline)
         tile_attributes = (
             "tile_sample_min_size",
@@ -142,7 +143,7 @@ class VaeTiling(Feature):
                 vae.tile_overlap_factor = max(0.0, 1.0 - options.tile_stride / size)
         return _TilingHandle(vae, saved)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _TilingHandle) -> Verdict:
         counts = [run.get("tiled_decode", 0) for run in handle.runs]
         evidence = {"tiled_decodes_per_run": counts}
         if counts and all(c > 0 for c in counts):
@@ -167,7 +168,7 @@ class _SlicingHandle(_CountingHandle):
         self.module.disable_slicing()
 
 
-class VaeSlicing(Feature):
+class VaeSlicing(Feature[VaeSlicingConfig, _SlicingHandle]):
     """Decode a batch one sample at a time: lower peak memory for batches, same images."""
 
     name = "vae_use_slicing"
@@ -177,18 +178,18 @@ class VaeSlicing(Feature):
     config_cls = VaeSlicingConfig
     description = "VAE sliced decode (pipe.vae.enable_slicing)"
 
-    def check(self, pipeline: Any, device: str, options: FeatureConfig) -> Support:
+    def check(self, pipeline: Any, device: str, options: VaeSlicingConfig) -> Support:
         vae = _find_vae(pipeline)
         if vae is None or not hasattr(vae, "enable_slicing"):
             return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_slicing()")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: FeatureConfig, context: RunContext) -> Handle:
+    def apply(self, pipeline: Any, options: VaeSlicingConfig, context: RunContext) -> _SlicingHandle:
         vae = _find_vae(pipeline)
         vae.enable_slicing()
         return _SlicingHandle(vae)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _SlicingHandle) -> Verdict:
         slices = [(run.get("_decode", 0), run.get("decode", 0)) for run in handle.runs]
         evidence = {"slices_per_run": [s for s, _ in slices], "decodes_per_run": [d for _, d in slices]}
         if slices and all(d > 0 and s > d for s, d in slices):

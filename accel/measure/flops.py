@@ -70,13 +70,15 @@ def _cpu_attention_mapping() -> dict[Any, Any]:
     if op is None:
         return {}
 
-    def cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-        return sdpa_flop_count(query_shape, key_shape, value_shape)
+    def cpu_sdpa_flop(
+        query_shape: Any, key_shape: Any, value_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any
+    ) -> int:
+        return int(sdpa_flop_count(query_shape, key_shape, value_shape))
 
     return {op: cpu_sdpa_flop}
 
 
-def count_flops(module: Any, args: tuple, kwargs: dict[str, Any]) -> int:
+def count_flops(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
     """FLOPs of one ``module(*args, **kwargs)`` call, without autograd."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
@@ -91,11 +93,11 @@ class InputCapture:
 
     def __init__(self, module: Any) -> None:
         self.module = module
-        self.args: tuple | None = None
+        self.args: tuple[Any, ...] | None = None
         self.kwargs: dict[str, Any] | None = None
         self.handle = module.register_forward_pre_hook(self._capture, with_kwargs=True)
 
-    def _capture(self, module: Any, args: tuple, kwargs: dict[str, Any]) -> None:
+    def _capture(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if self.args is None:
             self.args, self.kwargs = args, dict(kwargs)
         self.handle.remove()

@@ -81,7 +81,7 @@ def _attention_tally(sink: list[int]) -> Iterator[None]:
 
     original = F.scaled_dot_product_attention
 
-    def counted(query, key, value, *args, **kwargs):
+    def counted(query: Any, key: Any, value: Any, *args: Any, **kwargs: Any) -> Any:
         *batch, sq, d = query.shape
         sk, dv = key.shape[-2], value.shape[-1]
         sink.append(2 * math.prod(batch) * sq * sk * d + 2 * math.prod(batch) * sq * sk * dv)
@@ -206,9 +206,11 @@ def compute(
 ) -> Roofline:
     """Count FLOPs of ``source`` (a ``synthetic:`` source) on the meta device and derive its roofline."""
     if not synthetic.is_synthetic(source):
+        from accel.zoo.architectures import ARCHITECTURES
+
         raise ConfigError(
             f"roofline: '{source}' is not a synthetic source; use one of "
-            + ", ".join(f"synthetic:{n}" for n in synthetic.ARCHITECTURES)
+            + ", ".join(f"synthetic:{n}" for n in ARCHITECTURES)
         )
     if dtype not in DTYPES:
         raise ConfigError(f"--dtype: {unknown_choice('dtype', dtype, DTYPES)}")
@@ -246,7 +248,10 @@ def compute(
     step_linear = forward.linear * arch.denoiser_calls_per_step
     step_rest = result.per_step - step_linear
     fp8_floor_step = step_linear / peak_fp8 + step_rest / peak_bf16 if peak_fp8 else None
-    result.floor_step_s = fp8_floor_step if dtype == "fp8" else result.per_step / peak_bf16
+    # fp8 has a peak here (refused above otherwise), so its floor is a number.
+    result.floor_step_s = (
+        fp8_floor_step if dtype == "fp8" and fp8_floor_step is not None else result.per_step / peak_bf16
+    )
     fixed = sum(c.total for c in encoders.values()) + vae.total
     result.floor_image_s = result.floor_step_s * steps + fixed / peak_bf16
     result.savings = _savings(result, forward, fp8_floor_step)
@@ -283,7 +288,7 @@ def _tflop(flops: int) -> str:
 
 def format_text(result: Roofline) -> str:
     """The roofline as the lines ``omni-accel roofline`` prints."""
-    peak = result.peak_fp8 if result.dtype == "fp8" else result.peak_bf16
+    peak = result.peak_fp8 if result.dtype == "fp8" and result.peak_fp8 is not None else result.peak_bf16
     lines = [
         f"{result.source} at {result.height}x{result.width}"
         + (f", {result.frames} frames" if result.frames > 1 else "")

@@ -56,7 +56,8 @@ class SpeedupEstimate:
 
 def _binomial_cdf(k: int, n: int) -> float:
     """P(X <= k) for X ~ Binomial(n, 1/2)."""
-    return sum(math.comb(n, i) for i in range(k + 1)) / 2**n
+    outcomes: int = 2**n
+    return sum(math.comb(n, i) for i in range(k + 1)) / outcomes
 
 
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:

@@ -39,19 +39,22 @@ def _pinned_sdpa(kernel: SDPBackend) -> Callable[..., torch.Tensor]:
 def _flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     from flash_attn import flash_attn_func
 
-    return flash_attn_func(query, key, value)
+    out: torch.Tensor = flash_attn_func(query, key, value)
+    return out
 
 
 def _xformers(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     import xformers.ops
 
-    return xformers.ops.memory_efficient_attention(query, key, value)
+    out: torch.Tensor = xformers.ops.memory_efficient_attention(query, key, value)
+    return out
 
 
 def _sage(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     from sageattention import sageattn
 
-    return sageattn(query, key, value, tensor_layout="NHD")
+    out: torch.Tensor = sageattn(query, key, value, tensor_layout="NHD")
+    return out
 
 
 BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
@@ -63,7 +66,7 @@ BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-@torch.compiler.disable
+@torch.compiler.disable  # type: ignore[untyped-decorator]  # torch leaves the decorator unannotated
 def _count(layer: Attention) -> None:
     # Kept out of compiled graphs: a counter mutated inside one would change its guards on every call.
     layer.calls[layer.backend] = layer.calls.get(layer.backend, 0) + 1

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -25,7 +25,7 @@ from accel.measure.timing import synchronize
 NATIVE_PIPELINES: dict[str, type[NativePipeline]] = {}
 
 
-def register_native(class_name: str):
+def register_native(class_name: str) -> Callable[[type[NativePipeline]], type[NativePipeline]]:
     """Class decorator: the native pipeline for checkpoints whose ``_class_name`` is ``class_name``."""
 
     def decorator(cls: type[NativePipeline]) -> type[NativePipeline]:
@@ -86,7 +86,8 @@ class NativePipeline(torch.nn.Module):
         """
         if self._execution_device is not None:
             return self._execution_device
-        return next(self._resolve(self._dit_modules[0]).parameters()).device
+        device: torch.device = next(self._resolve(self._dit_modules[0]).parameters()).device
+        return device
 
     def to(self, *args: Any, **kwargs: Any) -> NativePipeline:
         """``nn.Module.to``; a device argument also becomes the execution device."""
@@ -123,7 +124,7 @@ class NativePipeline(torch.nn.Module):
             last[0] = now
             original_update(n)
 
-        bar.update = update
+        bar.update = update  # type: ignore[method-assign,assignment]  # this bar's steps are timed
         try:
             yield bar
         finally:

@@ -29,7 +29,7 @@ def _thumbnail(frames: np.ndarray) -> Any:
     column = np.concatenate([frames[i] for i in picks], axis=0)
     image = Image.fromarray((np.clip(column, 0, 1) * 255 + 0.5).astype(np.uint8))
     scale = TILE / image.width
-    return image.resize((TILE, round(image.height * scale)), Image.NEAREST)
+    return image.resize((TILE, round(image.height * scale)), Image.Resampling.NEAREST)
 
 
 def image_grids(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -> list[tuple[str, Path]]:

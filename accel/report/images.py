@@ -13,7 +13,8 @@ from accel.results import outputs_path
 def to_uint8(frames: np.ndarray) -> np.ndarray:
     """(frames, H, W, 3) float in [0, 1] -> one (H, frames*W, 3) uint8 strip."""
     strip = np.concatenate(list(frames), axis=1)
-    return (np.clip(strip, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    pixels: np.ndarray = (np.clip(strip, 0.0, 1.0) * 255.0 + 0.5).astype(np.uint8)
+    return pixels
 
 
 def save_images(run_dir: Path, record: dict[str, Any], keys: list[str]) -> list[str]:

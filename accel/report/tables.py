@@ -177,7 +177,8 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
 def _status(verdict: Any, record: dict[str, Any]) -> str:
     """The gate's verdict in words; a cell that did not run or failed as claimed says why."""
     if verdict is None:
-        return record["status"]
+        status: str = record["status"]
+        return status
     if verdict.outcome == SKIP:
         reason = verdict.message().splitlines()[0]
         if verdict.skip_kind == EXPECTED and verdict.in_parity is False and record["status"] == "ok":
@@ -185,7 +186,8 @@ def _status(verdict: Any, record: dict[str, Any]) -> str:
         return f"skipped: {reason}".replace("|", "/")
     if verdict.outcome == PASS and verdict.no_effect:
         return f"pass (engaged, no effect on {record.get('device')})"
-    return verdict.outcome
+    outcome: str = verdict.outcome
+    return outcome
 
 
 def performance_table(records: list[dict[str, Any]], model: str, data: GateData) -> str:

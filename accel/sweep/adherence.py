@@ -27,7 +27,7 @@ def model_world(model: Any) -> str | None:
     """The world a profile model declares: its own ``world`` key, else its zoo entry's; None if neither."""
     from accel import zoo
 
-    declared = getattr(model, "world", None)
+    declared: str | None = getattr(model, "world", None)
     if declared:
         return declared
     return zoo.ZOO[model.source].world if zoo.is_zoo_name(model.source) else None
@@ -46,7 +46,8 @@ def _to_image(array: np.ndarray) -> np.ndarray:
     frame = array[0] if array.ndim == 4 else array
     if frame.shape[0] in (1, 3) and frame.shape[-1] not in (1, 3):
         frame = frame.transpose(1, 2, 0)
-    return np.clip(frame, 0.0, 1.0) * 255.0
+    pixels: np.ndarray = np.clip(frame, 0.0, 1.0) * 255.0
+    return pixels
 
 
 def score_outputs(outputs_file: Path, keys: list[str], scenes: list[shapes_world.Scene | None]) -> dict[str, Any]:

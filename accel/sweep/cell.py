@@ -25,7 +25,7 @@ import numpy as np
 from accel.errors import AccelError
 from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
 from accel.results import SCHEMA_VERSION, outputs_path
-from accel.targets.registry import engine_targets
+from accel.targets.registry import Target, engine_targets
 
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
@@ -100,7 +100,7 @@ def sample_keys(workload: Workload) -> list[str]:
 def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     """``arrays`` as the bytes of a compressed ``.npz`` file."""
     buffer = io.BytesIO()
-    np.savez_compressed(buffer, **arrays)
+    np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
     return buffer.getvalue()
 
 
@@ -340,7 +340,7 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
     return result
 
 
-def _generate(target: Any, applied: Any, request: Any, sink: list[float] | None = None) -> list[np.ndarray]:
+def _generate(target: Target, applied: Any, request: Any, sink: list[float] | None = None) -> list[np.ndarray]:
     """One call with every feature's evidence window around it; with ``sink``, the call alone is timed (the
     evidence reads stay outside the timer)."""
     from accel.measure.timing import timed

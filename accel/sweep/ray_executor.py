@@ -53,7 +53,9 @@ class _Registry:
         return self.attempts.get(key)
 
 
-def _ray_cell(spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s: float, registry: Any) -> dict:
+def _ray_cell(
+    spec: CellSpec, fault: str, verbose: bool, threads: int, timeout_s: float, registry: Any
+) -> dict[str, Any]:
     """In a Ray worker: report the start, run the cell in a child process, return its record and files."""
     import ray
 
@@ -131,7 +133,8 @@ class RaySubmitter:
         # Not "beside the driver": with two nodes on one host the driver may be attached to the worker node.
         head = next((n["NodeID"] for n in self.nodes if "node:__internal_head__" in n.get("Resources", {})), None)
         here: Any = NodeAffinitySchedulingStrategy(head, soft=True) if head else "DEFAULT"
-        self.registry = ray.remote(num_cpus=0)(_Registry).options(scheduling_strategy=here).remote()
+        # An actor handle: its methods are called through .remote(), which ray's types do not follow.
+        self.registry: Any = ray.remote(num_cpus=0)(_Registry).options(scheduling_strategy=here).remote()
         self.remote = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_ray_cell)
 
     def gpus_for(self, spec: CellSpec) -> float:
@@ -204,7 +207,8 @@ class RaySubmitter:
     def started(self) -> dict[str, tuple[str, float]]:
         """The cells that reported their start: key -> (node, epoch seconds); empty if the registry is gone."""
         try:
-            return self.ray.get(self.registry.snapshot.remote(), timeout=30)
+            started: dict[str, tuple[str, float]] = self.ray.get(self.registry.snapshot.remote(), timeout=30)
+            return started
         except Exception:  # the overlap of running cells is then unknown, never a reason to stop the sweep
             return {}
 

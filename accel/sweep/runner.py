@@ -12,7 +12,7 @@ import json
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -23,9 +23,9 @@ import yaml
 from accel.errors import ConfigError
 from accel.measure.overlap import attach_overlap, placements, running_spans, shared_reason, span
 from accel.profile import Profile
-from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, peak_memory_bytes, write_table
+from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, outputs_path, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
-from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, outputs_path, sample_keys
+from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, sample_keys
 from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
 
 ENVIRONMENT_FILE = "environment.json"
@@ -189,8 +189,8 @@ def attach_speedup(
     if record["variant"] == NOISE_FLOOR:
         band: tuple[float, float] | None = noise_band(None, measure.min_effect)
     else:
-        floor = (noise_floor or {}).get("paired")
-        floor_usable = floor and not (noise_floor.get("speedup_ci") or {}).get("reference_problem")
+        floor: Any = (noise_floor or {}).get("paired")
+        floor_usable = floor and not ((noise_floor or {}).get("speedup_ci") or {}).get("reference_problem")
         band = noise_band(SpeedupEstimate(**floor["estimate"]), measure.min_effect) if floor_usable else None
         if floor_usable and shared_reason(noise_floor):  # its band is contaminated: no claim against it
             why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
@@ -363,7 +363,7 @@ def interrupted_message(run_dir: Path) -> str:
     if not (run_dir / RESOLVED_PROFILE_FILE).is_file():
         return f"interrupted before the first cell; {run_dir} holds no results"
     try:
-        kept = len(load_results(results).records) if results.is_file() else 0
+        kept: int | str = len(load_results(results).records) if results.is_file() else 0
     except ConfigError:  # the reader will say what is wrong on --resume
         kept = "the"
     resume = f"continue with 'omni-accel sweep --resume {run_dir}'"
@@ -532,7 +532,7 @@ class _progress:
         self.task: Any = None
         self.done = -1
 
-    def __enter__(self):
+    def __enter__(self) -> Callable[[str | None], None]:
         if self.enabled:
             from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

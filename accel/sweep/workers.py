@@ -86,7 +86,8 @@ def cuda_driver_initialized() -> bool | None:
     except OSError:
         return None
     context = ctypes.c_void_p()
-    return driver.cuCtxGetCurrent(ctypes.byref(context)) != CUDA_ERROR_NOT_INITIALIZED
+    initialised: bool = driver.cuCtxGetCurrent(ctypes.byref(context)) != CUDA_ERROR_NOT_INITIALIZED
+    return initialised
 
 
 def preload_is_fork_safe(timeout_s: float = 180.0) -> bool:
@@ -186,7 +187,8 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
         data = Path(result_path).read_bytes()
         if worker.exitcode != 0 or not data:
             return failure(spec, f"worker died with {_describe_exit(worker.exitcode)}{phase}", started)
-        return pickle.loads(data)
+        record: dict[str, Any] = pickle.loads(data)
+        return record
     finally:
         Path(result_path).unlink(missing_ok=True)
         Path(result_path + ".phase").unlink(missing_ok=True)
@@ -259,4 +261,5 @@ def run_supervised(
         if child.returncode != 0 or not data:
             died = f"worker died with {_describe_exit(child.returncode)}{describe_phase(phase_path)}"
             return failure(spec, died, started)
-        return pickle.loads(data)
+        record: dict[str, Any] = pickle.loads(data)
+        return record

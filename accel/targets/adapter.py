@@ -115,7 +115,8 @@ def resolution_factor(source_dir: str) -> int | None:
         scale = 2 ** (len(config["block_out_channels"]) - 1)
     else:
         return None
-    return scale * 2
+    factor: int = scale * 2
+    return factor
 
 
 class AdapterTarget:

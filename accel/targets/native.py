@@ -57,7 +57,8 @@ class NativeTarget:
             pipeline = cls.from_components(components, dtype=dtype)
         else:
             cls = native_for(source, self.spec.native_pipeline)
-            pipeline = cls(source, dtype=dtype)
+            # Every native pipeline loads from (checkpoint, dtype=...); the base class does not declare it.
+            pipeline = cls(source, dtype=dtype)  # type: ignore[call-arg]
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline.to(self.device)
         return self.pipeline

@@ -88,4 +88,5 @@ def make_target(spec: Any) -> Target:
     if kind.target_class is None:
         raise UnavailableError(f"target '{kind.name}' runs in its engine's own environment, not in this process")
     module_name, _, class_name = kind.target_class.partition(":")
-    return getattr(importlib.import_module(module_name), class_name)(spec)
+    target: Target = getattr(importlib.import_module(module_name), class_name)(spec)
+    return target

@@ -142,7 +142,7 @@ def is_built(name: str) -> bool:
     return (entry_path(name) / MARKER_FILE).is_file()
 
 
-def build_pipeline_in_memory(name: str):
+def build_pipeline_in_memory(name: str) -> Any:
     """Build the pipeline object without saving it (used to check reloads are bit-identical)."""
     import diffusers
 

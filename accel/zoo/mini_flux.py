@@ -22,7 +22,7 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -112,7 +112,7 @@ MINI_FLUX_CONFIG: dict[str, Any] = {
 # Tokenizers: word level, so that each caption word is one token for both encoders.
 
 
-def clip_tokenizer():
+def clip_tokenizer() -> Any:
     """A CLIP BPE tokenizer whose merges rebuild each whole word of the world's vocabulary."""
     vocab: dict[str, int] = {"<|startoftext|>": 0, "<|endoftext|>": 1}
     merges: list[tuple[str, str]] = []
@@ -134,12 +134,12 @@ def clip_tokenizer():
     raise RuntimeError("mini-flux CLIP merges did not converge")
 
 
-def _clip_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]):
+def _clip_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> Any:
     from transformers import CLIPTokenizer
 
     return CLIPTokenizer(
         vocab=dict(vocab),
-        merges=list(merges),
+        merges=list(merges),  # type: ignore[arg-type]  # transformers annotates merges as list[str]; it takes pairs
         model_max_length=77,
         unk_token="<|endoftext|>",
         bos_token="<|startoftext|>",
@@ -148,7 +148,7 @@ def _clip_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]):
     )
 
 
-def t5_tokenizer():
+def t5_tokenizer() -> Any:
     """A T5 (unigram) tokenizer with one piece per word of the world (letters as a fallback)."""
     from transformers import T5Tokenizer
 
@@ -181,13 +181,14 @@ def read_manifest(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
     path = weights_dir / MANIFEST_FILE
     if not path.is_file():
         raise ConfigError(f"{path}: mini-flux weights are missing; train them with `omni-accel zoo train mini-flux`")
-    return json.loads(path.read_text())
+    manifest: dict[str, Any] = json.loads(path.read_text())
+    return manifest
 
 
 def weights_hash(weights_dir: Path = WEIGHTS_DIR) -> str | None:
     """The manifest's combined hash of the weights (None when there are no weights)."""
     try:
-        return read_manifest(weights_dir)["sha256"]
+        return str(read_manifest(weights_dir)["sha256"])
     except ConfigError:
         return None
 
@@ -351,7 +352,14 @@ def _loop(
     return {"final_loss": sum(tail) / len(tail), "seconds": time.perf_counter() - start}
 
 
-def _train_text_encoders(components, cfg: dict[str, Any], generator: torch.Generator, picker, log, progress):
+def _train_text_encoders(
+    components: dict[str, Any],
+    cfg: dict[str, Any],
+    generator: torch.Generator,
+    picker: ThreadPicker,
+    log: TrainLog,
+    progress: bool,
+) -> dict[str, Any]:
     """Teach the random text encoders to read a caption: the stand-in for their language pretraining.
 
     FLUX gives text tokens no position in its joint attention (``txt_ids`` are zeros), so in a real FLUX it
@@ -418,14 +426,14 @@ def _train_text_encoders(components, cfg: dict[str, Any], generator: torch.Gener
         index = torch.randint(0, targets.shape[0], (cfg["batch"],), generator=generator)
         loss = torch.zeros(())
         for encoder, feature in features(t5_ids[index], clip_ids[index]).items():
-            for k, head in enumerate(heads[encoder]):
+            for k, head in enumerate(cast(torch.nn.ModuleList, heads[encoder])):  # ModuleDict types values as Module
                 loss = loss + torch.nn.functional.cross_entropy(head(feature), targets[index, k])
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
         return loss.item()
 
-    result = _loop("text", cfg["steps"], step_fn, picker, log, progress)
+    result: dict[str, Any] = _loop("text", cfg["steps"], step_fn, picker, log, progress)
     for module in (t5, clip):
         module.eval()
         for p in module.parameters():
@@ -436,7 +444,12 @@ def _train_text_encoders(components, cfg: dict[str, Any], generator: torch.Gener
         held = features(t5_ids, clip_ids)
         result["held_out_accuracy"] = {
             encoder: float(
-                torch.stack([heads[encoder][k](feature).argmax(-1) == targets[:, k] for k in range(len(kinds))])
+                torch.stack(
+                    [
+                        cast(torch.nn.ModuleList, heads[encoder])[k](feature).argmax(-1) == targets[:, k]
+                        for k in range(len(kinds))
+                    ]
+                )
                 .all(dim=0)
                 .float()
                 .mean()
@@ -448,7 +461,15 @@ def _train_text_encoders(components, cfg: dict[str, Any], generator: torch.Gener
     return result
 
 
-def _train_vae(vae, images: torch.Tensor, cfg: dict[str, Any], generator: torch.Generator, picker, log, progress):
+def _train_vae(
+    vae: Any,
+    images: torch.Tensor,
+    cfg: dict[str, Any],
+    generator: torch.Generator,
+    picker: ThreadPicker,
+    log: TrainLog,
+    progress: bool,
+) -> dict[str, float]:
     optimizer = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.0)
     vae.train()
 
@@ -465,7 +486,9 @@ def _train_vae(vae, images: torch.Tensor, cfg: dict[str, Any], generator: torch.
         posterior = vae.encode(batch).latent_dist
         latent = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, generator=generator)
         reconstruction = vae.decode(latent).sample
-        loss = torch.nn.functional.mse_loss(reconstruction, batch) + cfg["kl_weight"] * posterior.kl().mean()
+        loss: torch.Tensor = (
+            torch.nn.functional.mse_loss(reconstruction, batch) + cfg["kl_weight"] * posterior.kl().mean()
+        )
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -477,12 +500,12 @@ def _train_vae(vae, images: torch.Tensor, cfg: dict[str, Any], generator: torch.
 
 
 @torch.no_grad()
-def _encode_latents(vae, images: torch.Tensor, batch: int = 256) -> torch.Tensor:
+def _encode_latents(vae: Any, images: torch.Tensor, batch: int = 256) -> torch.Tensor:
     return torch.cat([vae.encode(images[i : i + batch]).latent_dist.mean for i in range(0, len(images), batch)])
 
 
 @torch.no_grad()
-def _encode_captions(pipe, captions: list[str]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+def _encode_captions(pipe: Any, captions: list[str]) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
     unique = sorted(set(captions) | {""})
     table: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
     for i in range(0, len(unique), 256):
@@ -493,7 +516,16 @@ def _encode_captions(pipe, captions: list[str]) -> dict[str, tuple[torch.Tensor,
     return table
 
 
-def _train_transformer(pipe, latents, captions, cfg, generator, picker, log, progress):
+def _train_transformer(
+    pipe: Any,
+    latents: torch.Tensor,
+    captions: list[str],
+    cfg: dict[str, Any],
+    generator: torch.Generator,
+    picker: ThreadPicker,
+    log: TrainLog,
+    progress: bool,
+) -> dict[str, float]:
     from diffusers import FluxPipeline
 
     transformer = pipe.transformer
@@ -638,7 +670,7 @@ def train(
 
 
 @torch.no_grad()
-def _reconstruction_psnr(vae, count: int = 64) -> float:
+def _reconstruction_psnr(vae: Any, count: int = 64) -> float:
     """Mean PSNR (dB) of the VAE's reconstructions of held-out scenes."""
     scenes = [world.HELD_OUT_SCENES[i % len(world.HELD_OUT_SCENES)] for i in range(count)]
     images = torch.from_numpy(np.stack([world.render_array(s, seed=10_000 + i) for i, s in enumerate(scenes)]))

@@ -158,7 +158,8 @@ def _no_init() -> Iterator[None]:
     try:
         from transformers.initialization import no_init_weights
     except ImportError:  # transformers < 5
-        from transformers.modeling_utils import no_init_weights
+        # Where transformers 4 kept it (this environment has 5; vLLM-Omni's may not).
+        from transformers.modeling_utils import no_init_weights  # type: ignore[attr-defined,no-redef]
     with no_init_weights():
         yield
 

@@ -72,5 +72,5 @@ def qwen2_tokenizer() -> Qwen2Tokenizer:
         model_max_length=1024,
         eos_token="<|im_end|>",
         pad_token="<|endoftext|>",
-        unk_token=None,
+        unk_token=None,  # type: ignore[arg-type]  # Qwen2's tokenizer has no unknown token; transformers takes None
     )

@@ -174,10 +174,11 @@ def render(scene: Scene, seed: int = 0, size: int = IMAGE_SIZE, jitter: bool = T
         draw.ellipse([cx - r, cy - r, cx + r, cy + r], fill=PALETTE[scene.colour])
     else:
         draw.polygon(points, fill=PALETTE[scene.colour])
-    return image.resize((size, size), Image.BOX)
+    return image.resize((size, size), Image.Resampling.BOX)
 
 
 def render_array(scene: Scene, seed: int = 0, size: int = IMAGE_SIZE) -> np.ndarray:
     """``render`` as a float32 array in [-1, 1], channels first (the VAE's input convention)."""
     pixels = np.asarray(render(scene, seed, size), dtype=np.float32) / 127.5 - 1.0
-    return pixels.transpose(2, 0, 1).copy()
+    channels_first: np.ndarray = pixels.transpose(2, 0, 1).copy()
+    return channels_first

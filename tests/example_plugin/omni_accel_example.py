@@ -23,8 +23,9 @@ class TransformerCallCounterConfig(FeatureConfig):
 
 
 class _CounterHandle(Handle):
-    def __init__(self, transformer: Any) -> None:
+    def __init__(self, transformer: Any, min_calls: int) -> None:
         super().__init__()
+        self.min_calls = min_calls
         self.hook = transformer.register_forward_pre_hook(self._count)
 
     def _count(self, *args: Any) -> None:
@@ -34,7 +35,7 @@ class _CounterHandle(Handle):
         self.hook.remove()
 
 
-class TransformerCallCounter(Feature):
+class TransformerCallCounter(Feature[TransformerCallCounterConfig, _CounterHandle]):
     """Count the transformer's forward calls (a lossless no-op with evidence)."""
 
     name = "transformer_call_counter"
@@ -49,12 +50,10 @@ class TransformerCallCounter(Feature):
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer")
         return Support.yes()
 
-    def apply(self, pipeline: Any, options: TransformerCallCounterConfig, context: RunContext) -> Handle:
-        handle = _CounterHandle(pipeline.transformer)
-        handle.min_calls = options.min_calls
-        return handle
+    def apply(self, pipeline: Any, options: TransformerCallCounterConfig, context: RunContext) -> _CounterHandle:
+        return _CounterHandle(pipeline.transformer, options.min_calls)
 
-    def verify(self, handle: Handle) -> Verdict:
+    def verify(self, handle: _CounterHandle) -> Verdict:
         calls = [run.get("calls", 0) for run in handle.runs]
         evidence = {"calls_per_run": calls}
         if calls and all(n >= handle.min_calls for n in calls):

@@ -47,8 +47,12 @@ class NativeFluxPipeline(NativePipeline):
             return
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
         from safetensors.torch import load_file
-        from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast
 
+        # transformers 5 resolves the old name T5TokenizerFast lazily (to T5Tokenizer); its stubs do not list it.
+        from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast  # type: ignore[attr-defined]
+
+        if checkpoint is None:
+            raise TypeError("NativeFluxPipeline needs a checkpoint directory or components")
         root = Path(checkpoint)
         self.tokenizer = CLIPTokenizer.from_pretrained(root / "tokenizer")
         self.tokenizer_2 = T5TokenizerFast.from_pretrained(root / "tokenizer_2")
@@ -147,7 +151,7 @@ class NativeFluxPipeline(NativePipeline):
 
     def denoise(self, request: Any, embeddings: dict[str, torch.Tensor], state: dict[str, Any]) -> torch.Tensor:
         """One transformer call and one Euler step per timestep."""
-        latents = state["latents"]
+        latents: torch.Tensor = state["latents"]
         guidance = None
         if self.transformer.config["guidance_embeds"]:
             guidance = torch.full(
@@ -178,4 +182,5 @@ class NativeFluxPipeline(NativePipeline):
         latents = latents.reshape(batch, channels, height, width)
         latents = latents / self.vae.config.scaling_factor + self.vae.config.shift_factor
         image = self.vae.decode(latents, return_dict=False)[0]
-        return (image / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float()
+        images: torch.Tensor = (image / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 1).float()
+        return images

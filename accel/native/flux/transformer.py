@@ -43,7 +43,8 @@ class MLPEmbedder(nn.Module):
         self.linear_2 = nn.Linear(out_dim, out_dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear_2(self.act(self.linear_1(x)))
+        out: torch.Tensor = self.linear_2(self.act(self.linear_1(x)))
+        return out
 
 
 class TimeTextEmbedding(nn.Module):
@@ -60,7 +61,8 @@ class TimeTextEmbedding(nn.Module):
         emb = self.timestep_embedder(timestep_embedding(timestep).to(pooled.dtype))
         if self.guidance_embedder is not None and len(args) == 2:
             emb = emb + self.guidance_embedder(timestep_embedding(args[0]).to(pooled.dtype))
-        return emb + self.text_embedder(pooled)
+        out: torch.Tensor = emb + self.text_embedder(pooled)
+        return out
 
 
 class AdaNorm(nn.Module):
@@ -115,7 +117,8 @@ class JointAttention(nn.Module):
         self.attention = Attention()
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        return x.unflatten(-1, (-1, self.head_dim))
+        heads: torch.Tensor = x.unflatten(-1, (-1, self.head_dim))
+        return heads
 
     def forward(
         self, x: torch.Tensor, rotary: tuple[torch.Tensor, torch.Tensor], context: torch.Tensor | None = None
@@ -128,9 +131,10 @@ class JointAttention(nn.Module):
             k = torch.cat([self.norm_added_k(self._heads(self.add_k_proj(context))), k], dim=1)
             v = torch.cat([self._heads(self.add_v_proj(context)), v], dim=1)
         q, k = apply_rope(q, *rotary), apply_rope(k, *rotary)
-        out = self.attention(q, k, v).flatten(2, 3).to(q.dtype)
+        out: torch.Tensor = self.attention(q, k, v).flatten(2, 3).to(q.dtype)
         if context is None:
             return out
+        assert self.to_out is not None  # a context comes with the joint projections (joint=True)
         text, image = out.split_with_sizes([context.shape[1], out.shape[1] - context.shape[1]], dim=1)
         return self.to_out(image.contiguous()), self.to_add_out(text.contiguous())
 
@@ -144,7 +148,8 @@ class FeedForward(nn.Module):
         self.fc2 = nn.Linear(4 * dim, dim)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(nn.functional.gelu(self.fc1(x), approximate="tanh"))
+        out: torch.Tensor = self.fc2(nn.functional.gelu(self.fc1(x), approximate="tanh"))
+        return out
 
 
 class DoubleStreamBlock(nn.Module):
@@ -218,7 +223,8 @@ class OutputNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
         scale, shift = self.linear(nn.functional.silu(emb).to(x.dtype)).chunk(2, dim=1)
-        return self.norm(x) * (1 + scale)[:, None] + shift[:, None]
+        out: torch.Tensor = self.norm(x) * (1 + scale)[:, None] + shift[:, None]
+        return out
 
 
 for _block in (DoubleStreamBlock, SingleStreamBlock):
@@ -302,7 +308,8 @@ class NativeFluxTransformer(nn.Module, CacheMixin):
                 temb=temb,
                 image_rotary_emb=rotary,
             )
-        return self.proj_out(self.norm_out(hidden_states, temb))
+        out: torch.Tensor = self.proj_out(self.norm_out(hidden_states, temb))
+        return out
 
     def compile_repeated_blocks(self, **compile_kwargs: Any) -> None:
         """Compile, in place, every block whose class is in ``_repeated_blocks`` (regional compile)."""

@@ -3,11 +3,13 @@ platforms, so this backend routes forward to the SDPA implementation directly.""
 
 from __future__ import annotations
 
+from typing import Any
+
 from vllm_omni.diffusion.attention.backends.sdpa import SDPABackend, SDPAImpl
 
 
 class CpuSDPAImpl(SDPAImpl):
-    def forward(self, *args, **kwargs):
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self.forward_cuda(*args, **kwargs)
 
 
