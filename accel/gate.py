@@ -32,7 +32,7 @@ from typing import Any
 import yaml
 
 from accel.errors import ConfigError
-from accel.report.format import fmt, table_lines
+from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, parity_of
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
@@ -333,7 +333,7 @@ def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, s
     if measured < base * (1 - refresh):
         notice = (
             f"{record['model']}/{record['variant']}: faster than the stored baseline by "
-            f"{1 - measured / base:.0%} (> {refresh:.0%}): refresh the baseline"
+            f"{percent(1 - measured / base)} (> {percent(refresh)}): refresh the baseline"
         )
     return check, notice
 

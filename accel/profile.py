@@ -239,6 +239,12 @@ class Profile(StrictModel):
     measure: Measure = Field(default_factory=Measure)
     _variant_plan: Any = PrivateAttr(default=None)
 
+    def model_copy(self, *, update: Any = None, deep: bool = False) -> Profile:
+        """A copy whose variants are planned again (the plan is of this profile's variants, not the copy's)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy._variant_plan = None
+        return copy
+
     def variant_plan(self, source: str = "<profile>") -> Any:
         """Every variant with its options parsed (``accel.features.variants.VariantPlan``), computed once:
         the explicit variants, then those the ``combinations`` section plans. ``source`` names the file in

@@ -114,3 +114,17 @@ def test_apply_is_the_package_level_api_and_every_feature_has_an_exported_config
         assert name.endswith("Config"), name
         assert getattr(features, name) is feature.config_cls, f"{name} is not exported from accel.features"
         assert FEATURES.for_config(feature.config_cls()) is feature
+
+
+def test_a_second_apply_on_the_same_pipeline_is_refused_until_the_first_is_removed():
+    target = loaded("tiny-flux")
+    pipe = target.pipeline
+    baseline = generate(target, steps=STEPS)[0]
+    first = apply(pipe, CacheDitConfig(residual_diff_threshold=0.5, max_warmup_steps=2), num_inference_steps=STEPS)
+    # Stacked, the conflict rules (cache_dit with tea_cache) would be skipped and removal order would matter.
+    with pytest.raises(ConfigError, match=r"already has features applied by an earlier apply\(\) \(cache_dit\)"):
+        apply(pipe, TeaCacheConfig(rel_l1_thresh=0.4), num_inference_steps=STEPS)
+    first.remove()
+    with apply(pipe, VaeSlicingConfig(), num_inference_steps=STEPS) as second:  # allowed once removed
+        assert [f.name for f in second.features] == ["vae_use_slicing"]
+    assert np.array_equal(generate(target, steps=STEPS)[0], baseline)

@@ -83,9 +83,16 @@ def test_a_variants_options_are_parsed_once_when_the_profile_loads(monkeypatch, 
     data = small_profile(["tiny-flux"], [{"name": "tiling", "features": {"vae_use_tiling": {"tile_size": 32}}}])
     data["workload"]["steps"] = 2
     data["combinations"] = {"mode": "pairwise", "features": {"tea_cache": [0.3], "vae_use_slicing": [True]}}
+    parsed: list[str] = []
+    parse = accel.features.parse_feature_options
+    monkeypatch.setattr(
+        accel.features, "parse_feature_options", lambda name, *a, **k: (parsed.append(name), parse(name, *a, **k))[1]
+    )
     profile = parse_profile(data)
+    assert sorted(parsed) == ["tea_cache", "vae_use_slicing", "vae_use_tiling"]  # each option value, once
     planned = profile.variant_plan()
     assert profile.variant_plan() is planned  # expanded once, pairwise included
+    assert profile.model_copy(update={"variants": []}).variant_plan().variants[0].name == "pairwise-01"
     assert [v.name for v in planned.variants] == ["tiling", "pairwise-01"] and planned.pairwise is not None
     cells = {cell.variant: cell for cell in plan_cells(profile, tmp_path)}
     assert cells["tiling"].configs is planned.variants[0].configs  # the cell carries the parsed configs

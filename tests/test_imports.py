@@ -5,7 +5,8 @@ cycle cannot hide inside a function), and no import against the layer order
         -> measure -> zoo -> (errors, data, yaml_bounds)
 
 (a module may import its own layer or any layer below it). The graph is built from the source with
-``ast``; an import of ``a.b`` depends on ``a.b`` only, not on the package ``a`` it runs first.
+``ast``; an import of ``a.b.c`` depends on ``a.b.c`` and on the package ``a.b`` that Python runs first
+(its ``__init__``), unless the importer is inside ``a.b``.
 """
 
 from __future__ import annotations
@@ -79,6 +80,15 @@ def import_graph() -> dict[str, set[str]]:
                     continue
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else resolve(base) for a in node.names]
             graph[name].update(t for t in targets if t and t != name)
+    # Importing accel.x.y runs the package accel.x first (its __init__): a dependency too, unless the importer
+    # is inside that package (then it is already being initialised).
+    for name in graph:
+        for target in list(graph[name]):
+            package = target.rpartition(".")[0]
+            while package.count("."):  # accel.x and deeper; not the facade "accel"
+                if package in known and not (name == package or name.startswith(package + ".")):
+                    graph[name].add(package)
+                package = package.rpartition(".")[0]
     return graph
 
 
@@ -135,6 +145,12 @@ def test_cycle_finder_finds_a_cycle():
     """The checker itself can fail: a three-module cycle and a self-contained pair are told apart."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": set()}
     assert cycles(graph) == [["a", "b", "c"]]
+
+
+def test_the_graph_sees_the_package_an_import_runs_first():
+    graph = import_graph()
+    assert "accel.features" in graph["accel.sweep.cell"]  # cell imports accel.features.*: runs its __init__
+    assert "accel.features" not in graph["accel.features.cache"]  # inside the package: already initialising
 
 
 def test_the_graph_sees_function_level_imports():

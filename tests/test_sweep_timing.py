@@ -64,12 +64,15 @@ def test_identical_variant_is_noise_despite_the_burst(drifting_run):
     same = drifting_run["same"]
     claim = same["speedup_ci"]
     assert claim["method"] == "interleaved" and claim["n"] == 6 and claim["confidence"] >= 0.95
-    assert claim["verdict"] == "noise", claim
+    # Never a claim. With 6 pairs the interval is the lowest to the highest ratio: for identical calls all six
+    # fall on one side of 1.0 with probability 2/64 (3%, more when load drifts), which makes the verdict
+    # "inconclusive" (shown `x?`) rather than "noise" (`≈1.0x`); both are "not a speedup".
+    assert claim["verdict"] in ("noise", "inconclusive"), claim
     assert claim["low"] <= claim["ratio"] <= claim["high"]
     assert claim["reference_problem"] is None
     table = performance_table(list(drifting_run.values()), "tiny-flux", load_gate_data())
     row = next(line for line in table.splitlines() if line.startswith("| same "))
-    assert "≈1.0x" in row
+    assert ("≈1.0x" if claim["verdict"] == "noise" else "x?") in row
 
 
 def test_really_slower_variant_is_claimed_slower(drifting_run):
@@ -81,7 +84,7 @@ def test_really_slower_variant_is_claimed_slower(drifting_run):
 def test_noise_floor_is_interleaved_with_a_copy_of_itself(drifting_run):
     floor = drifting_run["noise-floor"]
     assert len(floor["paired"]["reference_s"]) == len(floor["paired"]["variant_s"]) == 6
-    assert floor["speedup_ci"]["verdict"] == "noise"
+    assert floor["speedup_ci"]["verdict"] in ("noise", "inconclusive")  # never a claim (see above: 3% one-sided)
 
 
 def test_records_say_how_where_and_beside_what_they_were_timed(drifting_run):

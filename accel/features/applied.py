@@ -42,6 +42,11 @@ class FeatureUnavailable(UnavailableError):
         self.reason = reason
 
 
+# The pipeline attribute that holds its active ``Applied`` (stacked apply() calls would skip the conflict rules
+# and could only be removed in the reverse order).
+ACTIVE_ATTRIBUTE = "_omni_accel_applied"
+
+
 class Applied:
     """Features applied to one pipeline: their evidence, and ``remove()`` (or leaving ``with``) to undo them."""
 
@@ -108,6 +113,8 @@ class Applied:
         if self._removed:
             return
         self._removed = True
+        if getattr(self.pipeline, ACTIVE_ATTRIBUTE, None) is self:
+            delattr(self.pipeline, ACTIVE_ATTRIBUTE)
         if self._original_class is not None:
             self.pipeline.__class__ = self._original_class
             self._original_class = None
@@ -198,6 +205,14 @@ def apply(
     - ``windows_on_calls``: make each ``pipeline(...)`` call one evidence window (default). The sweep's cell
       opens the windows itself (``Applied.window``) to keep the evidence reads outside its timer.
     """
+    active = getattr(pipeline, ACTIVE_ATTRIBUTE, None)
+    if active is not None:
+        names = ", ".join(feature.name for feature in active.features) or "none"
+        raise ConfigError(
+            f"apply(): this pipeline already has features applied by an earlier apply() ({names}); remove them "
+            "first (leave its with-block or call .remove()), or pass every config to one apply() so that their "
+            "conflicts are checked and they are removed together"
+        )
     resolved = resolve(configs)
     device = device or str(getattr(pipeline, "device", None) or "cpu")
     steps = num_inference_steps if num_inference_steps is not None else default_steps(pipeline)
@@ -214,6 +229,7 @@ def apply(
                 if not support.supported:
                     raise FeatureUnavailable(feature.name, scope, support.reason)
     applied = Applied(pipeline, RunContext(device=device, steps=steps or 0))
+    setattr(pipeline, ACTIVE_ATTRIBUTE, applied)  # one apply() at a time: removed again by remove()
     try:
         for feature, config in resolved:  # one by one: a failing apply still removes the earlier ones
             applied.applied.append((feature, config, feature.apply(pipeline, config, applied.context)))

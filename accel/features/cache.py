@@ -140,10 +140,13 @@ class CacheDitConfig(FeatureConfig):
 
 
 class _CacheDitHandle(Handle):
-    def __init__(self, pipeline: Any, patched_before: set[str], transformer_only_steps: int | None = None) -> None:
+    def __init__(
+        self, pipeline: Any, attributes_before: dict[str, set[str]], transformer_only_steps: int | None = None
+    ) -> None:
         super().__init__()
         self.pipeline = pipeline
-        self.patched_before = patched_before
+        # Each component module's instance attributes before enable_cache: what remove() takes away again.
+        self.attributes_before = attributes_before
         # Transformer-only mode (native pipelines) keeps step counters across runs: refresh before each.
         self.transformer_only_steps = transformer_only_steps
 
@@ -166,11 +169,15 @@ class _CacheDitHandle(Handle):
         import cache_dit
 
         cache_dit.disable_cache(self.pipeline.transformer if self.transformer_only_steps is not None else self.pipeline)
-        # disable_cache leaves the patch functor's instance-level forward on the transformer (seen with
-        # cache-dit 1.5.3 on Flux): output is unchanged, but a diffusers cache hook applied later fails.
+        # disable_cache leaves what its patch functor set on the modules (seen with cache-dit 1.5.3 on Flux: an
+        # instance-level forward, _is_patched and a diffusers hook registry on the transformer): the output is
+        # unchanged, but a later enable_cache skips the patching and a diffusers cache hook applied later fails.
         for key, module in _submodules(self.pipeline).items():
-            if key not in self.patched_before:
-                module.__dict__.pop("forward", None)
+            before = self.attributes_before.get(key)
+            if before is not None:
+                for name in set(vars(module)) - before:
+                    if not name.startswith("__"):
+                        del module.__dict__[name]
 
 
 class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
@@ -215,7 +222,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
         calibrator = (
             TaylorSeerCalibratorConfig(taylorseer_order=options.taylorseer_order) if options.taylorseer else None
         )
-        patched_before = {k for k, m in _submodules(pipeline).items() if "forward" in vars(m)}
+        attributes_before = {key: set(vars(module)) for key, module in _submodules(pipeline).items()}
         native_blocks = getattr(pipeline.transformer, "_cache_blocks", None)
         if native_blocks:  # a native transformer: Cache-DiT's block adapter in transformer-only mode
             from cache_dit import BlockAdapter, ForwardPattern
@@ -228,9 +235,9 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             )
             config = DBCacheConfig(**kwargs, num_inference_steps=context.steps)
             cache_dit.enable_cache(adapter, cache_config=config, calibrator_config=calibrator)
-            return _CacheDitHandle(pipeline, patched_before, transformer_only_steps=context.steps)
+            return _CacheDitHandle(pipeline, attributes_before, transformer_only_steps=context.steps)
         cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
-        return _CacheDitHandle(pipeline, patched_before)
+        return _CacheDitHandle(pipeline, attributes_before)
 
     def verify(self, handle: _CacheDitHandle) -> Verdict:
         # One entry per cached block group; they share the steps, so a run's count is the largest.

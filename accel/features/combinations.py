@@ -22,7 +22,7 @@ from accel.errors import ConfigError
 class PairwisePlan:
     """The generated variants and what they cover."""
 
-    variants: list[dict[str, Any]]
+    variants: list[dict[str, Any]]  # name, features (as written), configs (parsed)
     covered_pairs: set[frozenset[str]]
     skipped_pairs: dict[frozenset[str], str] = field(default_factory=dict)
     full_product: int = 0
@@ -87,7 +87,8 @@ def plan_pairwise(options: dict[str, list[Any]], where: str, prefix: str = "pair
             covered_pairs.add(pair)
         wanted_options -= set(chosen.items())
         features = {n: options[n][i] for n, i in chosen.items()}
-        variants.append({"name": f"{prefix}-{len(variants) + 1:02d}", "features": features})
+        configs = {n: parsed[n][i] for n, i in chosen.items()}  # parsed above, checked against the rules
+        variants.append({"name": f"{prefix}-{len(variants) + 1:02d}", "features": features, "configs": configs})
 
     full = 1
     for values in options.values():

@@ -63,12 +63,11 @@ def plan_variants(variants: list[Any], combinations: Any, source: str) -> Varian
                     f"{source}: combinations.prefix: generated variant '{generated['name']}' clashes with an "
                     "explicit variant; choose another prefix"
                 )
-            where = f"{source}: combinations ({generated['name']})"
-            planned.append(
+            planned.append(  # plan_pairwise parsed the options and kept every variant within the rules
                 PlannedVariant(
                     name=generated["name"],
                     features=dict(generated["features"]),
-                    configs=validate_variant_features(generated["features"], where),
+                    configs=dict(generated["configs"]),
                     generated=True,
                 )
             )

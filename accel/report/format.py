@@ -25,6 +25,11 @@ def fmt(value: Any, digits: int = 3, *, significant: bool = False) -> str:
     return str(value)
 
 
+def percent(value: float | None, digits: int = 0) -> str:
+    """A share as a percentage (``0.43`` -> ``43%``), an en dash when missing."""
+    return "–" if value is None else f"{value:.{digits}%}"
+
+
 ALIGN = {"left": "---", "right": "--:", "center": ":-:"}
 
 

@@ -9,18 +9,18 @@ from typing import Any
 from accel.measure.parity import PARITY_DEFINITION
 from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup
 from accel.profile import Profile
-from accel.report.format import fmt, table_lines
+from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, warm_median
 
 REPORT_FILE = "report.md"
 
 
 def _mib(value: int | None) -> str:
-    return "–" if value is None else f"{value / 2**20:.0f}"
+    return "–" if value is None else fmt(float(value) / 2**20, 0)
 
 
 def _ms(value: float | None, digits: int = 1) -> str:
-    return "–" if value is None else f"{value * 1e3:.{digits}f}"
+    return "–" if value is None else fmt(float(value) * 1e3, digits)
 
 
 STAGE_KEYS = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
@@ -30,7 +30,7 @@ def _beside(r: dict[str, Any]) -> str:
     """Cores other processes kept busy while the cell was timed (interleaved window when there was one)."""
     timing = r.get("timing") or {}
     window = timing.get("interleaved") or timing.get("alone")
-    return "–" if not window else f"{window['other_cores']:.2f}"
+    return "–" if not window else fmt(float(window["other_cores"]), 2)
 
 
 def _status(r: dict[str, Any]) -> str:
@@ -87,7 +87,7 @@ def stage_table(records: list[dict[str, Any]]) -> str:
                 r["variant"], _ms(st["text_encoding"]), _ms(st["prepare"]), _ms(st["denoising"]),
                 f"{st['steps_per_call']} x {_ms(st['step_median_s'])}", _ms(st["decode_prep"]),
                 _ms(st["vae_decode"]), _ms(st["post_processing"]), f"{_ms(total)} / {_ms(st['end_to_end_s'])}",
-                f"{st['component_share']:.0%}",
+                percent(st["component_share"]),
             )
         )  # fmt: skip
     return "\n".join(table_lines(header, ("left", *("right",) * 9), rows)) + "\n" if rows else ""
@@ -107,7 +107,7 @@ def compute_table(records: list[dict[str, Any]]) -> str:
         roof = r.get("roofline") or {}
         load = r.get("memory_load") or {}
         mfu = roof.get("mfu")
-        mfu_text = f"{mfu * 100:.2f}%" if mfu else "–"
+        mfu_text = percent(mfu, 2) if mfu else "–"
         check = roof.get("floor_check") or ("BELOW FLOOR" if roof.get("below_floor") else "ok" if roof else "–")
         flops = roof.get("flops_per_step")
         device = (
@@ -149,7 +149,8 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
     )
     return (
         f"{parity} Interleaved with a second copy of itself ({claim['n']} ABBA pairs): "
-        f"{claim['ratio']:.3f}x, {claim['confidence']:.0%} interval [{claim['low']:.3f}, {claim['high']:.3f}] "
+        f"{fmt(claim['ratio'], 3)}x, {percent(claim['confidence'])} interval [{fmt(claim['low'], 3)}, "
+        f"{fmt(claim['high'], 3)}] "
         f"({verdict}). A variant's speedup is claimed only when its whole interval lies outside the noise band "
         f"[{fmt(min(band[0], claim['low']), 3)}, {fmt(max(band[1], claim['high']), 3)}]; otherwise it is shown "
         "as ≈1.0x."
@@ -242,7 +243,8 @@ def render(
         "stage hooks; cold = load + first call",
         f"- Speedup: {_speedup_method(profile)}",
         f"- Parity against the baseline: {PARITY_DEFINITION}",
-        f"- Sweep wall time: {wall_s:.1f} s for {len(records)} cells ({wall_s / max(1, len(records)):.1f} s per cell)",
+        f"- Sweep wall time: {fmt(float(wall_s), 1)} s for {len(records)} cells "
+        f"({fmt(float(wall_s) / max(1, len(records)), 1)} s per cell)",
         "",
     ]
     lines += reference_table(records)
@@ -292,7 +294,8 @@ def _speedup_method(profile: Profile) -> str:
     return (
         f"median of {m.pairs} ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
-        f"alike), with its {m.confidence:.0%} order-statistic interval: `1.82x [1.61–2.03]` when the interval lies "
+        f"alike), with its {percent(m.confidence)} order-statistic interval: `1.82x [1.61–2.03]` when the "
+        "interval lies "
         f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it "
         "includes 1.0, `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (no "
         "noise floor, too few pairs, engine or sequential timing)"
