@@ -162,3 +162,18 @@ def test_taylorseer_hooks_wan_attention_and_skips_work():
     support = feature.check(target.pipeline, "cpu", diffusers_default)
     assert not support.supported
     assert "match no module of WanTransformer3DModel" in support.reason and "blocks.0.attn1" in support.reason
+
+
+def test_cache_dit_removed_leaves_nothing_behind_and_a_second_apply_engages_again():
+    target = loaded("tiny-flux")
+    pipe = target.pipeline
+    baseline = generate(target, steps=8)[0]
+    before = {name: set(vars(module)) for name, module in pipe.transformer.named_modules()}
+    config = CacheDitConfig(residual_diff_threshold=0.5, max_warmup_steps=2)
+    for attempt in range(2):  # cache-dit skips patching a transformer still marked _is_patched
+        with apply(pipe, config, num_inference_steps=8) as applied:
+            generate(target, steps=8)
+        assert applied.evidence()["cache_dit"]["engaged"], (attempt, applied.evidence())
+        after = {name: set(vars(module)) for name, module in pipe.transformer.named_modules()}
+        assert after == before, {n: after[n] - before[n] for n in after if after[n] != before.get(n)}
+        assert np.array_equal(generate(target, steps=8)[0], baseline)
