@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
@@ -19,6 +19,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError,
 from accel.data import data_dir
 from accel.errors import ConfigError, did_you_mean, unknown_choice
 from accel.targets.registry import TARGETS, describe_targets
+
+if TYPE_CHECKING:
+    from accel.features.variants import VariantPlan
 
 DEFAULT_PROFILE_NAME = "quickstart"
 # Frames a video model generates when the workload does not say (Wan wants 4k+1).
@@ -237,7 +240,7 @@ class Profile(StrictModel):
     variants: list[Variant] = Field(default_factory=list)
     combinations: Combinations | None = None
     measure: Measure = Field(default_factory=Measure)
-    _variant_plan: Any = PrivateAttr(default=None)
+    _variant_plan: VariantPlan | None = PrivateAttr(default=None)
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> Profile:
         """A copy whose variants are planned again (the plan is of this profile's variants, not the copy's)."""
@@ -245,7 +248,7 @@ class Profile(StrictModel):
         copy._variant_plan = None
         return copy
 
-    def variant_plan(self, source: str = "<profile>") -> Any:
+    def variant_plan(self, source: str = "<profile>") -> VariantPlan:
         """Every variant with its options parsed (``accel.features.variants.VariantPlan``), computed once:
         the explicit variants, then those the ``combinations`` section plans. ``source`` names the file in
         errors; ``parse_profile`` computes it at load, so later calls only return it."""
