@@ -33,7 +33,7 @@ import yaml
 
 from accel.errors import ConfigError
 from accel.report.format import fmt, percent, table_lines
-from accel.results import declared_tag, feature_options, is_noise_floor, parity_of
+from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
 # Why a cell was skipped: it could not run here, the model does not support it, or it failed as claimed.
@@ -170,20 +170,10 @@ def output_precision(record: dict[str, Any]) -> str:
     return record.get("dtype") or "float32"
 
 
-def _lossy_features(record: dict[str, Any]) -> list[str]:
-    from accel.features import FEATURES
-
-    return [
-        name
-        for name, raw in feature_options(record).items()
-        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
-    ]
-
-
 def _lossy_families(record: dict[str, Any]) -> list[str]:
     from accel.features import FEATURES
 
-    return sorted({FEATURES[name].family for name in _lossy_features(record)})
+    return sorted({FEATURES[name].family for name in lossy_features(record)})
 
 
 def declared_lossy_limits() -> dict[str, dict[str, float]]:
@@ -294,11 +284,7 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     limits = {**declared_adherence_limits(), **(((data.thresholds.get("adherence") or {}).get("lossy")) or {})}
     if loss is None or not limits:
         return None
-    families = {
-        FEATURES[name].family
-        for name, raw in feature_options(record).items()
-        if FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
-    }
+    families = {FEATURES[name].family for name in lossy_features(record)}
     bounds = [float(limits[f]) for f in families if f in limits]
     if not bounds:
         return None
@@ -435,16 +421,15 @@ def judge_engine_engagement(record: dict[str, Any]) -> None:
     The sweep records the facts (the engine's log lines as evidence, ``parity.bit_identical`` against the
     engine's baseline) and calls this before it writes the record, so the record, the report and the gate
     agree on the cell's status."""
-    from accel.features import FEATURES
-
     if not record.get("engine") or record["status"] != "ok":
         return
     evidence = record.setdefault("evidence", {})
     parity = parity_of(record)
     missing = []
-    for name, raw in feature_options(record).items():
+    lossy_ones = lossy_features(record)
+    for name in feature_options(record):
         entry = evidence.setdefault(name, {"engaged": False, "summary": "accepted by vLLM-Omni"})
-        lossy = FEATURES[name].feature_class_for(FEATURES[name].parse_options(raw)).value == "lossy"
+        lossy = name in lossy_ones
         if lossy and parity.get("bit_identical") is False:
             entry["engaged"] = True
             entry["summary"] = "; ".join(
@@ -461,6 +446,31 @@ def judge_engine_engagement(record: dict[str, Any]) -> None:
     if missing:
         record["status"] = "failed"
         record["error"] = "no evidence of engagement: " + "; ".join(missing)
+
+
+def judge_timing_validity(record: dict[str, Any]) -> None:
+    """A cell whose fastest step beat its floor (FLOPs / peak, ``roofline.below_floor``) was timed by a clock
+    that cannot be trusted: ``invalid_measurement`` says so, and the gate fails its timing check."""
+    roof = record.get("roofline") or {}
+    if roof.get("below_floor"):
+        record["invalid_measurement"] = (
+            f"a step took {roof['fastest_step_s'] * 1e3:.3f} ms, below the {roof['floor_step_s'] * 1e3:.3f} ms "
+            "floor (FLOPs / peak): the timer cannot be trusted"
+        )
+
+
+def judge_measured_cell(record: dict[str, Any]) -> None:
+    """Every judgement a record carries, made here and only here; the sweep calls it once per cell, after
+    attaching the facts (evidence, parity, roofline) and before writing the record, so the record, the report
+    and the gate agree. An in-process cell whose feature's own ``verify()`` found no engagement fails
+    (``not_engaged_error``); an engine cell engages only on evidence (``judge_engine_engagement``); a step
+    below its floor marks the timing invalid (``judge_timing_validity``)."""
+    if record.get("status") == "ok" and not record.get("engine"):
+        not_engaged = not_engaged_error(record.get("evidence") or {})
+        if not_engaged:
+            record.update(status="failed", error=not_engaged)
+    judge_engine_engagement(record)
+    judge_timing_validity(record)
 
 
 def gate_cell(
@@ -530,7 +540,7 @@ def gate_cell(
         ),
     ]
     baseline_stable = (baseline or {}).get("outputs_stable") is not False
-    lossless = [name for name in features if name not in _lossy_features(record)]
+    lossless = [name for name in features if name not in lossy_features(record)]
     if lossless and record.get("outputs_stable") is False and baseline_stable:  # a lossless feature must be stable
         parity_checks.append(
             Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")

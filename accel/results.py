@@ -26,7 +26,8 @@ TABLE_FILE = "results.parquet"
 # The version of the cell record's shape, written into every line of results.jsonl. A line without it was
 # written before the record was declared (version 0, the same keys) and is read as such; a line from a newer
 # version than this code knows is refused. Raise it when a key changes meaning or is removed.
-SCHEMA_VERSION = 1
+# 1: the record declared; 2: ``feature_classes`` recorded (older records: parsed from ``features`` on read).
+SCHEMA_VERSION = 2
 
 
 # The cell record, one section at a time: every key a sweep writes, its type and one line on what it holds.
@@ -41,6 +42,9 @@ class Identity(TypedDict, total=False):
     target: Annotated[str, "how it ran: library, adapter, native or an engine target such as vllm-omni"]
     variant: Annotated[str, "the profile's variant name (baseline, noise-floor or a feature set)"]
     features: Annotated[dict[str, Any], "feature name -> its options, as the variant lists them"]
+    feature_classes: Annotated[
+        dict[str, str], "feature name -> lossless or lossy, as the feature judged its options when planned (v2)"
+    ]
     status: Annotated[str, "ok, failed or unsupported"]
     role: Annotated[str, "noise_floor for the baseline's re-run (the measured noise band)"]
     decided: Annotated[str, "engine cells: declared (from the feature mapping, never ran) or measured"]
@@ -218,6 +222,28 @@ def feature_options(record: dict[str, Any]) -> dict[str, Any]:
     return record.get("features") or {}
 
 
+def feature_classes(record: dict[str, Any]) -> dict[str, str]:
+    """The cell's features, name -> ``lossless`` or ``lossy``, as recorded when the variant was planned.
+
+    A record from before version 2 lacks them: its options are parsed once more, here, by each feature's
+    own rule (``Feature.feature_class_for``); a record ``check_record`` accepted always parses.
+    """
+    recorded = record.get("feature_classes")
+    if recorded is not None:
+        return dict(recorded)
+    from accel.features import FEATURES, parse_feature_options
+
+    return {
+        name: FEATURES[name].feature_class_for(parse_feature_options(name, raw, "features")).value
+        for name, raw in feature_options(record).items()
+    }
+
+
+def lossy_features(record: dict[str, Any]) -> list[str]:
+    """The cell's features that are lossy with the options it ran with (``feature_classes``)."""
+    return [name for name, kind in feature_classes(record).items() if kind == "lossy"]
+
+
 def warm_median(record: dict[str, Any]) -> float | None:
     """The median warm call in seconds (``warm.median``), or None when the cell was not timed."""
     return (record.get("warm") or {}).get("median")
@@ -325,6 +351,7 @@ def check_version(record: Any, where: str) -> None:
 def check_record(record: Any, where: str) -> dict[str, Any]:
     """A record the gate, tables and resume can read; a ConfigError ``where: what is wrong`` otherwise."""
     from accel.features import FEATURES, parse_feature_options
+    from accel.features.base import FeatureClass
 
     if not isinstance(record, dict):
         raise ConfigError(f"{where}: expected a JSON object (one cell's record), got {_json_type(record)}")
@@ -346,10 +373,25 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
         check, kind = _CHECKS.get(declared.type, (_anything, ""))
         if value is not None and not check(value):
             raise ConfigError(f"{where}: '{declared.name}' should be {kind} or null, got {_json_type(value)}")
-    for name, raw in feature_options(record).items():
+    for name in feature_options(record):
         if name not in FEATURES:
             raise ConfigError(f"{where}: features: unknown feature {name!r}")
-        parse_feature_options(name, raw, f"{where}: features")
+    recorded = record.get("feature_classes")
+    if recorded is None:  # before version 2: the options are all there is to tell a feature's class by
+        for name, raw in feature_options(record).items():
+            parse_feature_options(name, raw, f"{where}: features")
+    else:
+        if set(recorded) != set(feature_options(record)):
+            raise ConfigError(
+                f"{where}: feature_classes should name the same features as features "
+                f"({', '.join(sorted(feature_options(record))) or 'none'}), got {', '.join(sorted(recorded)) or 'none'}"
+            )
+        allowed = [kind.value for kind in FeatureClass]
+        for name, kind in recorded.items():
+            if kind not in allowed:
+                raise ConfigError(
+                    f"{where}: feature_classes.{name} should be one of {', '.join(allowed)}, got {kind!r}"
+                )
     for name, evidence in (record.get("evidence") or {}).items():
         if not isinstance(evidence, dict):
             raise ConfigError(f"{where}: evidence.{name} should be an object, got {_json_type(evidence)}")

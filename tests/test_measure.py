@@ -10,6 +10,7 @@ import pytest
 import torch
 from conftest import small_profile
 
+from accel.gate import judge_measured_cell
 from accel.measure.flops import count_flops, measure_cpu_peak, roofline
 from accel.measure.timing import summarize
 from accel.profile import parse_profile
@@ -130,7 +131,8 @@ def test_an_unsynchronised_timer_is_caught_by_the_floor(zoo_run):
     # A host clock read right after an asynchronous launch: the steps "take" a microsecond.
     fake = {**baseline, "variant": "fake", "features": {}, "step_times": [1e-6] * 4}
     attach_roofline(fake, baseline)
-    assert fake["roofline"]["below_floor"] is True
+    assert fake["roofline"]["below_floor"] is True and "invalid_measurement" not in fake  # a fact, not a verdict
+    judge_measured_cell(fake)  # the gate's judgement
     assert "below the" in fake["invalid_measurement"] and "floor" in fake["invalid_measurement"]
     from accel.report.markdown import model_table
 

@@ -167,13 +167,29 @@ def test_resume_reads_a_run_written_before_versions(tmp_path):
 
 
 def test_engagement_is_judged_in_the_gate():
-    from accel.gate import not_engaged_error
+    from accel.gate import judge_measured_cell, not_engaged_error
 
     evidence = {"a": {"engaged": True, "summary": "ok"}, "b": {"engaged": False, "summary": "no hook ran"}}
     assert not_engaged_error(evidence) == "b: no hook ran"
     assert not_engaged_error({"a": {"engaged": True}}) is None
-    sweep = "\n".join(p.read_text() for p in (ROOT / "accel" / "sweep").glob("*.py"))
-    assert "def check_engine_effect" not in sweep and "judge_engine_engagement(record)" in sweep
+    # The cell records facts; the gate's one entry point turns them into the record's judgements.
+    cell = {**record("flux", "ab", {"a": {}, "b": {}}), "evidence": evidence}
+    cell["roofline"] = {"below_floor": True, "fastest_step_s": 1e-6, "floor_step_s": 1e-3}
+    judge_measured_cell(cell)
+    assert cell["status"] == "failed" and cell["error"] == "b: no hook ran"
+    assert cell["invalid_measurement"].startswith("a step took 0.001 ms, below the 1.000 ms floor")
+    engaged = {**record("flux", "a", {"a": {}}), "evidence": {"a": evidence["a"]}, "roofline": {"below_floor": False}}
+    judge_measured_cell(engaged)
+    assert engaged["status"] == "ok" and "invalid_measurement" not in engaged
+    # No module but gate.py makes a judgement: none sets a failed status from evidence or marks timing invalid.
+    for path in (ROOT / "accel").rglob("*.py"):
+        if path.name == "gate.py":
+            continue
+        text = path.read_text()
+        assert "not_engaged_error" not in text and "judge_engine_engagement(" not in text, path
+        assert '["invalid_measurement"] =' not in text and "invalid_measurement=" not in text, path
+    sweep = (ROOT / "accel" / "sweep" / "runner.py").read_text()
+    assert sweep.count("judge_measured_cell(record)") == 1
 
 
 def test_a_sweep_resumes_a_run_written_before_versions(tmp_path):

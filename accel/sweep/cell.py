@@ -107,6 +107,8 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
 def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) -> dict[str, Any]:
     """The first keys of every cell's record (``accel.results.CellRecord``): which cell it is, its status and
     error, and the schema version it is built for."""
+    from accel.features import FEATURES
+
     return {
         "schema_version": SCHEMA_VERSION,
         "model": spec.model.name,
@@ -114,6 +116,9 @@ def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) ->
         "target": spec.model.target,
         "variant": spec.variant,
         "features": spec.features,
+        "feature_classes": {
+            name: FEATURES[name].feature_class_for(config).value for name, config in spec.configs.items()
+        },
         "status": status,
         "error": error,
     }
@@ -475,7 +480,6 @@ def _collect(
 ) -> dict[str, Any]:
     """The cell's record from what was measured; the outputs saved for parity."""
     from accel.env import recorded_cpu_peak
-    from accel.gate import not_engaged_error
     from accel.measure.contention import execution_context
     from accel.measure.flops import device_peak
     from accel.measure.speedup import paired_speedup
@@ -531,9 +535,6 @@ def _collect(
             "estimate": estimate.to_dict(),
         }
         arrays[REFERENCE_OUTPUT_KEY] = paired["reference_output"]
-    not_engaged = not_engaged_error(result["evidence"])  # the gate's rule, recorded with the cell
-    if not_engaged:
-        result.update(status="failed", error=not_engaged)
     path = outputs_path("", spec.model.name, spec.variant)
     result["outputs_file"] = str(path)
     result[CELL_FILES] = {str(path): npz_bytes(arrays)}

@@ -265,12 +265,7 @@ def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> 
     if exempt:
         result["below_floor"] = False
         result["floor_check"] = f"not applicable: {exempt[0]}"
-    record["roofline"] = result
-    if result["below_floor"]:
-        record["invalid_measurement"] = (
-            f"a step took {result['fastest_step_s'] * 1e3:.3f} ms, below the {result['floor_step_s'] * 1e3:.3f} ms "
-            "floor (FLOPs / peak): the timer cannot be trusted"
-        )
+    record["roofline"] = result  # below_floor is a fact; what it means for the cell, gate.judge_measured_cell
 
 
 def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] | None:
@@ -403,7 +398,7 @@ def _run_sweep(
     ray_address: str | None,
 ) -> SweepResult:
     from accel import env
-    from accel.gate import judge_engine_engagement
+    from accel.gate import judge_measured_cell
     from accel.report.figures import write_figures
     from accel.report.images import save_images
     from accel.report.markdown import write_report
@@ -471,7 +466,7 @@ def _run_sweep(
             )
             attach_adherence(record, cell.model, profile.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
-            judge_engine_engagement(record)  # the gate's rule, applied before the record is written
+            judge_measured_cell(record)  # the gate's judgements, made once, before the record is written
             if cell.variant == BASELINE and profile.measure.reference_model:
                 attach_reference_parity(record, profile.measure.reference_model, run_dir, keys)
             if record.get("outputs_file"):
