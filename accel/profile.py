@@ -17,7 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from accel.data import data_dir
-from accel.errors import ConfigError, did_you_mean, unknown_choice
+from accel.errors import ConfigError, allowed_values, did_you_mean, unknown_choice
 from accel.targets.registry import TARGETS, describe_targets
 
 if TYPE_CHECKING:
@@ -311,10 +311,11 @@ def _format_location(loc: tuple[Any, ...]) -> str:
     return text or "(top level)"
 
 
-def format_validation_error(source: str, error: ValidationError) -> str:
-    """The first error of ``error`` as ``source: key.path: message``."""
+def format_validation_error(source: str, error: ValidationError, model: Any = None) -> str:
+    """The first error of ``error`` as ``source: key.path: message``, with the value given and the values
+    allowed when ``model`` (the validated class) declares the field."""
     first = error.errors()[0]
-    message = first["msg"].removeprefix("Value error, ")
+    message = first["msg"].removeprefix("Value error, ") + (allowed_values(model, first) if model else "")
     return f"{source}: {_format_location(tuple(first['loc']))}: {message}"
 
 
@@ -325,7 +326,7 @@ def parse_profile(data: Any, source: str = "<profile>") -> Profile:
     try:
         profile = Profile.model_validate(data)
     except ValidationError as error:
-        raise ConfigError(format_validation_error(source, error)) from error
+        raise ConfigError(format_validation_error(source, error, Profile)) from error
     profile.variant_plan(source)  # every variant's options parsed and checked once, named by file and key
     return profile
 

@@ -32,9 +32,24 @@ CASES = {
         _with(workload={"prompts": ["x"], "step": 2}),
         r"workload: unknown key 'step'. Did you mean 'steps'\? Allowed keys: .*guidance_scale",
     ),
-    "wrong-type": (_with(workload__steps="four"), "workload.steps: Input should be a valid integer"),
-    "zero-steps": (_with(workload__steps=0), "workload.steps: Input should be greater than 0"),
-    "negative-height": (_with(workload__height=-64), "workload.height: Input should be greater than 0"),
+    "wrong-type": (
+        _with(workload__steps="four"),
+        r"workload.steps: Input should be a valid integer, .*got 'four' \(allowed: a whole number > 0\)",
+    ),
+    "zero-steps": (
+        _with(workload__steps=0),
+        r"workload.steps: Input should be greater than 0, got 0 \(allowed: a whole number > 0\)",
+    ),
+    "negative-height": (_with(workload__height=-64), "workload.height: Input should be greater than 0, got -64"),
+    "option-out-of-range": (
+        _with(variants=[{"name": "v", "features": {"quantization": {"min_quantized_share": 2}}}]),
+        r"variants\[0\].features.quantization.min_quantized_share: Input should be less than or equal to 1, "
+        r"got 2 \(allowed: a number > 0 and <= 1\)",
+    ),
+    "option-wrong-type": (
+        _with(variants=[{"name": "v", "features": {"cache_dit": {"max_warmup_steps": 1.5}}}]),
+        r"cache_dit.max_warmup_steps: Input should be a valid integer.*, got 1.5 \(allowed: a whole number >= 0\)",
+    ),
     "no-prompts": (_with(workload__prompts=[]), "workload.prompts: List should have at least 1 item"),
     "empty-prompt": (_with(workload__prompts=["  "]), "workload.prompts: prompts must not be empty strings"),
     "unknown-feature": (
