@@ -90,7 +90,9 @@ def _written_keys(path: Path) -> set[str]:
 
 
 def test_every_key_the_sweep_writes_is_declared():
+    # The sweep builds records; gate.py's judge_measured_cell adds its judgements before they are written.
     sources = [*sorted((ROOT / "accel" / "sweep").glob("*.py")), ROOT / "accel" / "measure" / "overlap.py"]
+    sources.append(ROOT / "accel" / "gate.py")
     written = set().union(*(_written_keys(path) for path in sources))
     assert {"schema_version", "model", "warm", "parity", "roofline", "evidence", "notes", "images"} <= written
     declared = {f.name for f in record_fields()}
@@ -215,3 +217,54 @@ def test_a_sweep_resumes_a_run_written_before_versions(tmp_path):
     records = load_results(results).records
     assert Counter(r["variant"] for r in records) == Counter(line["variant"] for line in lines)
     assert [record_version(r) for r in records] == [0] * len(legacy) + [SCHEMA_VERSION]
+
+
+def test_the_gate_reads_each_features_class_from_the_record_not_its_options(monkeypatch):
+    import accel.features
+    from accel.gate import GateData, gate_records, load_gate_data
+    from accel.results import check_record, feature_classes, lossy_features
+
+    baseline = record("flux", "baseline", {})
+    cache = {**record("flux", "cache", {"cache_dit": {"residual_diff_threshold": 0.2}}, ssim=0.9, psnr=25.0)}
+    legacy = dict(cache)  # written before version 2: no feature_classes, the options are parsed on read
+    assert feature_classes(legacy) == {"cache_dit": "lossy"}
+    cache["feature_classes"] = {"cache_dit": "lossless"}  # what the record says wins: no second opinion
+
+    def parsed_again(*args, **kwargs):
+        raise AssertionError("a recorded feature's options were parsed again")
+
+    monkeypatch.setattr(accel.features, "parse_feature_options", parsed_again)
+    assert check_record(cache, "r:1") is cache and lossy_features(cache) == []
+    data = GateData(load_gate_data().thresholds, {})
+    verdict = gate_records([baseline, cache], data).verdicts[0]
+    # A lossless cell's thresholds, as its record said (the options alone would make it lossy).
+    assert [check.name for check in verdict.checks][:2] == [
+        "SSIM, lossless (image, float32)",
+        "PSNR dB, lossless (image, float32)",
+    ]
+
+    with pytest.raises(ConfigError, match=r"r:2: feature_classes.cache_dit should be one of lossless, lossy, got 'x'"):
+        check_record({**cache, "feature_classes": {"cache_dit": "x"}}, "r:2")
+    with pytest.raises(ConfigError, match=r"r:3: feature_classes should name the same features as features"):
+        check_record({**cache, "feature_classes": {}}, "r:3")
+
+
+def test_a_cell_records_the_class_its_features_had_when_planned():
+    from accel.profile import parse_profile
+    from accel.sweep.cell import record_head
+    from accel.sweep.runner import plan
+
+    profile = parse_profile(
+        {
+            "models": [{"name": "flux", "source": "tiny-flux"}],
+            "workload": {"prompts": ["a"], "steps": 2, "height": 32, "width": 32},
+            "variants": [
+                {"name": "cache", "features": {"cache_dit": {"residual_diff_threshold": 0.2}}},
+                {"name": "sdpa", "features": {"attention_backend": "native"}},
+            ],
+        }
+    )
+    heads = {cell.variant: record_head(cell) for cell in plan(profile, Path("."))}
+    assert heads["cache"]["feature_classes"] == {"cache_dit": "lossy"}
+    assert heads["sdpa"]["feature_classes"] == {"attention_backend": "lossless"}
+    assert heads["baseline"]["feature_classes"] == {} and heads["baseline"]["schema_version"] == SCHEMA_VERSION == 2
