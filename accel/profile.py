@@ -290,8 +290,14 @@ class Profile(StrictModel):
 
     def fingerprint(self) -> str:
         """A hash of the resolved profile: results record it, resume compares it."""
-        payload = json.dumps(self.model_dump(mode="json"), sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+        return fingerprint_of(self.model_dump(mode="json"))
+
+
+def fingerprint_of(resolved: Any) -> str:
+    """The fingerprint of a resolved profile's data (``Profile.model_dump(mode="json")``, or the
+    ``profile.resolved.yaml`` a run wrote from it) without validating it again."""
+    payload = json.dumps(resolved, sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
 def _safe_label(value: str) -> str:

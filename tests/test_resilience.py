@@ -57,13 +57,19 @@ def test_sigkill_mid_sweep_then_resume_measures_every_cell_once(tmp_path):
     assert result.report_path.is_file()
 
 
-def test_a_line_cut_short_by_a_crash_is_dropped_on_resume(tmp_path):
+def test_a_line_cut_short_by_a_crash_is_dropped_on_resume(tmp_path, monkeypatch):
+    import accel.features.variants
+
     profile = parse_profile(_profile(executor="inline", repeats=1))
     run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
     results = tmp_path / "results.jsonl"
     lines = results.read_text().splitlines(keepends=True)
     results.write_text("".join(lines[:3]) + lines[3][:40])  # the 4th record half-written
+    plans = []
+    planner = accel.features.variants.plan_variants
+    monkeypatch.setattr(accel.features.variants, "plan_variants", lambda *a: plans.append(a) or planner(*a))
     run_sweep(profile, "p.yaml", tmp_path, show_progress=False, resume=True)
+    assert plans == []  # the loaded profile's plan is used; the run's own copy is compared as data
     counts = Counter(r["variant"] for r in read_results(tmp_path))
     assert set(counts.values()) == {1} and len(counts) == 6
 

@@ -10,8 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from accel.errors import ConfigError
-from accel.profile import Profile, load_profile
+from accel.profile import Profile, fingerprint_of, load_profile
 from accel.results import RESULTS_FILE, load_results
 
 RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
@@ -43,7 +45,18 @@ def resolved_profile(run_dir: Path) -> Profile:
 
 
 def check_same_profile(run_dir: Path, profile: Profile) -> None:
-    """Refuse to resume with a profile whose content differs from the run's, naming what changed."""
+    """Refuse to resume with a profile whose content differs from the run's, naming what changed.
+
+    The run's resolved profile is compared as data first (it was written from a validated profile): only
+    when that differs is it validated again (a newer omni-accel may fill defaults the file lacks), so a
+    resume plans its variants once, when the CLI loads the profile."""
+    path = run_dir / RESOLVED_PROFILE_FILE
+    try:
+        written = yaml.safe_load(path.read_text()) if path.is_file() else None
+    except yaml.YAMLError:
+        written = None
+    if written is not None and fingerprint_of(written) == profile.fingerprint():
+        return
     before = resolved_profile(run_dir)
     if before.fingerprint() == profile.fingerprint():
         return
