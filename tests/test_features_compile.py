@@ -28,6 +28,24 @@ def test_compile_engages_and_remove_restores(granularity):
     assert np.array_equal(generate(target)[0], baseline)
 
 
+def test_the_first_call_since_apply_compiles_and_a_recompile_after_it_does_not_engage():
+    """The README's use: apply, call, read the evidence. The first call compiles (that is engagement, and the
+    summary says its time includes compiling); a recompile after a warm-up was set aside never is."""
+    target = loaded("tiny-flux")
+    with apply(target.pipeline, CompileConfig(granularity="regional", backend="aot_eager")) as applied:
+        generate(target)
+        first = applied.verdicts()["compile"]
+        generate(target)
+        two = applied.verdicts()["compile"]
+        applied.reset_evidence()  # a warm-up set aside: from here a conversion is a recompile
+        generate(target, height=32, width=32)
+        recompiled = applied.verdicts()["compile"]
+    assert first.engaged and first.evidence["compiled_in_first_call"], first.summary
+    assert "compiled during the first call (no call after it): its time includes compiling" in first.summary
+    assert two.engaged and "no recompile in the 1 call(s) after it" in two.summary, two.summary
+    assert not recompiled.engaged and recompiled.summary.startswith("recompiled during timed run(s) [1]")
+
+
 @pytest.mark.slow
 def test_inductor_regional_compile_keeps_parity():
     from accel.measure.parity import compare

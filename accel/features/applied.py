@@ -87,6 +87,7 @@ class Applied:
     def reset_evidence(self) -> None:
         """Forget the evidence gathered so far (after warm-up calls: evidence counts the measured calls only)."""
         for handle in self.handles:
+            handle.calls_before_window += len(handle.runs)
             handle.runs.clear()
 
     def verdicts(self) -> dict[str, Verdict]:

@@ -161,6 +161,9 @@ class Handle(ABC):
 
     def __init__(self) -> None:
         self.runs: list[dict[str, Any]] = []
+        # Calls whose evidence was forgotten (``Applied.reset_evidence`` after warm-up): 0 while the evidence
+        # still holds the first call since apply, the one that may legitimately do one-time work (compiling).
+        self.calls_before_window = 0
 
     def begin_run(self) -> None:
         """Called before each timed call; starts a fresh evidence record."""
