@@ -8,7 +8,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -92,7 +92,7 @@ def _nested_model(annotation: Any) -> Any:
     return None
 
 
-def allowed_values(model: Any, error: dict[str, Any]) -> str:
+def allowed_values(model: Any, error: Mapping[str, Any]) -> str:
     """`` , got X (allowed: ...)`` for a pydantic error (one of ``ValidationError.errors()``) on a field of
     ``model`` or of a model nested in it; an empty string when the location names no field or the error is
     not about the value (a missing key, a custom check whose message already says what to do)."""

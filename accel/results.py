@@ -386,11 +386,11 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
                 f"{where}: feature_classes should name the same features as features "
                 f"({', '.join(sorted(feature_options(record))) or 'none'}), got {', '.join(sorted(recorded)) or 'none'}"
             )
-        allowed = [kind.value for kind in FeatureClass]
+        classes = [kind.value for kind in FeatureClass]
         for name, kind in recorded.items():
-            if kind not in allowed:
+            if kind not in classes:
                 raise ConfigError(
-                    f"{where}: feature_classes.{name} should be one of {', '.join(allowed)}, got {kind!r}"
+                    f"{where}: feature_classes.{name} should be one of {', '.join(classes)}, got {kind!r}"
                 )
     for name, evidence in (record.get("evidence") or {}).items():
         if not isinstance(evidence, dict):

@@ -15,6 +15,7 @@ import itertools
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -46,7 +47,10 @@ class NativePipeline(torch.nn.Module):
     _vae_modules: tuple[str, ...] = ()
     _resident_modules: tuple[str, ...] = ()
 
-    def __init__(self) -> None:
+    def __init__(self, checkpoint: str | Path | None = None, dtype: torch.dtype = torch.float32) -> None:
+        """The constructor every native pipeline has: the native target builds one as ``cls(checkpoint,
+        dtype=dtype)`` from a local checkpoint directory (a subclass loads its weights from it, in ``dtype``);
+        ``from_components`` builds one from in-memory components instead. The base keeps no weights."""
         super().__init__()
         self.stage_times: dict[str, Any] = {}
         self._progress_disabled = True

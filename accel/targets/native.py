@@ -58,7 +58,7 @@ class NativeTarget:
         else:
             cls = native_for(source, self.spec.native_pipeline)
             # Every native pipeline loads from (checkpoint, dtype=...); the base class does not declare it.
-            pipeline = cls(source, dtype=dtype)  # type: ignore[call-arg]
+            pipeline = cls(source, dtype=dtype)
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline.to(self.device)
         return self.pipeline
