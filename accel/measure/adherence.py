@@ -119,11 +119,14 @@ def analyse(image: Any) -> Analysis:
 
 
 def score(expected: world.Scene, image: Any) -> dict[str, float]:
-    """Per attribute kind 1.0 (recovered) or 0.0, and ``overall`` (their mean) for one image."""
+    """Per attribute kind the prompt names 1.0 (recovered) or 0.0, and ``overall`` (their mean), for one image.
+
+    A kind the prompt leaves open (a position-free caption) is absent from the result, not scored.
+    """
     found = analyse(image).as_dict()
     wanted = expected.attributes()
-    result = {kind: float(found[kind] == wanted[kind]) for kind in ATTRIBUTES}
-    result["overall"] = sum(result[kind] for kind in ATTRIBUTES) / len(ATTRIBUTES)
+    result = {kind: float(found[kind] == wanted[kind]) for kind in ATTRIBUTES if kind in wanted}
+    result["overall"] = sum(result.values()) / len(result)
     return result
 
 
@@ -143,14 +146,14 @@ def summarise(scores: list[dict[str, float]]) -> dict[str, Any]:
     """Mean per attribute kind and overall over images, each with a 95% interval and the image count.
 
     ``overall`` counts each attribute of each image as one trial, so its interval covers the share of
-    attributes recovered.
+    attributes recovered. A kind is averaged over the images whose prompt names it (NaN when none does).
     """
     summary: dict[str, Any] = {"n": len(scores)}
     for kind in ATTRIBUTES:
-        values = [s[kind] for s in scores]
+        values = [s[kind] for s in scores if kind in s]
         summary[kind] = sum(values) / len(values) if values else math.nan
         summary[f"{kind}_ci"] = list(_interval(values))
-    trials = [s[kind] for s in scores for kind in ATTRIBUTES]
+    trials = [s[kind] for s in scores for kind in ATTRIBUTES if kind in s]
     summary["overall"] = sum(trials) / len(trials) if trials else math.nan
     summary["overall_ci"] = list(_interval(trials))
     return summary

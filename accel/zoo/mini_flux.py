@@ -371,20 +371,21 @@ def _train_text_encoders(
     captions only; then both are frozen and the transformer learns to read them.
     """
     t5, clip = components["text_encoder_2"], components["text_encoder"]
-    kinds = {
+    kinds: dict[str, list[str | None]] = {
         "background": list(world.PALETTE),
         "colour": list(world.PALETTE),
         "shape": list(world.SHAPES),
-        "position": list(world.POSITIONS),
+        # A caption that leaves the position open says so: its own class.
+        "position": [*world.POSITIONS, None],
     }
 
     def encode(scenes: list[world.Scene]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         captions = [scene.caption(t) for scene in scenes for t in range(len(world.TEMPLATES))]
         targets = torch.tensor(
             [
-                [values.index(getattr(scene, kind)) for kind, values in kinds.items()]
+                [values.index(getattr(scene.named_by(t), kind)) for kind, values in kinds.items()]
                 for scene in scenes
-                for _ in world.TEMPLATES
+                for t in range(len(world.TEMPLATES))
             ]
         )
         t5_ids = components["tokenizer_2"](

@@ -14,14 +14,19 @@ BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shap
 
 
 def load_prompt_set(name: str) -> list[dict[str, Any]]:
-    """Entries ``{prompt, expect: {background, colour, shape, position}}`` of a built-in set or a YAML file.
+    """Entries ``{prompt, expect: {background, colour, shape[, position]}}`` of a built-in set or a YAML file.
+
+    ``position`` may be left out of ``expect`` for a prompt that leaves it open; it is then not scored.
 
     Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
     """
     import yaml
 
     if name == "shapes-held-out":
-        return [{"prompt": s.caption(i), "expect": s.attributes()} for i, s in enumerate(shapes_world.HELD_OUT_SCENES)]
+        return [
+            {"prompt": prompt, "expect": expected.attributes()}
+            for prompt, expected in zip(shapes_world.HELD_OUT_PROMPTS, shapes_world.HELD_OUT_EXPECTED, strict=True)
+        ]
     path = Path(name)
     if not path.is_file():
         raise ValueError(
@@ -42,6 +47,6 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
             shapes_world.Scene(**expect)
         except TypeError as error:
             raise ValueError(
-                f"{path}: prompts[{index}].expect: keys must be background, colour, shape, position"
+                f"{path}: prompts[{index}].expect: keys must be background, colour, shape and optionally position"
             ) from error
     return entries

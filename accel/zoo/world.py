@@ -6,22 +6,31 @@ top, bottom, centre), on a plain background of another colour; captions come fro
 seed, and ``WORLD_VERSION`` names the generator: change the palette, geometry or templates and the
 version must change with it (it is recorded beside the trained weights).
 
+Some templates leave the position open ("a red circle on a blue background"): the image still has one,
+drawn from the five. A model must then choose where to draw, so its early denoising steps point at an
+average of five places and only its later steps commit to one, the curved trajectory real text-to-image
+models have (a caption never fixes the whole image). With every attribute named, shapes-v1's images were
+a near-deterministic function of the caption: one Euler step already drew them, so skipping steps (what
+caches do) cost nothing measurable. A caption's ``Scene`` has ``position=None`` when it leaves it open,
+and adherence scores only the attributes a caption names.
+
 A fixed set of held-out combinations (background, colour, shape, position) never appears in training:
-``HELD_OUT_PROMPTS`` are their captions, the prompt set a trained model is scored on.
+``HELD_OUT_PROMPTS`` are their captions (every template in turn, so some leave the position open) and
+``HELD_OUT_EXPECTED`` what each names: the prompt set a trained model is scored on.
 """
 
 from __future__ import annotations
 
 import random
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from itertools import product
 
 import numpy as np
 from PIL import Image, ImageDraw
 
 WORLD_NAME = "shapes"
-WORLD_VERSION = "shapes-v1"
+WORLD_VERSION = "shapes-v2"
 
 # Well separated in RGB (every pair at least ~110 apart), so classical analysis recovers them.
 PALETTE: dict[str, tuple[int, int, int]] = {
@@ -50,11 +59,17 @@ POSITION_PHRASES = {
     "bottom": "at the bottom",
     "centre": "in the centre",
 }
-TEMPLATES = (
+FULL_TEMPLATES = (
     "a {colour} {shape} {where}, on a {background} background",
     "a {colour} {shape} {where} on {background}",
     "{background} background, a {colour} {shape} {where}",
 )
+# Captions that leave the position open (the image still has one).
+OPEN_TEMPLATES = (
+    "a {colour} {shape} on a {background} background",
+    "{background} background, a {colour} {shape}",
+)
+TEMPLATES = FULL_TEMPLATES + OPEN_TEMPLATES
 IMAGE_SIZE = 64
 # Shape half-extent and centre jitter, as fractions of the image size.
 RADIUS_RANGE = (0.165, 0.205)
@@ -66,22 +81,31 @@ HELD_OUT_SEED = 1234
 
 @dataclass(frozen=True)
 class Scene:
-    """What an image shows: the attributes a caption names and the adherence score checks."""
+    """What an image shows, or what a caption names: the attributes the adherence score checks.
+
+    ``position`` is None for a caption that leaves it open; such a scene cannot be rendered.
+    """
 
     background: str
     colour: str
     shape: str
-    position: str
+    position: str | None = None
 
     def caption(self, template: int = 0) -> str:
-        """The caption of this scene from template number ``template``."""
-        return TEMPLATES[template % len(TEMPLATES)].format(
-            colour=self.colour, shape=self.shape, where=POSITION_PHRASES[self.position], background=self.background
-        )
+        """The caption of this scene from template number ``template`` (an open one for an open scene)."""
+        text = TEMPLATES[template % len(TEMPLATES)]
+        if self.position is None and "{where}" in text:
+            text = OPEN_TEMPLATES[template % len(OPEN_TEMPLATES)]
+        where = POSITION_PHRASES[self.position] if self.position else ""
+        return text.format(colour=self.colour, shape=self.shape, where=where, background=self.background)
+
+    def named_by(self, template: int) -> Scene:
+        """What the caption from template ``template`` names of this scene (no position if it leaves it open)."""
+        return self if "{where}" in TEMPLATES[template % len(TEMPLATES)] else replace(self, position=None)
 
     def attributes(self) -> dict[str, str]:
-        """The scene as a plain dict (background, colour, shape, position)."""
-        return asdict(self)
+        """The named attributes as a plain dict (background, colour, shape and, unless open, position)."""
+        return {kind: value for kind, value in asdict(self).items() if value is not None}
 
 
 def all_scenes() -> list[Scene]:
@@ -96,11 +120,12 @@ def all_scenes() -> list[Scene]:
 def _held_out() -> tuple[Scene, ...]:
     scenes = all_scenes()
     chosen = random.Random(HELD_OUT_SEED).sample(scenes, HELD_OUT_COUNT)
-    return tuple(sorted(chosen, key=lambda s: (s.background, s.colour, s.shape, s.position)))
+    return tuple(sorted(chosen, key=lambda s: (s.background, s.colour, s.shape, s.position or "")))
 
 
 HELD_OUT_SCENES: tuple[Scene, ...] = _held_out()
 HELD_OUT_PROMPTS: tuple[str, ...] = tuple(scene.caption(i) for i, scene in enumerate(HELD_OUT_SCENES))
+HELD_OUT_EXPECTED: tuple[Scene, ...] = tuple(scene.named_by(i) for i, scene in enumerate(HELD_OUT_SCENES))
 
 
 def training_scenes() -> list[Scene]:
@@ -143,8 +168,10 @@ def parse_caption(caption: str) -> Scene | None:
         if not match:
             continue
         parts = match.groupdict()
-        position = _PHRASE_TO_POSITION.get(parts["where"])
-        if parts["colour"] in PALETTE and parts["background"] in PALETTE and parts["shape"] in SHAPES and position:
+        position = _PHRASE_TO_POSITION.get(parts["where"]) if "where" in parts else None
+        if "where" in parts and position is None:
+            continue
+        if parts["colour"] in PALETTE and parts["background"] in PALETTE and parts["shape"] in SHAPES:
             return Scene(parts["background"], parts["colour"], parts["shape"], position)
     return None
 
@@ -161,6 +188,8 @@ def _shape_points(shape: str, cx: float, cy: float, r: float) -> list[tuple[floa
 
 def render(scene: Scene, seed: int = 0, size: int = IMAGE_SIZE, jitter: bool = True) -> Image.Image:
     """Draw ``scene`` (anti-aliased, size and position jittered from ``seed``) as an RGB image."""
+    if scene.position is None:
+        raise ValueError(f"{scene}: a scene without a position cannot be drawn")
     rng = random.Random(f"{WORLD_VERSION}:{seed}:{scene}")
     radius = rng.uniform(*RADIUS_RANGE) if jitter else sum(RADIUS_RANGE) / 2
     ax, ay = POSITIONS[scene.position]
