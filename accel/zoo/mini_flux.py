@@ -286,6 +286,15 @@ def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
+def _begin_step(
+    optimizer: torch.optim.Optimizer, step: int, cfg: dict[str, Any], count: int, generator: torch.Generator
+) -> torch.Tensor:
+    """Every stage's step starts alike: set the scheduled learning rate, then draw the batch's indices."""
+    for group in optimizer.param_groups:
+        group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
+    return torch.randint(0, count, (cfg["batch"],), generator=generator)
+
+
 def make_dataset(count: int, seed: int) -> tuple[np.ndarray, list[str]]:
     """``count`` training images (float32, [-1, 1], NCHW) of held-in scenes with random captions."""
     rng = np.random.default_rng(seed)
@@ -422,9 +431,7 @@ def _train_text_encoders(
     clip.train()
 
     def step_fn(step: int) -> float:
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
-        index = torch.randint(0, targets.shape[0], (cfg["batch"],), generator=generator)
+        index = _begin_step(optimizer, step, cfg, targets.shape[0], generator)
         loss = torch.zeros(())
         for encoder, feature in features(t5_ids[index], clip_ids[index]).items():
             for k, head in enumerate(cast(torch.nn.ModuleList, heads[encoder])):  # ModuleDict types values as Module
@@ -475,9 +482,7 @@ def _train_vae(
     vae.train()
 
     def step_fn(step: int) -> float:
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
-        index = torch.randint(0, images.shape[0], (cfg["batch"],), generator=generator)
+        index = _begin_step(optimizer, step, cfg, images.shape[0], generator)
         batch = images[index]
         crop = cfg.get("crop")
         if crop and crop < batch.shape[-1]:
@@ -545,9 +550,7 @@ def _train_transformer(
     transformer.train()
 
     def step_fn(step: int) -> float:
-        for group in optimizer.param_groups:
-            group["lr"] = _lr_at(step, cfg["steps"], cfg["lr"], cfg["warmup"])
-        index = torch.randint(0, packed.shape[0], (cfg["batch"],), generator=generator)
+        index = _begin_step(optimizer, step, cfg, packed.shape[0], generator)
         x0 = packed[index]
         which = image_caption[index]
         drop = torch.rand(cfg["batch"], generator=generator) < cfg["empty_caption"]
