@@ -169,6 +169,7 @@ def test_cache_dit_removed_leaves_nothing_behind_and_a_second_apply_engages_agai
     pipe = target.pipeline
     baseline = generate(target, steps=8)[0]
     before = {name: set(vars(module)) for name, module in pipe.transformer.named_modules()}
+    children = list(pipe.transformer._modules)
     config = CacheDitConfig(residual_diff_threshold=0.5, max_warmup_steps=2)
     for attempt in range(2):  # cache-dit skips patching a transformer still marked _is_patched
         with apply(pipe, config, num_inference_steps=8) as applied:
@@ -176,4 +177,11 @@ def test_cache_dit_removed_leaves_nothing_behind_and_a_second_apply_engages_agai
         assert applied.evidence()["cache_dit"]["engaged"], (attempt, applied.evidence())
         after = {name: set(vars(module)) for name, module in pipe.transformer.named_modules()}
         assert after == before, {n: after[n] - before[n] for n in after if after[n] != before.get(n)}
+        assert list(pipe.transformer._modules) == children  # the block lists in their order, as before
         assert np.array_equal(generate(target, steps=8)[0], baseline)
+    # diffusers' FirstBlockCache takes the first listed block list as its head: it used to pick the
+    # single-stream blocks after a Cache-DiT removal and crash on the tail's missing head output.
+    fbc = FEATURES["first_block_cache"].parse_options({"threshold": 0.5})
+    with apply(pipe, fbc, num_inference_steps=8) as applied:
+        generate(target, steps=8)
+    assert applied.evidence()["first_block_cache"]["engaged"], applied.evidence()

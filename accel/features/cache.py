@@ -141,12 +141,16 @@ class CacheDitConfig(FeatureConfig):
 
 class _CacheDitHandle(Handle):
     def __init__(
-        self, pipeline: Any, attributes_before: dict[str, set[str]], transformer_only_steps: int | None = None
+        self,
+        pipeline: Any,
+        before: tuple[dict[str, set[str]], dict[str, list[str]]],
+        transformer_only_steps: int | None = None,
     ) -> None:
         super().__init__()
         self.pipeline = pipeline
-        # Each component module's instance attributes before enable_cache: what remove() takes away again.
-        self.attributes_before = attributes_before
+        # Each component module's instance attributes before enable_cache (what remove() takes away again) and its
+        # children in their order (Cache-DiT's removal re-inserts block lists at the end): ``module_state``.
+        self.attributes_before, self.children_before = before
         # Transformer-only mode (native pipelines) keeps step counters across runs: refresh before each.
         self.transformer_only_steps = transformer_only_steps
 
@@ -172,12 +176,22 @@ class _CacheDitHandle(Handle):
         # disable_cache leaves what its patch functor set on the modules (seen with cache-dit 1.5.3 on Flux: an
         # instance-level forward, _is_patched and a diffusers hook registry on the transformer): the output is
         # unchanged, but a later enable_cache skips the patching and a diffusers cache hook applied later fails.
+        # It also re-registers the transformer's block lists, so they come back last among its children: diffusers'
+        # FirstBlockCache, applied later, takes the first listed block as the head (seen: the single-stream
+        # blocks, which run after the double-stream ones) and crashes on the tail's missing head output.
         for key, module in _submodules(self.pipeline).items():
             before = self.attributes_before.get(key)
             if before is not None:
                 for name in set(vars(module)) - before:
                     if not name.startswith("__"):
                         del module.__dict__[name]
+            order = self.children_before.get(key)
+            if order is not None and list(module._modules) != order:
+                children = module._modules
+                module._modules = {
+                    **{name: children[name] for name in order if name in children},
+                    **{name: child for name, child in children.items() if name not in order},
+                }
 
 
 class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
@@ -222,7 +236,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
         calibrator = (
             TaylorSeerCalibratorConfig(taylorseer_order=options.taylorseer_order) if options.taylorseer else None
         )
-        attributes_before = {key: set(vars(module)) for key, module in _submodules(pipeline).items()}
+        before = module_state(pipeline)
         native_blocks = getattr(pipeline.transformer, "_cache_blocks", None)
         if native_blocks:  # a native transformer: Cache-DiT's block adapter in transformer-only mode
             from cache_dit import BlockAdapter, ForwardPattern
@@ -235,9 +249,9 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             )
             config = DBCacheConfig(**kwargs, num_inference_steps=context.steps)
             cache_dit.enable_cache(adapter, cache_config=config, calibrator_config=calibrator)
-            return _CacheDitHandle(pipeline, attributes_before, transformer_only_steps=context.steps)
+            return _CacheDitHandle(pipeline, before, transformer_only_steps=context.steps)
         cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
-        return _CacheDitHandle(pipeline, attributes_before)
+        return _CacheDitHandle(pipeline, before)
 
     def verify(self, handle: _CacheDitHandle) -> Verdict:
         # One entry per cached block group; they share the steps, so a run's count is the largest.
@@ -261,6 +275,12 @@ def _submodules(pipeline: Any) -> dict[str, Any]:
         if isinstance(root, torch.nn.Module)
         for name, module in root.named_modules()
     }
+
+
+def module_state(pipeline: Any) -> tuple[dict[str, set[str]], dict[str, list[str]]]:
+    """Per module of every component: its instance attributes and its children's names, in order."""
+    modules = _submodules(pipeline)
+    return {key: set(vars(m)) for key, m in modules.items()}, {key: list(m._modules) for key, m in modules.items()}
 
 
 def _cache_dit_supported(pipeline: Any) -> bool:
