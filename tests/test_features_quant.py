@@ -24,6 +24,31 @@ def test_quantization_engages_and_remove_restores(method):
     assert np.array_equal(generate(target)[0], baseline)
 
 
+def test_remove_is_bit_exact_on_a_pipeline_loaded_with_plain_diffusers():
+    """The README's promise outside the harness: a copy of the weights restored at another address made
+    outputs 1e-6 apart (CPU kernels choose their path by alignment); the original Parameters go back."""
+    import torch
+    from diffusers import DiffusionPipeline
+
+    from accel import apply, zoo
+    from accel.features import QuantizationConfig
+
+    pipe = DiffusionPipeline.from_pretrained(str(zoo.build("tiny-flux")))
+    pipe.set_progress_bar_config(disable=True)
+    weights = {name: p for name, p in pipe.transformer.named_parameters()}
+
+    def run():
+        generator = torch.Generator().manual_seed(0)
+        return pipe("a red fox", height=64, width=64, num_inference_steps=2, generator=generator, output_type="np")
+
+    before = run().images
+    with apply(pipe, QuantizationConfig(method="int8wo")) as applied:
+        quantized = run().images
+    assert applied.evidence()["quantization"]["engaged"] and not np.array_equal(quantized, before)
+    assert np.array_equal(run().images, before)
+    assert all(p is weights[name] for name, p in pipe.transformer.named_parameters())
+
+
 def test_quantization_at_load_goes_through_from_pretrained():
     from accel.profile import ModelSpec
     from accel.targets.adapter import AdapterTarget

@@ -193,7 +193,10 @@ class _QuantHandle(Handle):
             for name, weight in weights.items():
                 linear = module.get_submodule(name)
                 device = next(iter(linear.parameters())).device
-                linear.weight = torch.nn.Parameter(weight.to(device), requires_grad=False)
+                if isinstance(weight, torch.nn.Parameter) and weight.device == device:
+                    linear.weight = weight  # the original Parameter, storage and all
+                else:
+                    linear.weight = torch.nn.Parameter(weight.to(device), requires_grad=False)
         self.originals = {}
 
 
@@ -267,8 +270,12 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
             before = _weight_bytes(module)
             reasons: dict[str, str] = {}
             if not options.at_load:
+                # On the CPU the original Parameter itself is kept (quantize_ builds new weights and drops it from
+                # the module; keeping it costs what a copy would): remove() puts back the very storage, so the
+                # outputs after removal are bit-exact (a copy lands at another alignment, and CPU kernels choose
+                # their path by alignment: 1e-6 apart). On an accelerator a CPU copy keeps device memory free.
                 originals[component] = {
-                    name: m.weight.detach().to("cpu", copy=True)
+                    name: m.weight if m.weight.device.type == "cpu" else m.weight.detach().to("cpu", copy=True)
                     for name, m in module.named_modules()
                     if isinstance(m, torch.nn.Linear)
                 }
