@@ -60,13 +60,14 @@ def main() -> None:
         training = world.training_scenes()
         scenes = [training[(i * 97) % len(training)] for i in range(len(scenes))]
     prompts = [scene.caption(i) for i, scene in enumerate(scenes)]
+    expected = [scene.named_by(i) for i, scene in enumerate(scenes)]
     print(
         f"{'seen' if args.seen else 'held-out'}: {len(prompts)} prompts x {len(args.seeds)} seeds, {args.steps} steps"
     )
     for cfg in args.cfg:
         scores, times, images = [], [], []
         for seed in args.seeds:
-            for scene, prompt in zip(scenes, prompts, strict=True):
+            for scene, prompt in zip(expected, prompts, strict=True):
                 extra = {"true_cfg_scale": cfg, "negative_prompt": ""} if cfg > 1 else {}
                 began = time.perf_counter()
                 image = pipe(
@@ -86,9 +87,13 @@ def main() -> None:
             f"{k} {summary[k]:.3f} [{summary[f'{k}_ci'][0]:.2f}, {summary[f'{k}_ci'][1]:.2f}]"
             for k in (*ATTRIBUTES, "overall")
         )
-        all_three = sum(s["background"] * s["colour"] * s["position"] for s in scores) / len(scores)
+        named = [s for s in scores if "position" in s]
+        open_ = [s for s in scores if "position" not in s]
+        all_three = sum(s["background"] * s["colour"] * s["position"] for s in named) / max(1, len(named))
         print(f"cfg {cfg:g}: {parts}; background+colour+position all right {all_three:.3f}; "
               f"median call {statistics.median(times) * 1e3:.0f} ms")  # fmt: skip
+        print(f"  position named: overall {summarise(named)['overall']:.3f} ({len(named)} images); "
+              f"position open: overall {summarise(open_)['overall']:.3f} ({len(open_)} images)")  # fmt: skip
         if applied is not None:
             print("  " + "; ".join(f"{name}: {e['summary']}" for name, e in applied.evidence().items()))
         if args.grid and cfg == args.cfg[0]:

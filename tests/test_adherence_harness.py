@@ -46,15 +46,23 @@ def test_variant_models_filter_the_plan(tmp_path):
 def test_prompt_sets_fill_prompts_and_expectations(tmp_path):
     held = Workload(prompt_set="shapes-held-out")
     assert held.prompts == list(world.HELD_OUT_PROMPTS)
-    assert expected_scenes(held) == list(world.HELD_OUT_SCENES)
+    assert expected_scenes(held) == list(world.HELD_OUT_EXPECTED)
+    assert [scene.position is None for scene in expected_scenes(held)] == [
+        "{where}" not in world.TEMPLATES[i % len(world.TEMPLATES)] for i in range(len(held.prompts))
+    ]
     custom = tmp_path / "set.yaml"
     custom.write_text(
         "prompts:\n  - prompt: something red\n"
         "    expect: {background: blue, colour: red, shape: circle, position: left}\n"
+        "  - prompt: something red anywhere\n"
+        "    expect: {background: blue, colour: red, shape: circle}\n"
     )
     workload = Workload(prompt_set=str(custom))
-    assert workload.prompts == ["something red"]
-    assert expected_scenes(workload) == [world.Scene("blue", "red", "circle", "left")]
+    assert workload.prompts == ["something red", "something red anywhere"]
+    assert expected_scenes(workload) == [
+        world.Scene("blue", "red", "circle", "left"),
+        world.Scene("blue", "red", "circle"),
+    ]
     # Without a set, captions are parsed; a prompt of another world has no expectation.
     assert expected_scenes(Workload(prompts=[PROMPTS[0], "a fox"])) == [world.parse_caption(PROMPTS[0]), None]
 
@@ -64,7 +72,12 @@ def test_bad_prompt_sets_name_the_problem(tmp_path):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "nope"}}, "p.yaml")
     broken = tmp_path / "bad.yaml"
     broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, hue: red}\n")
-    with pytest.raises(ConfigError, match=r"prompts\[0\]\.expect: keys must be background, colour, shape, position"):
+    with pytest.raises(ConfigError, match=r"prompts\[0\]\.expect: keys must be background, colour, shape and opt"):
+        parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": str(broken)}})
+    broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, colour: pink, shape: circle}\n")
+    with pytest.raises(
+        ConfigError, match=r"prompts\[0\]\.expect\.colour: 'pink' is not one of the world's colours\. Allowed: red"
+    ):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": str(broken)}})
 
 

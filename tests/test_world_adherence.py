@@ -39,7 +39,11 @@ def test_held_out_combinations_never_appear_in_training():
 @pytest.mark.parametrize("template", range(len(world.TEMPLATES)))
 def test_captions_parse_back_to_their_scene(template):
     for scene in world.all_scenes()[::37]:
-        assert world.parse_caption(scene.caption(template)) == scene
+        named = world.parse_caption(scene.caption(template))
+        assert named == scene.named_by(template)
+        # An open template names everything but the position; a full one names the whole scene.
+        assert (named.position is None) == ("{where}" not in world.TEMPLATES[template])
+        assert named.caption(template) == scene.caption(template)
     assert world.parse_caption("a red fox in the snow") is None
     assert world.parse_caption("a pink circle on the left, on a blue background") is None
 

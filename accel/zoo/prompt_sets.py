@@ -10,6 +10,12 @@ from typing import Any
 
 from accel.zoo import world as shapes_world
 
+_ALLOWED = {
+    "background": tuple(shapes_world.PALETTE),
+    "colour": tuple(shapes_world.PALETTE),
+    "shape": shapes_world.SHAPES,
+    "position": tuple(shapes_world.POSITIONS),
+}
 BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shapes world (never seen in training)"}
 
 
@@ -49,4 +55,10 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
             raise ValueError(
                 f"{path}: prompts[{index}].expect: keys must be background, colour, shape and optionally position"
             ) from error
+        for key, allowed in _ALLOWED.items():
+            if key in expect and expect[key] not in allowed:
+                raise ValueError(
+                    f"{path}: prompts[{index}].expect.{key}: {expect[key]!r} is not one of the world's "
+                    f"{key}s. Allowed: {', '.join(allowed)}"
+                )
     return entries
