@@ -59,56 +59,105 @@ _VALUE_ERRORS = ("greater_than", "less_than", "_parsing", "_type", "literal_erro
 def describe_type(annotation: Any, bounds: str = "") -> str:
     """A type annotation in words: ``a whole number >= 1``, ``one of regional, full``, ``a number or null``."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is typing.Annotated:  # Annotated[float, Field(ge=0)] inside a union carries its own bounds
+        metadata = [m for item in annotation.__metadata__ for m in (getattr(item, "metadata", None) or [item])]
+        own = [f"{sign} {getattr(m, attr)}" for m in metadata for attr, sign in _BOUNDS if hasattr(m, attr)]
+        return describe_type(args[0], " and ".join(own) or bounds)
     if origin in (typing.Union, types.UnionType):
         kinds = [describe_type(a, bounds) for a in args if a is not type(None)]
         return " or ".join([*kinds, *(["null"] if type(None) in args else [])])
     if origin is typing.Literal:
         return "one of " + ", ".join(str(a) for a in args)
+    plural = {bool: "booleans", int: "whole numbers", float: "numbers", str: "texts"}
+    if origin is tuple and args and Ellipsis not in args:
+        return f"a list of {len(args)} {plural.get(args[0], 'values')}"
     if origin in (list, tuple):
-        plural = {bool: "booleans", int: "whole numbers", float: "numbers", str: "texts"}
         return "a list" + (f" of {plural[args[0]]}" if args and args[0] in plural else "")
+    if origin is dict or annotation is dict:
+        return "a mapping"
+    if hasattr(annotation, "model_fields"):
+        return f"a mapping with keys {', '.join(annotation.model_fields)}"
     names = {bool: "true or false", int: "a whole number", float: "a number", str: "a text"}
     text = names.get(annotation, getattr(annotation, "__name__", str(annotation)))
     return f"{text} {bounds}" if bounds else text
 
 
+def _bounds(field: Any) -> str:
+    return " and ".join(
+        f"{sign} {getattr(meta, attr)}" for meta in field.metadata for attr, sign in _BOUNDS if hasattr(meta, attr)
+    )
+
+
 def describe_field(field: Any) -> str:
     """What a pydantic field accepts, in words, from its annotation and its bounds (``Field(gt=0, le=1)``), so
     a message never drifts from the model."""
-    bounds = [
-        f"{sign} {getattr(meta, attr)}" for meta in field.metadata for attr, sign in _BOUNDS if hasattr(meta, attr)
-    ]
-    return describe_type(field.annotation, " and ".join(bounds))
+    return describe_type(field.annotation, _bounds(field))
 
 
-def _nested_model(annotation: Any) -> Any:
-    """The pydantic model inside an annotation (``Model``, ``list[Model]``, ``Model | None``), or None."""
-    if hasattr(annotation, "model_fields"):
-        return annotation
-    for arg in typing.get_args(annotation):
-        found = _nested_model(arg)
-        if found is not None:
-            return found
-    return None
+def _without_none(annotation: Any) -> Any:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        rest = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(rest) == 1:
+            return rest[0]
+    return annotation
 
 
-def allowed_values(model: Any, error: Mapping[str, Any]) -> str:
-    """`` , got X (allowed: ...)`` for a pydantic error (one of ``ValidationError.errors()``) on a field of
-    ``model`` or of a model nested in it; an empty string when the location names no field or the error is
-    not about the value (a missing key, a custom check whose message already says what to do)."""
-    if not any(kind in error["type"] for kind in _VALUE_ERRORS):
-        return ""
-    field = None
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model an annotation holds (``Model`` or ``Model | None``), or None."""
+    annotation = _without_none(annotation)
+    return annotation if hasattr(annotation, "model_fields") else None
+
+
+def explain_error(model: Any, error: Mapping[str, Any]) -> tuple[tuple[Any, ...], str]:
+    """The key path of a pydantic error (one of ``ValidationError.errors()`` on ``model``) without pydantic's
+    union tags (``gpus_per_cell.float`` is ``gpus_per_cell``), and `` , got X (allowed: ...)`` describing the
+    field or list element the value was for; the suffix is empty when the error is not about a value (a
+    missing key, a custom check whose message already says what to do) or the path leaves the model."""
+    location: list[Any] = []
+    annotation: Any = model
+    bounds = ""
     for part in error["loc"]:
-        if isinstance(part, int):
-            continue
-        fields = getattr(model, "model_fields", None)
-        if not fields or part not in fields:
-            return ""
-        field = fields[part]
-        model = _nested_model(field.annotation)
-    if field is None:
-        return ""
+        inner = _without_none(annotation)
+        origin, args = typing.get_origin(inner), typing.get_args(inner)
+        if _model_in(inner) is not None:
+            fields = inner.model_fields
+            if part not in fields:
+                return tuple(error["loc"]), ""
+            annotation, bounds = fields[part].annotation, _bounds(fields[part])
+        elif isinstance(part, int) and origin in (list, tuple) and args:
+            annotation, bounds = (args[part] if origin is tuple and part < len(args) else args[0]), ""
+        elif origin is dict and len(args) == 2 and isinstance(part, str):
+            annotation, bounds = args[1], ""
+        elif origin in (typing.Union, types.UnionType):
+            continue  # pydantic names the union member it tried: not a key of the user's file
+        else:
+            return tuple(error["loc"]), ""
+        location.append(part)
+    if not any(kind in error["type"] for kind in _VALUE_ERRORS) or annotation is model:
+        return tuple(location), ""
+    given = error["input"]
     if error["type"] == "literal_error":  # pydantic's message already lists the choices
-        return f", got {error['input']!r}"
-    return f", got {error['input']!r} (allowed: {describe_field(field)})"
+        return tuple(location), f", got {given!r}"
+    suffix = f", got {given!r} (allowed: {describe_type(annotation, bounds)})"
+    if isinstance(given, str) and "number" in describe_type(annotation) and _is_float_text(given):
+        suffix += f"; YAML reads {given} as text: write it with a decimal point ({float(given)!r})"
+    return tuple(location), suffix
+
+
+def _is_float_text(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def format_location(location: tuple[Any, ...]) -> str:
+    """A key path as a user writes it: ``variants[0].features.cache_dit``."""
+    text = ""
+    for part in location:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else str(part)
+    return text or "(top level)"

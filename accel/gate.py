@@ -450,12 +450,21 @@ def judge_engine_engagement(record: dict[str, Any]) -> None:
 
 def judge_timing_validity(record: dict[str, Any]) -> None:
     """A cell whose fastest step beat its floor (FLOPs / peak, ``roofline.below_floor``) was timed by a clock
-    that cannot be trusted: ``invalid_measurement`` says so, and the gate fails its timing check."""
+    that cannot be trusted: ``invalid_measurement`` says so, and the gate fails its timing check. A feature
+    that skips or changes the work (``Feature.roofline_exempt``) may beat the full-step floor:
+    ``roofline.floor_check`` then says the floor does not apply, and why."""
+    from accel.features import FEATURES
+
     roof = record.get("roofline") or {}
+    exempt = [FEATURES[n].roofline_exempt for n in feature_options(record) if n in FEATURES]
+    exempt = [reason for reason in exempt if reason]
+    if roof and exempt:
+        roof["floor_check"] = f"not applicable: {exempt[0]}"
+        return
     if roof.get("below_floor"):
         record["invalid_measurement"] = (
-            f"a step took {roof['fastest_step_s'] * 1e3:.3f} ms, below the {roof['floor_step_s'] * 1e3:.3f} ms "
-            "floor (FLOPs / peak): the timer cannot be trusted"
+            f"a step took {fmt(roof['fastest_step_s'] * 1e3, 3)} ms, below the {fmt(roof['floor_step_s'] * 1e3, 3)} "
+            "ms floor (FLOPs / peak): the timer cannot be trusted"
         )
 
 

@@ -11,13 +11,13 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
 
 from accel.data import data_dir
-from accel.errors import ConfigError, allowed_values, did_you_mean, unknown_choice
+from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
 from accel.targets.registry import TARGETS, describe_targets
 
 if TYPE_CHECKING:
@@ -206,7 +206,7 @@ class Measure(StrictModel):
         gt=0,
         description="Ray: CPUs reserved per cell, rounded up; the cell runs with that many torch threads.",
     )
-    gpus_per_cell: float | Literal["auto"] = Field(
+    gpus_per_cell: Annotated[float, Field(ge=0)] | Literal["auto"] = Field(
         default="auto",
         description=(
             "Ray: GPUs reserved per cell. auto: 1 for a model on cuda, or on device auto when the cluster has "
@@ -307,22 +307,13 @@ def _safe_label(value: str) -> str:
     return value
 
 
-def _format_location(loc: tuple[Any, ...]) -> str:
-    text = ""
-    for part in loc:
-        if isinstance(part, int):
-            text += f"[{part}]"
-        else:
-            text += f".{part}" if text else str(part)
-    return text or "(top level)"
-
-
 def format_validation_error(source: str, error: ValidationError, model: Any = None) -> str:
     """The first error of ``error`` as ``source: key.path: message``, with the value given and the values
     allowed when ``model`` (the validated class) declares the field."""
     first = error.errors()[0]
-    message = first["msg"].removeprefix("Value error, ") + (allowed_values(model, first) if model else "")
-    return f"{source}: {_format_location(tuple(first['loc']))}: {message}"
+    location, suffix = explain_error(model, first) if model else (tuple(first["loc"]), "")
+    message = first["msg"].removeprefix("Value error, ") + suffix
+    return f"{source}: {format_location(location)}: {message}"
 
 
 def parse_profile(data: Any, source: str = "<profile>") -> Profile:

@@ -52,6 +52,9 @@ def test_without_with_the_handle_removes():
     assert verdict.engaged, verdict.summary
     assert not np.array_equal(accelerated, baseline)
     assert np.array_equal(generate(target, steps=STEPS)[0], baseline)
+    # Entering it again would run the plain pipeline while evidence() still showed the old engagement.
+    with pytest.raises(ConfigError, match=r"already removed: call accel.apply\(pipe, ...\) again"), applied:
+        pass
 
 
 def test_conflicts_are_rejected_before_anything_is_applied():

@@ -46,6 +46,22 @@ CASES = {
         r"variants\[0\].features.quantization.min_quantized_share: Input should be less than or equal to 1, "
         r"got 2 \(allowed: a number > 0 and <= 1\)",
     ),
+    "union-field": (
+        _with(measure__gpus_per_cell="x"),  # pydantic's union tag (gpus_per_cell.float) is not a key of the file
+        r"measure.gpus_per_cell: Input should be a valid number, got 'x' \(allowed: a number >= 0 or one of auto\)",
+    ),
+    "list-element": (
+        _with(variants=[{"name": "v", "features": {"tea_cache": {"rel_l1_thresh": 0.2, "coefficients": [1, "a"]}}}]),
+        r"tea_cache.coefficients\[1\]: Input should be a valid number, got 'a' \(allowed: a number\)$",
+    ),
+    "yaml-exponent-as-text": (
+        _with(variants=[{"name": "v", "features": {"cache_dit": {"residual_diff_threshold": "5e-2"}}}]),
+        r"got '5e-2' \(allowed: a number > 0\); YAML reads 5e-2 as text: write it with a decimal point \(0.05\)",
+    ),
+    "cache-cap-below-minus-one": (
+        _with(variants=[{"name": "v", "features": {"cache_dit": {"max_continuous_cached_steps": -5}}}]),
+        r"max_continuous_cached_steps: Input should be greater than or equal to -1, got -5",
+    ),
     "option-wrong-type": (
         _with(variants=[{"name": "v", "features": {"cache_dit": {"max_warmup_steps": 1.5}}}]),
         r"cache_dit.max_warmup_steps: Input should be a valid integer.*, got 1.5 \(allowed: a whole number >= 0\)",

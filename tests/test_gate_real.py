@@ -74,7 +74,19 @@ def test_a_planned_cell_missing_from_the_results_fails_the_gate(measured, tmp_pa
     lines = (copy / "results.jsonl").read_text().splitlines(keepends=True)
     dropped = next(line for line in lines if '"variant": "attn-math"' in line)
     (copy / "results.jsonl").write_text("".join(line for line in lines if line is not dropped))
+    # The planned cells were written when the sweep started: the gate reads them and plans nothing again, so a
+    # resolved profile it could no longer parse does not matter (a run from before the file: it plans).
+    assert json.loads((copy / "cells.planned.json").read_text())[0] == ["tiny-flux", "baseline"]
+    resolved = copy / "profile.resolved.yaml"
+    resolved.write_text(resolved.read_text().replace("residual_diff_threshold: 0.5", "residual_diff_threshold: -1"))
+    import accel.features.variants
+
+    monkeypatch.setattr(accel.features.variants, "plan_variants", lambda *a: pytest.fail("the gate planned again"))
     code, out = _gate(monkeypatch, capsys, copy)
     assert code == 1, out
     assert "tiny-flux/attn-math" in out and "not in its results: never measured" in out
     assert 'name="attn-math"><failure' in (copy / "gate.junit.xml").read_text().replace("\n    ", "")
+    monkeypatch.undo()
+    (copy / "cells.planned.json").unlink()  # an older run: the resolved profile is planned, and checked
+    code, _, err = invoke(monkeypatch, capsys, "gate", str(copy))
+    assert code == 2 and "residual_diff_threshold: Input should be greater than 0, got -1" in err

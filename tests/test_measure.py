@@ -145,6 +145,8 @@ def test_floor_is_not_applied_to_cache_variants():
     baseline = {"flops_per_denoiser_call": 1e12, "denoiser_calls_per_call": 2, "stages": {"steps_per_call": 2}}
     cached = {"features": {"tea_cache": 0.3}, "step_times": [1e-9], "peak_flops": 1e12}
     attach_roofline(cached, baseline)
+    assert cached["roofline"]["below_floor"] is True and "floor_check" not in cached["roofline"]  # the fact
+    judge_measured_cell(cached)  # the gate's judgement: a cache may beat the full-step floor
     assert cached["roofline"]["floor_check"].startswith("not applicable: a cache skips work")
     assert "invalid_measurement" not in cached
 

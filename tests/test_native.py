@@ -163,3 +163,12 @@ def test_native_vs_adapter_profile_is_valid():
     profile = load_profile("profiles/native-vs-adapter.yaml")
     assert [m.target for m in profile.models] == ["adapter", "native"]
     assert json.loads((zoo.build("tiny-flux") / "model_index.json").read_text())["_class_name"] == "FluxPipeline"
+
+
+def test_a_native_pipeline_without_a_constructor_refuses_a_checkpoint():
+    class Bare(NativePipeline):
+        _dit_modules = ("transformer",)
+
+    with pytest.raises(ConfigError, match=r"native pipeline Bare defines no __init__\(checkpoint, dtype\)"):
+        Bare("/some/checkpoint")
+    assert isinstance(Bare(), NativePipeline)  # built empty on purpose (from_components' route) is fine

@@ -13,7 +13,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from accel.errors import ConfigError, allowed_values, did_you_mean, unknown_choice
+from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
 from accel.features.attention import AttentionBackend, AttentionBackendConfig
 from accel.features.base import AnyFeature, Feature, FeatureConfig
 from accel.features.cache import (
@@ -108,13 +108,12 @@ def parse_feature_options(name: str, raw: Any, where: str) -> FeatureConfig:
         return options
     except ValidationError as error:
         first = error.errors()[0]
-        key = ".".join(str(p) for p in first["loc"])
+        location, suffix = explain_error(FEATURES[name].config_cls, first)
+        key = format_location(location)
         allowed = ", ".join(sorted(FEATURES[name].config_cls.model_fields))
-        message = first["msg"]
+        message = first["msg"] + suffix
         if first["type"] == "extra_forbidden":
             message = f"unknown option{did_you_mean(key, FEATURES[name].config_cls.model_fields)} Allowed: {allowed}"
-        else:
-            message += allowed_values(FEATURES[name].config_cls, first)
         raise ConfigError(f"{where}.{name}.{key}: {message}") from error
     except (TypeError, ValueError) as error:
         raise ConfigError(f"{where}.{name}: {error}") from error

@@ -129,6 +129,8 @@ class Applied:
             raise errors[0]
 
     def __enter__(self) -> Applied:
+        if self._removed:  # a second `with applied:` would run the plain pipeline under the old evidence
+            raise ConfigError("these features were already removed: call accel.apply(pipe, ...) again")
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -130,8 +130,10 @@ class CacheDitConfig(FeatureConfig):
     )
     max_warmup_steps: int = Field(default=4, ge=0, description="Steps always computed first; more: safer.")
     warmup_interval: int = Field(default=1, ge=1)
-    max_cached_steps: int = Field(default=-1, description="Cap on cached steps per run (-1: none).")
-    max_continuous_cached_steps: int = Field(default=3, description="Cap on consecutive cached steps (-1: none).")
+    max_cached_steps: int = Field(default=-1, ge=-1, description="Cap on cached steps per run (-1: none).")
+    max_continuous_cached_steps: int = Field(
+        default=3, ge=-1, description="Cap on consecutive cached steps (-1: none)."
+    )
     taylorseer: bool = Field(default=False, description="TaylorSeer calibrator: extrapolates cached residuals.")
     taylorseer_order: int = Field(default=1, ge=1, le=4)
     steps_mask: Literal["slow", "medium", "fast", "ultra"] | None = Field(

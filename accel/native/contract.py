@@ -50,7 +50,13 @@ class NativePipeline(torch.nn.Module):
     def __init__(self, checkpoint: str | Path | None = None, dtype: torch.dtype = torch.float32) -> None:
         """The constructor every native pipeline has: the native target builds one as ``cls(checkpoint,
         dtype=dtype)`` from a local checkpoint directory (a subclass loads its weights from it, in ``dtype``);
-        ``from_components`` builds one from in-memory components instead. The base keeps no weights."""
+        ``from_components`` builds one from in-memory components instead. The base keeps no weights: a
+        subclass that does not define ``__init__`` cannot load a checkpoint, and is refused one."""
+        if checkpoint is not None and type(self).__init__ is NativePipeline.__init__:
+            raise ConfigError(
+                f"native pipeline {type(self).__name__} defines no __init__(checkpoint, dtype): it cannot load "
+                f"'{checkpoint}'; define one that loads its components from the checkpoint"
+            )
         super().__init__()
         self.stage_times: dict[str, Any] = {}
         self._progress_disabled = True

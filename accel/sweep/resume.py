@@ -17,6 +17,9 @@ from accel.profile import Profile, fingerprint_of, load_profile
 from accel.results import RESULTS_FILE, load_results
 
 RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
+# The (model, variant) cells the run's profile planned, written when the sweep starts: what the gate counts
+# as unmeasured without planning (and parsing) the variants again.
+PLANNED_CELLS_FILE = "cells.planned.json"
 
 
 def _differences(old: Any, new: Any, path: str = "") -> list[str]:

@@ -26,7 +26,13 @@ from accel.profile import Profile
 from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, outputs_path, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, sample_keys
-from accel.sweep.resume import RESOLVED_PROFILE_FILE, check_same_profile, measured_records, resolved_profile
+from accel.sweep.resume import (
+    PLANNED_CELLS_FILE,
+    RESOLVED_PROFILE_FILE,
+    check_same_profile,
+    measured_records,
+    resolved_profile,
+)
 
 ENVIRONMENT_FILE = "environment.json"
 
@@ -79,11 +85,20 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
 def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """(model, variant) of every cell the run's profile plans that ``records`` lack (an interrupted sweep, a
     lost line); empty when the directory holds no resolved profile (a bare results file)."""
-    if not (run_dir / RESOLVED_PROFILE_FILE).is_file():
-        return []
     measured = {(r["model"], r["variant"]) for r in records}
-    planned = [(c.model.name, c.variant) for c in plan(resolved_profile(run_dir), run_dir)]
-    return [cell for cell in planned if cell not in measured]
+    planned_file = run_dir / PLANNED_CELLS_FILE
+    if planned_file.is_file():
+        try:
+            planned = [tuple(cell) for cell in json.loads(planned_file.read_text())]
+        except (ValueError, TypeError) as error:
+            raise ConfigError(f"{planned_file}: not a list of [model, variant] pairs ({error})") from error
+        if not all(len(cell) == 2 and all(isinstance(part, str) for part in cell) for cell in planned):
+            raise ConfigError(f"{planned_file}: not a list of [model, variant] pairs")
+    elif (run_dir / RESOLVED_PROFILE_FILE).is_file():  # a run from before the planned cells were written
+        planned = [(c.model.name, c.variant) for c in plan(resolved_profile(run_dir), run_dir)]
+    else:
+        return []
+    return [(model, variant) for model, variant in planned if (model, variant) not in measured]
 
 
 def check_inputs(profile: Profile, source: str) -> None:
@@ -246,8 +261,8 @@ def _ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> None:
-    """FLOPs per step from the baseline, floor time per step and MFU; flag steps faster than the floor."""
-    from accel.features import FEATURES
+    """FLOPs per step from the baseline, floor time per step and MFU, and whether a step beat the floor (a
+    fact: what it means for the cell, a feature's exemption included, is ``gate.judge_timing_validity``'s)."""
     from accel.measure.flops import roofline
 
     if not baseline or not baseline.get("flops_per_denoiser_call") or not record.get("step_times"):
@@ -260,12 +275,7 @@ def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> 
     result = roofline(flops_per_step, record.get("peak_flops"), record["step_times"])
     result["flops_per_step"] = flops_per_step
     result["flops_per_call"] = flops_per_step * steps
-    # Features whose steps may legitimately beat the full-step floor (they skip or change the work).
-    exempt = [FEATURES[n].roofline_exempt for n in record.get("features") or {} if FEATURES[n].roofline_exempt]
-    if exempt:
-        result["below_floor"] = False
-        result["floor_check"] = f"not applicable: {exempt[0]}"
-    record["roofline"] = result  # below_floor is a fact; what it means for the cell, gate.judge_measured_cell
+    record["roofline"] = result
 
 
 def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] | None:
@@ -432,6 +442,7 @@ def _run_sweep(
     # record) and the CPU peak measured here, instead of reading environment.json on a node that may lack it.
     peaks = environment[env.CPU_PEAKS_KEY]
     cells = [replace(cell, cpu_peaks=peaks) for cell in plan(profile, Path(os.path.abspath(run_dir)))]
+    (run_dir / PLANNED_CELLS_FILE).write_text(json.dumps([[cell.model.name, cell.variant] for cell in cells]) + "\n")
     keys = sample_keys(profile.workload)
     done = {(r["model"], r["variant"]): r for r in previous}
     records: list[dict[str, Any]] = []

@@ -57,7 +57,7 @@ class NativeTarget:
             pipeline = cls.from_components(components, dtype=dtype)
         else:
             cls = native_for(source, self.spec.native_pipeline)
-            # Every native pipeline loads from (checkpoint, dtype=...); the base class does not declare it.
+            # Every native pipeline loads from (checkpoint, dtype=...): NativePipeline declares it.
             pipeline = cls(source, dtype=dtype)
         pipeline.set_progress_bar_config(disable=True)
         self.pipeline = pipeline.to(self.device)
