@@ -267,10 +267,13 @@ def zoo_train(
 
 @zoo_app.command("path")
 def zoo_path(name: str = typer.Argument(..., help="A zoo entry.")) -> None:
-    """Print the checkpoint directory of a zoo entry (built or not)."""
+    """Print the checkpoint directory of a zoo entry (built or not: a note on stderr says when it is not)."""
     from accel import zoo
 
-    typer.echo(str(zoo.entry_path(name)))
+    path = zoo.entry_path(name)
+    typer.echo(str(path))
+    if not path.is_dir():
+        typer.echo(f"note: {path} is not built yet: run `omni-accel zoo build {name}` first", err=True)
 
 
 @app.command()

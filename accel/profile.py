@@ -110,10 +110,12 @@ class Workload(StrictModel):
     @model_validator(mode="before")
     @classmethod
     def _prompts_from_set(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("prompt_set") and "prompts" not in data:
+        if isinstance(data, dict) and data.get("prompt_set"):
             from accel.zoo.prompt_sets import load_prompt_set
 
-            data = {**data, "prompts": [entry["prompt"] for entry in load_prompt_set(str(data["prompt_set"]))]}
+            entries = load_prompt_set(str(data["prompt_set"]))  # checked at load, also beside explicit prompts
+            if "prompts" not in data:
+                data = {**data, "prompts": [entry["prompt"] for entry in entries]}
         return data
 
     @field_validator("prompts")

@@ -81,6 +81,37 @@ def test_bad_prompt_sets_name_the_problem(tmp_path):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": str(broken)}})
 
 
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (
+            "promts: []\nprompts:\n  - {prompt: x, expect: {background: blue, colour: red, shape: circle}}\n",
+            "unknown key 'promts'. Allowed keys: prompts, description",
+        ),
+        (
+            "prompts:\n  - {prompt: x, expected: {}, expect: {background: blue, colour: red, shape: circle}}\n",
+            r"prompts\[0\]: unknown key 'expected'. Allowed keys: prompt, expect",
+        ),
+        (
+            "prompts:\n  - {prompt: x, expect: {background: blue, colour: red, shape: circle}}\n"
+            "  - {prompt: x, expect: {background: red, colour: blue, shape: circle}}\n",
+            r"prompts\[1\]: 'x' is listed twice \(first at prompts\[0\]\)",
+        ),
+        (
+            "prompts:\n  - {prompt: x, expect: {background: red, colour: red, shape: circle}}\n",
+            r"prompts\[0\].expect: the background and the shape are both red",
+        ),
+    ],
+)
+def test_a_prompt_set_is_checked_at_load_even_beside_explicit_prompts(tmp_path, content, message):
+    path = tmp_path / "set.yaml"
+    path.write_text(content)
+    models = [{"name": "m", "source": "mini-flux"}]
+    for workload in ({"prompt_set": str(path)}, {"prompt_set": str(path), "prompts": ["a red circle"]}):
+        with pytest.raises(ConfigError, match=message):
+            parse_profile({"models": models, "workload": workload}, "p.yaml")
+
+
 def _write_outputs(run_dir, variant, images):
     path = outputs_path(run_dir, "mini-flux", variant)
     path.parent.mkdir(parents=True, exist_ok=True)

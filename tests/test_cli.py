@@ -14,11 +14,14 @@ def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 def test_zoo_path_build_and_list(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
-    code, out, _ = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
+    code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
     assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan"))
+    assert "is not built yet: run `omni-accel zoo build tiny-wan` first" in err
     code, out, _ = cli(monkeypatch, capsys, "zoo", "build", "tiny-wan")
     assert code == 0 and out.strip() == f"tiny-wan: {zoo.entry_path('tiny-wan')}"
     assert (zoo.entry_path("tiny-wan") / "model_index.json").is_file()
+    code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
+    assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan")) and err == ""
     code, out, _ = cli(monkeypatch, capsys, "zoo", "list")
     assert code == 0 and "tiny-qwen-image" in out and "WanPipeline" in out
 

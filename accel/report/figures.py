@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from accel.measure.speedup import FASTER, SLOWER, format_speedup
 from accel.report.format import fmt
 from accel.results import is_noise_floor, parity_of, peak_memory_bytes
 
@@ -59,12 +60,14 @@ def image_grids(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -
                 x = index * TILE
                 canvas.paste(tile, (x, label_h))
                 parity = parity_of(record)
-                speed = record.get("speedup", 1.0 if record["variant"] == "baseline" else None)
+                # The speedup as the harness publishes it (1.23x claimed, ~1.0x noise, 1.23x? not a claim), and
+                # the cell's recorded status only when it did not run (a gate's verdict is gate.md's to give).
+                speed = "1.00x" if record["variant"] == "baseline" else format_speedup(record.get("speedup_ci"))
+                speed = speed.split(" [")[0].replace("≈", "~").replace("–", "-")  # a tile has room for the ratio
                 draw.text((x + 2, 1), record["variant"][:20], fill="black")
-                draw.text(
-                    (x + 2, 12), f"{fmt(speed, 2)}x  SSIM {fmt(parity.get('ssim'), 3)}".replace("–", "-"), fill="black"
-                )
-                draw.text((x + 2, 23), record["status"][:20], fill="black" if record["status"] == "ok" else "red")
+                draw.text((x + 2, 12), f"{speed}  SSIM {fmt(parity.get('ssim'), 3)}".replace("–", "-"), fill="black")
+                if record["status"] != "ok":
+                    draw.text((x + 2, 23), record["status"][:20], fill="red")
             path = out / f"grid-{model}-{prompt}.png"
             canvas.save(path)
             paths.append((model, path))
@@ -79,6 +82,15 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
         if not dominated:
             front.append(i)
     return front
+
+
+def _speed_claimed(record: dict[str, Any]) -> bool:
+    """Whether the harness claims the record's speedup (its interval clear of the noise band); the baseline is
+    the reference point itself."""
+    if record["variant"] == "baseline":
+        return True
+    verdict = (record.get("speedup_ci") or {}).get("verdict")
+    return verdict in (FASTER, SLOWER)
 
 
 def _plottable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -190,7 +202,19 @@ def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path
         ys = [r["adherence"]["overall"] for r in mine]
         low = [y - r["adherence"]["overall_ci"][0] for r, y in zip(mine, ys, strict=True)]
         high = [r["adherence"]["overall_ci"][1] - y for r, y in zip(mine, ys, strict=True)]
-        axis.errorbar(xs, ys, yerr=[low, high], fmt="o", alpha=0.8, capsize=3, label=model)
+        bars = axis.errorbar(xs, ys, yerr=[low, high], fmt="none", alpha=0.8, capsize=3)
+        colour = bars.lines[2][0].get_color()
+        claimed = [_speed_claimed(r) for r in mine]
+        for hollow in (False, True):
+            picked = [(x, y) for x, y, c in zip(xs, ys, claimed, strict=True) if c != hollow]
+            if picked:
+                axis.plot(
+                    *zip(*picked, strict=True),
+                    "o",
+                    color=colour,
+                    markerfacecolor="none" if hollow else colour,
+                    label=f"{model}{' (speedup not a claim)' if hollow else ''}",
+                )
         for r, x, y in zip(mine, xs, ys, strict=True):
             axis.annotate(r["variant"], (x, y), fontsize=7, alpha=0.7, xytext=(3, 3), textcoords="offset points")
     axis.axvline(1.0, color="grey", linewidth=0.8)

@@ -45,10 +45,24 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
     entries = data.get("prompts") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: expected a mapping with a non-empty list 'prompts'")
+    extra = sorted(set(data) - {"prompts", "description"})
+    if extra:
+        raise ValueError(f"{path}: unknown key '{extra[0]}'. Allowed keys: prompts, description")
+    seen: dict[str, Any] = {}
     for index, entry in enumerate(entries):
         expect = entry.get("expect") if isinstance(entry, dict) else None
         if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or not isinstance(expect, dict):
             raise ValueError(f"{path}: prompts[{index}]: expected {{prompt: <text>, expect: {{...}}}}")
+        extra = sorted(set(entry) - {"prompt", "expect"})
+        if extra:
+            raise ValueError(f"{path}: prompts[{index}]: unknown key '{extra[0]}'. Allowed keys: prompt, expect")
+        if entry["prompt"] in seen:
+            first = seen[entry["prompt"]]
+            raise ValueError(
+                f"{path}: prompts[{index}]: '{entry['prompt']}' is listed twice (first at prompts[{first}]): "
+                "each prompt has one expectation"
+            )
+        seen[entry["prompt"]] = index
         try:
             shapes_world.Scene(**expect)
         except TypeError as error:
@@ -61,4 +75,9 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
                     f"{path}: prompts[{index}].expect.{key}: {expect[key]!r} is not one of the world's "
                     f"{key}s. Allowed: {', '.join(allowed)}"
                 )
+        if expect["background"] == expect["colour"]:
+            raise ValueError(
+                f"{path}: prompts[{index}].expect: the background and the shape are both {expect['colour']}: the "
+                "world draws a shape in another colour than its background"
+            )
     return entries
