@@ -31,11 +31,7 @@ def _profile(**measure):
 
 def test_sigkill_mid_sweep_then_resume_measures_every_cell_once(tmp_path):
     path = tmp_path / "profile.yaml"
-    # Twenty variants: the sweep must still be running when the signal comes. With four, it once finished every
-    # cell before the signal arrived (make test on a busy machine) and exited 0.
-    profile = _profile()
-    profile["variants"] = [{"name": f"v{i}", "features": {"attention_backend": "native"}} for i in range(20)]
-    path.write_text(yaml.safe_dump(profile))
+    path.write_text(yaml.safe_dump(_profile()))
     run_dir = tmp_path / "run"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
@@ -182,11 +178,7 @@ def test_an_interrupt_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanw
     from conftest import invoke
 
     path = tmp_path / "profile.yaml"
-    # Twenty variants: the sweep must still be running when the signal comes. With four, it once finished every
-    # cell before the signal arrived (make test on a busy machine) and exited 0.
-    profile = _profile()
-    profile["variants"] = [{"name": f"v{i}", "features": {"attention_backend": "native"}} for i in range(20)]
-    path.write_text(yaml.safe_dump(profile))
+    path.write_text(yaml.safe_dump(_profile()))
     run_dir = tmp_path / "run"
     sweep = subprocess.Popen(
         [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
@@ -213,7 +205,7 @@ def test_an_interrupt_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanw
     assert sweep.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     kept = read_results(run_dir)
-    assert 1 <= len(kept) < 22 and len({(r["model"], r["variant"]) for r in kept}) == len(kept)
+    assert 1 <= len(kept) < 6 and len({(r["model"], r["variant"]) for r in kept}) == len(kept)
     last = stderr.strip().splitlines()[-1]
     assert last == (
         f"interrupted: {len(kept)} cell(s) recorded in {results} are kept; "
