@@ -61,8 +61,7 @@ def describe_type(annotation: Any, bounds: str = "") -> str:
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
     if origin is typing.Annotated:  # Annotated[float, Field(ge=0)] inside a union carries its own bounds
         metadata = [m for item in annotation.__metadata__ for m in (getattr(item, "metadata", None) or [item])]
-        own = [f"{sign} {getattr(m, attr)}" for m in metadata for attr, sign in _BOUNDS if hasattr(m, attr)]
-        return describe_type(args[0], " and ".join(own) or bounds)
+        return describe_type(args[0], _bounds_text(metadata) or bounds)
     if origin in (typing.Union, types.UnionType):
         kinds = [describe_type(a, bounds) for a in args if a is not type(None)]
         return " or ".join([*kinds, *(["null"] if type(None) in args else [])])
@@ -82,10 +81,13 @@ def describe_type(annotation: Any, bounds: str = "") -> str:
     return f"{text} {bounds}" if bounds else text
 
 
+def _bounds_text(metadata: list[Any]) -> str:
+    """Pydantic bound constraints (``Gt(0)``, ``Le(1)``) in words: ``> 0 and <= 1``."""
+    return " and ".join(f"{sign} {getattr(m, attr)}" for m in metadata for attr, sign in _BOUNDS if hasattr(m, attr))
+
+
 def _bounds(field: Any) -> str:
-    return " and ".join(
-        f"{sign} {getattr(meta, attr)}" for meta in field.metadata for attr, sign in _BOUNDS if hasattr(meta, attr)
-    )
+    return _bounds_text(field.metadata)
 
 
 def describe_field(field: Any) -> str:

@@ -549,7 +549,8 @@ def gate_cell(
         ),
     ]
     baseline_stable = (baseline or {}).get("outputs_stable") is not False
-    lossless = [name for name in features if name not in lossy_features(record)]
+    lossy = set(lossy_features(record))  # once: an older record's options are parsed to find it
+    lossless = [name for name in features if name not in lossy]
     if lossless and record.get("outputs_stable") is False and baseline_stable:  # a lossless feature must be stable
         parity_checks.append(
             Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")
