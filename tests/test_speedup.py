@@ -13,6 +13,7 @@ from accel.measure.speedup import (
     SpeedupEstimate,
     classify,
     format_speedup,
+    interval_coverage,
     median_interval,
     noise_band,
     paired_speedup,
@@ -28,6 +29,20 @@ def test_median_interval_is_the_sign_test_interval():
     low, high, coverage = median_interval([5.0, 1.0, 3.0, 2.0, 4.0], 0.95)  # n = 5 cannot reach 95%
     assert (low, high) == (1.0, 5.0) and coverage == pytest.approx(1 - 2 / 32)
     assert median_interval([1.0], 0.95)[2] == 0.0
+
+
+def test_the_report_legend_states_the_intervals_actual_coverage():
+    from accel.profile import Profile
+    from accel.report.markdown import _speedup_method
+
+    assert interval_coverage(10, 0.95) == pytest.approx(1 - 2 * 11 / 1024)
+    profile = Profile.model_validate({"name": "p", "models": [{"name": "m", "source": "tiny-flux"}],
+                                      "workload": {"prompts": ["a fox"]},
+                                      "variants": [{"name": "v", "features": {"vae_use_slicing": True}}],
+                                      "measure": {"pairs": 10}})  # fmt: skip
+    legend = _speedup_method(profile)
+    # Ten pairs give the [x(2), x(9)] interval: 97.9% coverage, not the 95% asked for.
+    assert "at least 95% coverage: 97.9% with 10 pairs" in legend, legend
 
 
 def test_paired_speedup_is_the_median_ratio():

@@ -60,6 +60,23 @@ def _binomial_cdf(k: int, n: int) -> float:
     return sum(math.comb(n, i) for i in range(k + 1)) / outcomes
 
 
+def _interval_rank(n: int, confidence: float) -> tuple[int, float]:
+    """Rank k of the narrowest interval ``[x(k), x(n-k+1)]`` of n values covering the median with at least
+    ``confidence``, and its actual coverage (k = 1, the widest, when n is too small to reach it)."""
+    best_k, coverage = 1, 1 - 2 * _binomial_cdf(0, n)
+    for k in range(2, n // 2 + 1):
+        covered = 1 - 2 * _binomial_cdf(k - 1, n)
+        if covered < confidence:
+            break
+        best_k, coverage = k, covered
+    return best_k, max(coverage, 0.0)
+
+
+def interval_coverage(n: int, confidence: float = 0.95) -> float:
+    """The actual coverage of the median interval ``median_interval`` gives for n values (discrete steps)."""
+    return _interval_rank(n, confidence)[1]
+
+
 def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float, float]:
     """The narrowest order-statistic interval ``[x(k), x(n-k+1)]`` covering the median with at least
     ``confidence`` (distribution-free), and its coverage; the widest one (min, max) when n is too small."""
@@ -67,13 +84,8 @@ def median_interval(values: list[float], confidence: float = 0.95) -> tuple[floa
         raise ValueError("no values")
     ordered = sorted(values)
     n = len(ordered)
-    best_k, coverage = 1, 1 - 2 * _binomial_cdf(0, n)
-    for k in range(2, n // 2 + 1):
-        covered = 1 - 2 * _binomial_cdf(k - 1, n)
-        if covered < confidence:
-            break
-        best_k, coverage = k, covered
-    return ordered[best_k - 1], ordered[n - best_k], max(coverage, 0.0)
+    best_k, coverage = _interval_rank(n, confidence)
+    return ordered[best_k - 1], ordered[n - best_k], coverage
 
 
 def paired_speedup(reference_s: list[float], variant_s: list[float], confidence: float = 0.95) -> SpeedupEstimate:

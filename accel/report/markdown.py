@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.measure.parity import PARITY_DEFINITION
-from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup
+from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup, interval_coverage
 from accel.profile import Profile
 from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, warm_median
@@ -294,7 +294,8 @@ def _speedup_method(profile: Profile) -> str:
     return (
         f"median of {m.pairs} ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
-        f"alike), with its {percent(m.confidence)} order-statistic interval: `1.82x [1.61–2.03]` when the "
+        f"alike), with its order-statistic interval (the narrowest of at least {percent(m.confidence)} coverage: "
+        f"{percent(interval_coverage(m.pairs, m.confidence), 1)} with {m.pairs} pairs): `1.82x [1.61–2.03]` when the "
         "interval lies "
         f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it "
         "includes 1.0, `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (no "
