@@ -72,6 +72,25 @@ def test_build_is_idempotent_and_versioned_by_config(tmp_path, monkeypatch):
     assert not zoo.is_built("tiny-flux")
 
 
+@pytest.mark.parametrize("change", ["modified", "missing", "added"])
+def test_a_checkpoint_changed_after_building_is_refused(tmp_path, monkeypatch, change):
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    path = zoo.build("tiny-flux")
+    weights = path / "transformer" / "diffusion_pytorch_model.safetensors"
+    if change == "modified":
+        data = bytearray(weights.read_bytes())
+        data[-1] ^= 0xFF
+        weights.write_bytes(bytes(data))
+    elif change == "missing":
+        weights.unlink()
+    else:
+        (path / "transformer" / "extra.safetensors").write_bytes(b"x")
+    with pytest.raises(ConfigError, match=rf"{change} since zoo entry 'tiny-flux' was built; .*--force"):
+        zoo.build("tiny-flux")
+    assert zoo.build("tiny-flux", force=True) == path
+    assert zoo.build("tiny-flux") == path  # the rebuilt checkpoint verifies
+
+
 def test_vaes_keep_the_real_8x_downsampling():
     for name in zoo.ZOO:
         assert resolution_factor(str(zoo.build(name))) == 16, name

@@ -23,7 +23,8 @@ from typing import Any
 from accel.errors import ConfigError, unknown_choice
 from accel.zoo import families, mini_flux
 
-ZOO_FORMAT_VERSION = 1
+# 2: the marker records every file's SHA-256, checked each time a built checkpoint is used.
+ZOO_FORMAT_VERSION = 2
 MARKER_FILE = "omni_accel_zoo.json"
 
 
@@ -167,18 +168,23 @@ def build(name: str, force: bool = False) -> Path:
     """
     target = entry_path(name)
     if is_built(name) and not force:
-        return target
+        return _verified(name, target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with _build_lock(target):
         if is_built(name) and not force:
-            return target  # another process built it while we waited
+            return _verified(name, target)  # another process built it while we waited
         pipeline = build_pipeline_in_memory(name)
         staging = Path(tempfile.mkdtemp(prefix=f".{name}-", dir=target.parent))
         retired: Path | None = None
         try:
             pipeline.save_pretrained(staging)
             entry = get_entry(name)
-            marker = {"name": name, "fingerprint": entry.fingerprint(), "pipeline_class": entry.pipeline_class}
+            marker = {
+                "name": name,
+                "fingerprint": entry.fingerprint(),
+                "pipeline_class": entry.pipeline_class,
+                "files": _file_hashes(staging),
+            }
             (staging / MARKER_FILE).write_text(json.dumps(marker, indent=2))
             staging.chmod(_directory_mode())  # mkdtemp makes it 0700: a shared zoo must be readable by all
             if target.exists():
@@ -190,6 +196,29 @@ def build(name: str, force: bool = False) -> Path:
                 shutil.rmtree(staging, ignore_errors=True)
             if retired is not None:
                 shutil.rmtree(retired, ignore_errors=True)
+    return target
+
+
+def _file_hashes(directory: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``directory`` but the marker, keyed by relative path."""
+    return {
+        path.relative_to(directory).as_posix(): mini_flux.file_sha256(path)
+        for path in sorted(directory.rglob("*"))
+        if path.is_file() and path.name != MARKER_FILE
+    }
+
+
+def _verified(name: str, target: Path) -> Path:
+    """``target`` if its files are those it was built with; a ConfigError naming the first that is not."""
+    recorded = json.loads((target / MARKER_FILE).read_text()).get("files", {})
+    found = _file_hashes(target)
+    for path in sorted(set(recorded) | set(found)):
+        if recorded.get(path) != found.get(path):
+            change = "missing" if path not in found else "added" if path not in recorded else "modified"
+            raise ConfigError(
+                f"{target / path}: {change} since zoo entry '{name}' was built; rebuild it with "
+                f"`omni-accel zoo build {name} --force`"
+            )
     return target
 
 
