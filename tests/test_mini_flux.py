@@ -29,7 +29,7 @@ def test_committed_weights_match_their_hash_config_and_budget():
     manifest = mini_flux.verify_weights()
     # Pinned: weights swapped together with a manifest rewritten to match them must still fail here (a retrain
     # updates this line, README and CHANGELOG in the same commit).
-    assert manifest["sha256"].startswith("1eba4d0507010dee"), manifest["sha256"]
+    assert manifest["sha256"].startswith("4853816101d2e9a2"), manifest["sha256"]
     assert manifest["config"] == mini_flux.MINI_FLUX_CONFIG, "config changed since training: retrain"
     assert manifest["world_version"] == world.WORLD_VERSION
     assert manifest["max_sequence_length"] == mini_flux.MAX_SEQUENCE_LENGTH == 32
@@ -54,7 +54,13 @@ def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):
     config = copy.deepcopy(mini_flux.MINI_FLUX_CONFIG)
     config["train"]["images"] = 16
     config["train"]["vae"] |= {"steps": 2, "batch": 4}
-    config["train"]["transformer"] |= {"steps": 3, "batch": 4, "warmup": 1}
+    # Model guidance from the second step, so its extra uncaptioned pass runs too.
+    config["train"]["transformer"] |= {
+        "steps": 3,
+        "batch": 4,
+        "warmup": 1,
+        "model_guidance": {"weight": 0.5, "from_step": 1},
+    }
     config["train"]["text"] |= {"steps": 2, "batch": 4, "warmup": 1}
     manifest = mini_flux.train(tmp_path, config, threads=1, progress=False)
     assert all(math.isfinite(v) for v in manifest["final_losses"].values())
@@ -63,6 +69,43 @@ def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):
     assert set(manifest["text_held_out_accuracy"]) == {"t5", "clip"}
     components = mini_flux.build_mini_flux(config, weights_dir=tmp_path)
     assert components["vae"].config.scaling_factor == manifest["latent"]["scaling_factor"]
+
+
+def test_model_guidance_targets_true_cfg_at_one_over_one_minus_the_weight():
+    import torch
+
+    generator = torch.Generator().manual_seed(0)
+    velocity, uncaptioned = (torch.randn(4, 16, 64, generator=generator) for _ in range(2))
+    dropped = torch.tensor([False, False, True, False])
+    weight = 0.5
+    # A model that already draws true CFG at scale 1 / (1 - w) = 2 from the data's velocity is the fixed point:
+    # the guided target is its own prediction, for every captioned sample.
+    cfg = uncaptioned + (velocity - uncaptioned) / (1 - weight)
+    target = mini_flux.model_guidance_target(velocity, cfg, uncaptioned, dropped, weight)
+    assert torch.allclose(target[~dropped], cfg[~dropped], atol=1e-5)
+    # A sample whose caption was dropped keeps the plain target (the uncaptioned velocity stays the data's).
+    assert torch.equal(target[dropped], velocity[dropped])
+    # An unguided model (prediction = data velocity) is pushed further from the uncaptioned velocity, never back.
+    pushed = mini_flux.model_guidance_target(velocity, velocity, uncaptioned, dropped, weight)
+    assert torch.allclose(pushed[~dropped] - velocity[~dropped], weight * (velocity - uncaptioned)[~dropped], atol=1e-5)
+
+
+@pytest.mark.parametrize(("others_cores", "threads"), [(0.0, 2), (0.2, 2), (1.0, 1)])
+def test_the_thread_picker_counts_other_processes_not_its_own_threads(monkeypatch, others_cores, threads):
+    # Each check: 10 s of wall time in which this process kept two cores busy (20 CPU seconds, a load average
+    # near 2 on its own) and other processes ``others_cores``. Probe steps: two threads twice as fast.
+    clock = iter(range(100))
+
+    def snapshot():
+        t = next(clock) * 10.0
+        return t, t * (2.0 + others_cores), t * 2.0
+
+    monkeypatch.setattr(mini_flux.ThreadPicker, "_cpu_snapshot", staticmethod(snapshot))
+    picker = mini_flux.ThreadPicker([1, 2], every=10, probe=2)
+    for step in range(10):
+        picker.before_step(step)
+        picker.after_step(step, 1.0 / picker.current)
+    assert picker.current == threads
 
 
 def test_only_trained_entries_can_be_trained(monkeypatch, capsys):
@@ -81,7 +124,7 @@ def pipe():
     return pipeline
 
 
-def _held_out_scores(pipe, **guidance):
+def _held_out_scores(pipe):
     import torch
 
     from accel.measure.adherence import score, summarise
@@ -89,7 +132,7 @@ def _held_out_scores(pipe, **guidance):
     scores = []
     for prompt in PROMPTS:
         generator = torch.Generator().manual_seed(0)
-        image = pipe(prompt, height=64, width=64, max_sequence_length=32, generator=generator, **guidance).images[0]
+        image = pipe(prompt, height=64, width=64, max_sequence_length=32, generator=generator).images[0]
         scores.append(score(world.parse_caption(prompt), image))
     return summarise(scores)
 
@@ -99,22 +142,14 @@ def held_out(pipe):
     return _held_out_scores(pipe)
 
 
-def test_plain_diffusers_call_gets_the_background_of_held_out_prompts(held_out):
-    # Twelve held-out combinations, one seed, the pipeline's defaults (no guidance). Only the background is
-    # claimed without guidance on shapes-v2 (README, "What it learned", on all 48 x 2 seeds: background 1.00,
-    # colour 0.875, position 0.95; on these 12 when the weights were committed: colour 9 of 12, position 5 of
-    # the 7 that name one, below the 11/12 and 6/7 registered before scoring). The guided test below holds
-    # colour and position to the target; issue 12 keeps the unguided shortfall open.
+def test_plain_diffusers_call_follows_held_out_prompts(held_out):
+    # Twelve held-out combinations, one seed, the pipeline's defaults (28 steps, no true CFG: the model was
+    # trained with model guidance, so one pass is guided). The thresholds registered for shapes-v2 before its
+    # first weights were scored (then held by a true-CFG-2 test), set here before the committed weights were
+    # scored: at most one miss per kind (position on the 7 prompts that name it), and the shape class, the
+    # weakest attribute at 64x64, right on at least 8.
     assert held_out["n"] == 12
-    assert held_out["background"] >= 11 / 12, held_out
-
-
-def test_the_recommended_guidance_follows_colour_position_and_background(pipe):
-    # README: true CFG 2 with an empty negative prompt is the guidance that works best (on all 48: background
-    # 1.00, colour 0.96, position 1.00, shape class 0.83). On these 12: at most one miss per kind (position on
-    # the 7 prompts that name it), and the shape class, the weakest attribute at 64x64, right on at least 8.
-    guided = _held_out_scores(pipe, true_cfg_scale=2.0, negative_prompt="")
-    assert guided["shape"] >= 8 / 12, guided
     for kind in ("background", "colour"):
-        assert guided[kind] >= 11 / 12, (kind, guided)
-    assert guided["position"] >= 6 / 7, guided
+        assert held_out[kind] >= 11 / 12, (kind, held_out)
+    assert held_out["position"] >= 6 / 7, held_out
+    assert held_out["shape"] >= 8 / 12, held_out

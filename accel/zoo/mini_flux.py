@@ -97,12 +97,16 @@ MINI_FLUX_CONFIG: dict[str, Any] = {
         "text": {"steps": 600, "batch": 128, "lr": 3e-3, "warmup": 20},
         "vae": {"steps": 1200, "batch": 32, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 50},
         "transformer": {
-            "steps": 4000,
+            "steps": 3600,
             "batch": 64,
             "lr": 1e-3,
             "warmup": 100,
             "ema": 0.998,
             "empty_caption": 0.1,
+            # Model guidance (Tang et al. 2025) once the model reads captions: one pass then draws what
+            # true CFG at scale 1 / (1 - weight) = 2 draws, as FLUX.1-dev's guidance distillation makes its
+            # default call need no CFG.
+            "model_guidance": {"weight": 0.5, "from_step": 1200},
         },
     },
 }
@@ -230,9 +234,13 @@ class ThreadPicker:
     """Choose the torch thread count that is fastest right now, re-measured every ``every`` steps.
 
     Under contention two threads can be several times slower than one (OpenMP barriers wait for a busy
-    core); on an idle machine two are faster. While the load average says the cores are busy it keeps
-    one thread; otherwise each probe times ``probe`` real training steps per candidate.
+    core); on an idle machine two are faster. While other processes kept at least ``BUSY_CORES`` cores busy
+    since the last check (the machine's CPU time minus this process's: its own threads do not count, as
+    they would in the load average) it keeps one thread; otherwise each probe times ``probe`` real training
+    steps per candidate.
     """
+
+    BUSY_CORES = 0.5
 
     def __init__(self, candidates: list[int], every: int = 250, probe: int = 2):
         self.candidates = candidates
@@ -241,12 +249,23 @@ class ThreadPicker:
         self.current = candidates[0]
         self._probing = False
         self._times: dict[int, list[float]] = {}
+        self._since = self._cpu_snapshot()
+
+    @staticmethod
+    def _cpu_snapshot() -> tuple[float, float, float]:
+        import psutil
+
+        from accel.measure.contention import machine_busy_seconds
+
+        own = psutil.Process().cpu_times()
+        return time.perf_counter(), machine_busy_seconds(psutil.cpu_times()), own.user + own.system
 
     def _busy(self) -> bool:
-        try:
-            return os.getloadavg()[0] >= max(self.candidates)
-        except OSError:
-            return False
+        """Whether other processes kept ``BUSY_CORES`` or more busy since the last call."""
+        (wall0, machine0, own0), (wall1, machine1, own1) = self._since, self._cpu_snapshot()
+        self._since = (wall1, machine1, own1)
+        wall = wall1 - wall0
+        return wall > 0 and max(0.0, (machine1 - machine0) - (own1 - own0)) / wall >= self.BUSY_CORES
 
     def before_step(self, step: int) -> None:
         """Set the thread count for ``step``."""
@@ -522,6 +541,20 @@ def _encode_captions(pipe: Any, captions: list[str]) -> dict[str, tuple[torch.Te
     return table
 
 
+def model_guidance_target(
+    target: torch.Tensor, captioned: torch.Tensor, uncaptioned: torch.Tensor, dropped: torch.Tensor, weight: float
+) -> torch.Tensor:
+    """The rectified-flow target with model guidance (Tang et al. 2025, "Diffusion Models without CFG").
+
+    A captioned sample's target ``noise - x0`` leans by ``weight`` times the model's own captioned minus
+    uncaptioned velocity (both without gradient); a sample whose caption was dropped keeps the plain target,
+    so the uncaptioned velocity stays the data's. The fixed point is ``u + (v - u) / (1 - weight)``: one
+    captioned pass draws what true classifier-free guidance at scale ``1 / (1 - weight)`` draws.
+    """
+    lean = (captioned - uncaptioned) * (~dropped).to(target.dtype)[:, None, None]
+    return target + weight * lean
+
+
 def _train_transformer(
     pipe: Any,
     latents: torch.Tensor,
@@ -549,6 +582,9 @@ def _train_transformer(
     optimizer = torch.optim.AdamW(transformer.parameters(), lr=cfg["lr"], weight_decay=0.0)
     transformer.train()
 
+    guidance_weight = cfg.get("model_guidance", {}).get("weight", 0.0)
+    guidance_from = cfg.get("model_guidance", {}).get("from_step", 0)
+
     def step_fn(step: int) -> float:
         index = _begin_step(optimizer, step, cfg, packed.shape[0], generator)
         x0 = packed[index]
@@ -558,17 +594,29 @@ def _train_transformer(
         noise = torch.randn(x0.shape, generator=generator)
         t = torch.sigmoid(torch.randn(cfg["batch"], generator=generator))
         xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
-        prediction = transformer(
-            hidden_states=xt,
-            timestep=t,
-            guidance=None,
-            pooled_projections=pooled_table[which],
-            encoder_hidden_states=embeds_table[which],
-            txt_ids=txt_ids,
-            img_ids=img_ids,
-            return_dict=False,
-        )[0]
-        loss = torch.nn.functional.mse_loss(prediction, noise - x0)
+
+        def velocity(captions: torch.Tensor) -> torch.Tensor:
+            return cast(
+                torch.Tensor,
+                transformer(
+                    hidden_states=xt,
+                    timestep=t,
+                    guidance=None,
+                    pooled_projections=pooled_table[captions],
+                    encoder_hidden_states=embeds_table[captions],
+                    txt_ids=txt_ids,
+                    img_ids=img_ids,
+                    return_dict=False,
+                )[0],
+            )
+
+        prediction = velocity(which)
+        target = noise - x0
+        if guidance_weight and step >= guidance_from:
+            with torch.no_grad():
+                unconditional = velocity(torch.full_like(which, empty))
+            target = model_guidance_target(target, prediction.detach(), unconditional, drop, guidance_weight)
+        loss = torch.nn.functional.mse_loss(prediction, target)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
