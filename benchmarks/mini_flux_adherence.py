@@ -8,7 +8,8 @@ against its caption's ground truth and prints, per guidance setting, each attrib
     python benchmarks/mini_flux_adherence.py [--seeds 0 1 2] [--cfg 1 2 3] [--steps 20] [--source DIR]
         [--seen] [--grid grid.png] [--features '{"cache_dit": {"residual_diff_threshold": 0.5}}']
 
-``--cfg 1`` is the pipeline's default (no guidance); ``>1`` runs true CFG with an empty negative prompt.
+``--cfg 1`` is the pipeline's default (no true CFG; mini-flux is guided by training); ``>1`` runs true CFG
+with an empty negative prompt.
 ``--seen`` scores the same number of training combinations (new seeds) instead. ``--features`` applies
 a variant's features (the profile's YAML/JSON form) through ``accel.apply`` around every call, and prints
 how many steps a cache reused.

@@ -35,6 +35,7 @@ def test_committed_weights_match_their_hash_config_and_budget():
     assert manifest["max_sequence_length"] == mini_flux.MAX_SEQUENCE_LENGTH == 32
     total = sum((mini_flux.WEIGHTS_DIR / f).stat().st_size for f in mini_flux.COMPONENT_FILES.values())
     assert total <= 25 * 2**20
+    assert manifest["seconds"]["total"] <= 45 * 60, "the committed run took longer than the 45-minute budget"
     assert all(math.isfinite(v) for v in manifest["final_losses"].values())
     assert (mini_flux.WEIGHTS_DIR / mini_flux.LOG_FILE).read_text().strip()
 

@@ -43,6 +43,8 @@ def test_the_report_legend_states_the_intervals_actual_coverage():
     legend = _speedup_method(profile)
     # Ten pairs give the [x(2), x(9)] interval: 97.9% coverage, not the 95% asked for.
     assert "at least 95% coverage: 97.9% with 10 pairs" in legend, legend
+    few = profile.model_copy(update={"measure": profile.measure.model_copy(update={"pairs": 5})})
+    assert "min to max: 93.8% coverage with 5 pairs, short of 95%" in _speedup_method(few)
 
 
 def test_paired_speedup_is_the_median_ratio():

@@ -294,13 +294,21 @@ def _speedup_method(profile: Profile) -> str:
     return (
         f"median of {m.pairs} ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
-        f"alike), with its order-statistic interval (the narrowest of at least {percent(m.confidence)} coverage: "
-        f"{percent(interval_coverage(m.pairs, m.confidence), 1)} with {m.pairs} pairs): `1.82x [1.61–2.03]` when the "
+        f"alike), with its order-statistic interval ({_coverage_words(m.pairs, m.confidence)}): "
+        "`1.82x [1.61–2.03]` when the "
         "interval lies "
         f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it "
         "includes 1.0, `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (no "
         "noise floor, too few pairs, engine or sequential timing)"
     )
+
+
+def _coverage_words(pairs: int, confidence: float) -> str:
+    coverage = interval_coverage(pairs, confidence)
+    if coverage < confidence:
+        short = percent(confidence)
+        return f"the widest, min to max: {percent(coverage, 1)} coverage with {pairs} pairs, short of {short}"
+    return f"the narrowest of at least {percent(confidence)} coverage: {percent(coverage, 1)} with {pairs} pairs"
 
 
 def _adherence_section(records: list[dict[str, Any]]) -> list[str]:
