@@ -182,7 +182,7 @@ def test_num_frames_on_an_image_model_is_a_profile_error(write_profile, tmp_path
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: {path}: workload.num_frames: no model of this profile makes videos (tiny-flux: ")
     assert "num_frames applies to video models only" in err
-    assert not (tmp_path / "run" / "results.jsonl").exists()
+    assert not (tmp_path / "run").exists()  # refused before any work: no empty --out directory is left behind
 
 
 def test_num_frames_with_a_video_model_among_image_models_is_fine():
@@ -296,7 +296,15 @@ def test_a_broken_checkpoint_stops_the_sweep_before_the_first_cell(kind, write_p
     code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"error: {path}: ") and re.search(pattern, err), err
-    assert not (tmp_path / "run" / "results.jsonl").exists()
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_refused_sweep_keeps_an_out_directory_it_did_not_create(write_profile, tmp_path, monkeypatch, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    path = write_profile(_with(workload__num_frames=9))
+    code, _ = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(out))
+    assert code == 2 and out.is_dir()
 
 
 def test_native_target_without_a_native_pipeline_is_a_profile_error(write_profile, tmp_path, monkeypatch, capsys):

@@ -325,17 +325,29 @@ def run_sweep(
 
     if resume:
         check_same_profile(run_dir, profile)  # "not a run directory" before anything is created
+    created = not run_dir.exists()
     prepare_run_dir(run_dir)
-    with RunLock(run_dir) as lock:
-        if lock.stale_owner:
-            print(f"note: {run_dir}: taking over the lock of a sweep that is no longer running: "
-                  f"{describe_owner(lock.stale_owner)}", file=sys.stderr)  # fmt: skip
-        try:
-            with _sigterm_as_interrupt():
-                return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
-        except KeyboardInterrupt:
-            cancel_pending()
-            raise Interrupted(interrupted_message(run_dir)) from None
+    try:
+        with RunLock(run_dir) as lock:
+            if lock.stale_owner:
+                print(f"note: {run_dir}: taking over the lock of a sweep that is no longer running: "
+                      f"{describe_owner(lock.stale_owner)}", file=sys.stderr)  # fmt: skip
+            try:
+                with _sigterm_as_interrupt():
+                    return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
+            except KeyboardInterrupt:
+                cancel_pending()
+                raise Interrupted(interrupted_message(run_dir)) from None
+    except BaseException:
+        if created:
+            _remove_if_empty(run_dir)  # refused or stopped before anything was written: no empty --out left
+        raise
+
+
+def _remove_if_empty(run_dir: Path) -> None:
+    """Remove a run directory this sweep created when nothing was written into it."""
+    with contextlib.suppress(OSError):
+        run_dir.rmdir()  # fails, leaving it, when it holds anything
 
 
 @contextlib.contextmanager
