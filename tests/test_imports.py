@@ -34,6 +34,7 @@ LAYERS = {
     "measure": 3,
     "zoo": 2,
     "errors": 1,
+    "cpu_time": 1,
     "data": 1,
     "yaml_bounds": 1,
 }

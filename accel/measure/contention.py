@@ -19,13 +19,10 @@ from typing import Any
 
 import psutil
 
+from accel.cpu_time import machine_busy_seconds
+
 # Other processes' average CPU use above which a timed window counts as shared (in cores).
 CONTENDED_CORES = 0.25
-
-
-def _busy_seconds(times: Any) -> float:
-    """CPU seconds spent outside idle and iowait, for a ``psutil.cpu_times()`` result."""
-    return sum(getattr(times, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
 
 
 def _tree_cpu_seconds(process: psutil.Process) -> float:
@@ -63,13 +60,13 @@ class ContentionMeter:
 
     def __enter__(self) -> ContentionMeter:
         self._wall = time.perf_counter()
-        self._busy = _busy_seconds(psutil.cpu_times())
+        self._busy = machine_busy_seconds()
         self._own = _tree_cpu_seconds(self._process)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         wall = time.perf_counter() - self._wall
-        busy = _busy_seconds(psutil.cpu_times()) - self._busy
+        busy = machine_busy_seconds() - self._busy
         own = _tree_cpu_seconds(self._process) - self._own
         other = max(0.0, busy - own) / wall if wall > 0 else 0.0
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None

@@ -253,14 +253,13 @@ class ThreadPicker:
 
     @staticmethod
     def _cpu_snapshot() -> tuple[float, float, float]:
-        """(wall clock, the machine's busy CPU seconds, this process's CPU seconds). The zoo sits below
-        ``accel.measure`` in the layer order, so this does not use its contention meter."""
+        """(wall clock, the machine's busy CPU seconds, this process's CPU seconds)."""
         import psutil
 
-        machine = psutil.cpu_times()
-        busy = sum(getattr(machine, name, 0.0) for name in ("user", "nice", "system", "irq", "softirq", "steal"))
+        from accel.cpu_time import machine_busy_seconds
+
         own = psutil.Process().cpu_times()
-        return time.perf_counter(), busy, own.user + own.system
+        return time.perf_counter(), machine_busy_seconds(), own.user + own.system
 
     def _busy(self) -> bool:
         """Whether other processes kept ``BUSY_CORES`` or more busy since the last call."""
