@@ -1,4 +1,9 @@
-"""The pytest plugin, end to end under pytester: pass, fail (with measured values) and skip items."""
+"""The pytest plugin, end to end under pytester: pass, fail (with measured values) and skip items.
+
+Each run is a subprocess: an in-process run puts sys.modules back as it found it, so a module first imported
+inside it (pandas' pyarrow extension types, by the plugin's results table) is imported afresh by a later test,
+and pyarrow's process-wide registry refuses the second registration ("pandas.period already defined").
+"""
 
 from __future__ import annotations
 
@@ -24,7 +29,7 @@ def test_plugin_turns_cells_into_items_with_measured_values(pytester):
         "lossy": {"cache": {"ssim": 0.9, "psnr": 25.0}},
     }
     pytester.makefile(".yaml", strict=yaml.safe_dump(strict))
-    result = pytester.runpytest("--accel-profile", "ci.yaml", "--accel-thresholds", "strict.yaml", "-rs")
+    result = pytester.runpytest_subprocess("--accel-profile", "ci.yaml", "--accel-thresholds", "strict.yaml", "-rs")
     result.assert_outcomes(passed=2, failed=1, skipped=1)  # baseline + attn-native pass
     result.stdout.fnmatch_lines(
         [
@@ -37,7 +42,7 @@ def test_plugin_turns_cells_into_items_with_measured_values(pytester):
 
 def test_plugin_is_inactive_without_its_options(pytester):
     pytester.makepyfile("def test_plain():\n    assert True\n")
-    result = pytester.runpytest()
+    result = pytester.runpytest_subprocess()
     result.assert_outcomes(passed=1)
 
 
@@ -48,7 +53,7 @@ def test_plugin_gates_an_existing_results_file(pytester):
 
     # written directly: pytester.makefile strips the final newline, and a last line without one is cut short
     (pytester.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results()))
-    result = pytester.runpytest("--accel-results", "results.jsonl")
+    result = pytester.runpytest_subprocess("--accel-results", "results.jsonl")
     # 20 records, 18 items (the noise floors are none). The shipped claims say nothing about these models:
     # 2 baselines and 6 cells pass; 7 fail (fbc-loose and int8+tiling out of parity, tiling unclaimed,
     # attn-math below float32's lossless threshold, slicing unstable, pab without evidence, taylorseer

@@ -180,23 +180,37 @@ def test_an_interrupt_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanw
     path = tmp_path / "profile.yaml"
     path.write_text(yaml.safe_dump(_profile()))
     run_dir = tmp_path / "run"
-    sweep = subprocess.Popen(
-        [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,  # its own process group, which the SIGINT goes to
-    )
+    # As a terminal's foreground job: Ctrl-C not ignored. When the suite itself runs in the background
+    # (`make test &`, nohup, some CI runners) SIGINT is ignored here, and an ignored signal stays ignored in
+    # the child, which then never sees the interrupt and finishes every cell (exit 0). A Python handler is
+    # reset to the default on exec, so the sweep starts with Python's own KeyboardInterrupt handler.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,  # its own process group, which the SIGINT goes to
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     results = run_dir / "results.jsonl"
     deadline = time.monotonic() + 600  # generous: the machine may be shared
     while time.monotonic() < deadline and (not results.is_file() or not results.read_text().splitlines()):
-        time.sleep(0.2)
-    code, _, err = invoke(monkeypatch, capsys, "sweep", str(path), "--out", str(run_dir))
-    assert code == 2 and f"in use by another sweep: pid {sweep.pid} on host {socket.gethostname()}" in err, err
-    if how == "sigint-to-group":
-        os.killpg(sweep.pid, signal.SIGINT)
-    else:
-        sweep.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+    # Freeze the sweep and its workers (it keeps its lock) while the second sweep is tried: on a busy machine
+    # the remaining cells could otherwise all finish before the interrupt, and there would be nothing to stop.
+    os.killpg(sweep.pid, signal.SIGSTOP)
+    try:
+        code, _, err = invoke(monkeypatch, capsys, "sweep", str(path), "--out", str(run_dir))
+        assert code == 2 and f"in use by another sweep: pid {sweep.pid} on host {socket.gethostname()}" in err, err
+        if how == "sigint-to-group":
+            os.killpg(sweep.pid, signal.SIGINT)
+        else:
+            sweep.send_signal(signal.SIGTERM)
+    finally:
+        os.killpg(sweep.pid, signal.SIGCONT)  # the pending interrupt is delivered as they resume
     try:
         _, stderr = sweep.communicate(timeout=60)  # a hang guard, not a speed requirement
     except subprocess.TimeoutExpired:

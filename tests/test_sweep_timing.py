@@ -191,5 +191,11 @@ def test_gate_summary_publishes_the_same_claims(drifting_run):
     assert "## Speed claims" in summary
     same = next(line for line in summary.splitlines() if line.startswith("| tiny-flux/same "))
     slow = next(line for line in summary.splitlines() if line.startswith("| tiny-flux/slow "))
-    assert "≈1.0x" in same and "| noise |" in same
+    # The summary states the record's own verdict. For the identical variant that is "noise" (`≈1.0x`) or, in
+    # about 3% of runs (more when load drifts: CI once measured [1.09, 1.39]), "inconclusive" (`x?`): never
+    # a claim, which the record test above pins; here the summary must not turn either into one.
+    verdict = drifting_run["same"]["speedup_ci"]["verdict"]
+    assert verdict in ("noise", "inconclusive")
+    assert f"| {verdict} |" in same and ("≈1.0x" if verdict == "noise" else "x? |") in same
+    assert "| faster |" not in same and "| slower |" not in same
     assert "| slower |" in slow and "[" in slow
