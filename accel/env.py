@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.metadata
 import platform
 import subprocess
@@ -32,19 +33,32 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The source tree whose commit a run records (a checkout; an installed package has no .git above it).
+SOURCE_ROOT = Path(__file__).resolve().parent.parent
+
+
 def _git(*args: str) -> str | None:
-    root = Path(__file__).resolve().parent.parent
     try:
-        out = subprocess.run(["git", "-C", str(root), *args], capture_output=True, text=True, timeout=5, check=False)
+        out = subprocess.run(
+            ["git", "-C", str(SOURCE_ROOT), *args], capture_output=True, text=True, timeout=5, check=False
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def _git_commit() -> str | None:
-    """HEAD, with ``+modified`` when tracked files differ from it (that commit alone cannot reproduce the run)."""
+def _git_commit(output_dir: Path | None = None) -> str | None:
+    """HEAD, with ``+modified`` when tracked files differ from it (that commit alone cannot reproduce the run).
+    Files under ``output_dir`` do not count: regenerating a committed report (``make report``) replaces its
+    tracked files, and that is the run's output, not a change to what it ran."""
     commit = _git("rev-parse", "HEAD")
-    if commit and _git("status", "--porcelain", "--untracked-files=no"):
+    if not commit:
+        return None
+    pathspec = ["."]
+    if output_dir is not None:
+        with contextlib.suppress(ValueError):  # outside the source tree: nothing to exclude
+            pathspec.append(f":(exclude){output_dir.resolve().relative_to(SOURCE_ROOT.resolve())}")
+    if _git("status", "--porcelain", "--untracked-files=no", "--", *pathspec):
         commit += "+modified"
     return commit
 
@@ -81,8 +95,9 @@ def recorded_cpu_peak(peaks: dict[str, Any] | None, dtype: str) -> float | None:
     return (peaks.get("flops") or {}).get(dtype)
 
 
-def capture(profile_fingerprint: str | None = None) -> dict[str, Any]:
-    """Package versions (None when absent), device, CPU, git commit and the profile hash."""
+def capture(profile_fingerprint: str | None = None, output_dir: Path | None = None) -> dict[str, Any]:
+    """Package versions (None when absent), device, CPU, git commit (its ``+modified`` ignores the run's own
+    ``output_dir``) and the profile hash."""
     import os
 
     import torch
@@ -97,6 +112,6 @@ def capture(profile_fingerprint: str | None = None) -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if cuda else None,
         "devices": [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] if cuda else [],
-        "git_commit": _git_commit(),
+        "git_commit": _git_commit(output_dir),
         "profile_fingerprint": profile_fingerprint,
     }

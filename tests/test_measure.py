@@ -162,6 +162,33 @@ def test_memory_fields_are_present_and_positive(zoo_run):
             assert record["peak_device_allocated_bytes"] is None
 
 
+def test_git_commit_is_marked_modified_by_changes_but_not_by_the_runs_own_output(tmp_path, monkeypatch):
+    import subprocess
+
+    from accel import env
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    (tmp_path / "reports" / "quick").mkdir(parents=True)
+    (tmp_path / "reports" / "quick" / "report.md").write_text("old\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    monkeypatch.setattr(env, "SOURCE_ROOT", tmp_path)
+    head = env._git("rev-parse", "HEAD")
+    out = tmp_path / "reports" / "quick"
+    assert env._git_commit(out) == head
+    (out / "report.md").unlink()  # `make report` removes the committed report before regenerating it
+    assert env._git_commit(out) == head
+    assert env._git_commit() == head + "+modified"
+    assert env._git_commit(tmp_path.parent / "elsewhere") == head + "+modified"
+    (out / "report.md").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert env._git_commit(out) == head + "+modified"
+
+
 def test_environment_and_noise_floor_are_recorded(zoo_run):
     import json
 

@@ -446,7 +446,7 @@ def _run_sweep(
     log = ResultsLog(run_dir / RESULTS_FILE)
     if not resume:
         (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
-    environment = env.capture(profile.fingerprint())
+    environment = env.capture(profile.fingerprint(), run_dir)
     environment[env.CPU_PEAKS_KEY] = cpu_peaks(profile, run_dir, resume)
     (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
 
