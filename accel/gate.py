@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from accel.errors import ConfigError
+from accel.errors import ConfigError, unknown_choice
 from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
 
@@ -137,12 +137,58 @@ def _check_limit(value: Any, where: str) -> None:
             raise ConfigError(f"{where}.{key}: expected a number, got {value[key]!r}")
 
 
+THRESHOLD_KEYS = ("lossless", "lossless_minimum", "lossy", "adherence", "models")
+
+
+def _feature_families() -> list[str]:
+    from accel.features import FEATURES
+
+    return sorted({feature.family for feature in FEATURES.values()})
+
+
+def _check_family(family: Any, where: str) -> None:
+    families = _feature_families()
+    if family not in families:
+        raise ConfigError(f"{where}: {unknown_choice('feature family', family, families)}")
+
+
+def _check_adherence(value: Any, source: str) -> None:
+    """``adherence.lossy.<family>``: the share of attributes a lossy variant may lose, a number in [0, 1]."""
+    if not isinstance(value, dict) or set(value) - {"lossy"}:
+        extra = sorted(set(value) - {"lossy"}) if isinstance(value, dict) else []
+        got = f"unknown key '{extra[0]}'" if extra else f"got {value!r}"
+        raise ConfigError(f"{source}: adherence: expected a mapping with the key lossy ({got})")
+    limits = value.get("lossy")
+    if limits is None:
+        return
+    if not isinstance(limits, dict):
+        raise ConfigError(
+            f"{source}: adherence.lossy: expected a mapping of feature family to a number, got {limits!r}"
+        )
+    for family, limit in limits.items():
+        where = f"{source}: adherence.lossy.{family}"
+        _check_family(family, where)
+        number = isinstance(limit, (int, float)) and not isinstance(limit, bool)
+        if not number or not 0.0 <= float(limit) <= 1.0:  # NaN fails both comparisons
+            raise ConfigError(
+                f"{where}: {limit!r} is not allowed: the share of the prompts' attributes a lossy variant may "
+                "lose, a number from 0 to 1 (e.g. 0.05)"
+            )
+
+
 def check_thresholds(data: dict[str, Any], source: str) -> None:
     """The thresholds file's shape: ``lossless.<dtype>.<modality>``, ``lossless_minimum.<modality>``,
-    ``lossy.<family>``, each ``{ssim, psnr}``; errors name the file and key."""
+    ``lossy.<family>``, each ``{ssim, psnr}``, and the optional ``adherence.lossy.<family>`` (a share in
+    [0, 1]); errors name the file and key. Unknown top-level keys and families are refused, so a typo
+    cannot silently fall back to a default."""
+    for key in data:
+        if key not in THRESHOLD_KEYS:
+            raise ConfigError(f"{source}: {unknown_choice('key', key, THRESHOLD_KEYS)}")
     for key in ("lossless", "lossless_minimum", "lossy"):
         if not isinstance(data.get(key), dict):
             raise ConfigError(f"{source}: missing key '{key}' (a mapping)")
+    if "adherence" in data:
+        _check_adherence(data["adherence"], source)
     for dtype, by_modality in data["lossless"].items():
         if not isinstance(by_modality, dict) or set(by_modality) != set(MODALITIES):
             raise ConfigError(
@@ -154,6 +200,7 @@ def check_thresholds(data: dict[str, Any], source: str) -> None:
     for modality in MODALITIES:
         _check_limit(data["lossless_minimum"].get(modality), f"{source}: lossless_minimum.{modality}")
     for family, limit in data["lossy"].items():
+        _check_family(family, f"{source}: lossy.{family}")
         _check_limit(limit, f"{source}: lossy.{family}")
 
 

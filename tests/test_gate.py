@@ -182,6 +182,39 @@ def test_thresholds_file_shape_is_checked(tmp_path):
         gate_records(records, _data())
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"adherence": {"lossy": {"cache": "lots"}}},
+            r"adherence\.lossy\.cache: 'lots' is not allowed: .* from 0 to 1",
+        ),
+        ({"adherence": {"lossy": {"cache": 1.5}}}, r"adherence\.lossy\.cache: 1\.5 is not allowed"),
+        ({"adherence": {"lossy": {"cache": True}}}, r"adherence\.lossy\.cache: True is not allowed"),
+        ({"adherence": {"lossy": {"cache": -0.5}}}, r"adherence\.lossy\.cache: -0\.5 is not allowed"),
+        ({"adherence": {"lossy": {"cache": float("nan")}}}, r"adherence\.lossy\.cache: nan is not allowed"),
+        ({"adherence": {"lossy": 0.05}}, r"adherence\.lossy: expected a mapping of feature family to a number"),
+        (
+            {"adherence": {"lossy": {"cachee": 0.05}}},
+            r"adherence\.lossy\.cachee: unknown feature family 'cachee'\. "
+            r"Did you mean 'cache'\? Allowed: attention, cache",
+        ),
+        ({"adherence": {"lossyy": {"cache": 0.05}}}, r"adherence: expected a mapping with the key lossy \(unknown key"),
+        ({"adherance": {"lossy": {"cache": 0.05}}}, r"unknown key 'adherance'\. Did you mean 'adherence'\?"),
+        ({"lossy": {"cachee": {"ssim": 0.9, "psnr": 25}}}, r"lossy\.cachee: unknown feature family 'cachee'"),
+    ],
+)
+def test_thresholds_adherence_and_family_typos_are_refused(tmp_path, change, message):
+    # A typo or an out-of-range limit must not silently switch the adherence gate off or fall back to the
+    # features' declared default: every one is a one-line error naming the file and the key.
+    data = load_gate_data().thresholds | change
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"t\.yaml: " + message) as error:
+        load_gate_data(thresholds=path)
+    assert "\n" not in str(error.value)
+
+
 def test_performance_baseline_tolerance_and_refresh_notice():
     perf = {
         "rel_tolerance": 0.1,

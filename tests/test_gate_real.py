@@ -90,3 +90,21 @@ def test_a_planned_cell_missing_from_the_results_fails_the_gate(measured, tmp_pa
     (copy / "cells.planned.json").unlink()  # an older run: the resolved profile is planned, and checked
     code, _, err = invoke(monkeypatch, capsys, "gate", str(copy))
     assert code == 2 and "residual_diff_threshold: Input should be greater than 0, got -1" in err
+
+
+@pytest.mark.parametrize("report", ["quickstart"])
+def test_committed_gate_verdicts_follow_from_the_committed_results_and_thresholds(
+    tmp_path, monkeypatch, capsys, report
+):
+    # The committed gate.md is what `omni-accel gate` says today of the committed results with the shipped
+    # thresholds: a loosened (or tightened) threshold, a changed gate rule or a hand-edited verdict shows here
+    # as a difference, so the README's "the gate fails ..." cannot drift from what the gate does.
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "reports" / report
+    for name in ("results.jsonl", "cells.planned.json", "profile.resolved.yaml"):
+        shutil.copy(committed / name, tmp_path / name)
+    code, _ = _gate(monkeypatch, capsys, tmp_path)
+    assert code == 1  # the ladders are meant to break at their aggressive end
+    assert (tmp_path / "gate.md").read_text() == (committed / "gate.md").read_text()
