@@ -26,8 +26,9 @@ TABLE_FILE = "results.parquet"
 # The version of the cell record's shape, written into every line of results.jsonl. A line without it was
 # written before the record was declared (version 0, the same keys) and is read as such; a line from a newer
 # version than this code knows is refused. Raise it when a key changes meaning or is removed.
-# 1: the record declared; 2: ``feature_classes`` recorded (older records: parsed from ``features`` on read).
-SCHEMA_VERSION = 2
+# 1: the record declared; 2: ``feature_classes`` recorded (older records: parsed from ``features`` on read);
+# 3: ``adherence_loss`` counts the attributes lost image by image (before: the net change of overall adherence).
+SCHEMA_VERSION = 3
 
 
 # The cell record, one section at a time: every key a sweep writes, its type and one line on what it holds.
@@ -105,7 +106,11 @@ class Parity(TypedDict, total=False):
     reference_model: Annotated[str, "the model parity_vs_reference compares with"]
     outputs_stable: Annotated[bool, "the first and last timed passes gave identical outputs"]
     adherence: Annotated[dict[str, Any], "prompt-adherence scores of a world model's outputs"]
-    adherence_loss: Annotated[float, "the baseline's overall adherence minus this cell's"]
+    adherence_loss: Annotated[
+        float,
+        "share of the attributes scored that the baseline got right and this cell got wrong, image by image "
+        "(gains elsewhere do not offset it; before schema 3: the baseline's overall adherence minus this cell's)",
+    ]
     outputs_file: Annotated[str, "the cell's outputs (.npz, float32), relative to the run directory"]
     images: Annotated[list[str], "the PNG images saved from its outputs, relative to the run directory"]
 

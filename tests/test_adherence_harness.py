@@ -140,6 +140,44 @@ def test_runner_scores_saved_outputs_and_the_loss_against_the_baseline(tmp_path)
     assert "adherence" not in other
 
 
+def test_a_variants_gains_on_other_images_do_not_offset_what_it_lost(tmp_path):
+    # Image 0 loses its colour; image 1's position, wrong in the baseline, comes out right in the variant.
+    # The net change of overall adherence is zero, yet the variant lost an attribute the baseline had.
+    workload = Workload(prompts=PROMPTS)
+    scenes = expected_scenes(workload)
+    model = ModelSpec(name="mini-flux", source="mini-flux")
+    keys = ["p0_s0_n0", "p1_s0_n0"]
+    misplaced = world.Scene(scenes[1].background, scenes[1].colour, scenes[1].shape, "bottom")
+    baseline = _write_outputs(tmp_path, "baseline", [world.render(scenes[0], 0), world.render(misplaced, 0)])
+    attach_adherence(baseline, model, workload, None, tmp_path, keys)
+    other = next(c for c in world.PALETTE if c not in (scenes[0].colour, scenes[0].background))
+    recoloured = world.Scene(scenes[0].background, other, scenes[0].shape, scenes[0].position)
+    variant = _write_outputs(tmp_path, "v", [world.render(recoloured, 0), world.render(scenes[1], 0)])
+    attach_adherence(variant, model, workload, baseline, tmp_path, keys)
+    assert variant["adherence"]["overall"] == baseline["adherence"]["overall"]
+    assert variant["adherence_loss"] == pytest.approx(1 / 8)
+    paired = variant["adherence"]["vs_baseline"]
+    assert paired["gained"] == pytest.approx(1 / 8) and paired["images"] == 2
+    assert paired["by_kind"]["colour"] == pytest.approx(1 / 2) and paired["by_kind"]["position"] == 0.0
+    assert baseline["adherence"]["per_image"]["p1_s0_n0"]["position"] == 0
+
+
+def test_the_overall_interval_counts_images_not_attributes():
+    from accel.measure.adherence import summarise
+
+    # 20 images with four attributes each, 3 of them wrong on every attribute: 80 trials if attributes were
+    # independent, 20 images in fact; the interval is the one for 17 of 20.
+    scores = [dict.fromkeys(("background", "colour", "shape", "position"), 1.0) for _ in range(17)]
+    scores += [dict.fromkeys(("background", "colour", "shape", "position"), 0.0) for _ in range(3)]
+    for entry in scores:
+        entry["overall"] = entry["background"]
+    summary = summarise(scores)
+    assert summary["overall"] == pytest.approx(0.85)
+    assert summary["overall_ci"] == pytest.approx(summary["background_ci"])  # one trial per image
+    low, high = summary["overall_ci"]
+    assert high - low > 0.25  # 80 independent trials would give ~0.16
+
+
 def _record(loss, features):
     return {
         "model": "mini-flux",
@@ -183,4 +221,6 @@ def test_report_table_shows_each_attribute_and_the_loss():
         },
     ]
     table = adherence_table(rows)
-    assert "| v | 1.50x? |" in table and "0.750" in table and "0.900 [0.80, 0.95] | 0.050 | 8 |" in table
+    assert "| v | 1.50x? |" in table and "0.750" in table and "0.900 [0.80, 0.95] | 0.050 | – | 8 |" in table
+    rows[1]["adherence"] = summary | {"vs_baseline": {"loss": 0.05, "gained": 0.025}}
+    assert "0.900 [0.80, 0.95] | 0.050 | 0.025 | 8 |" in adherence_table(rows)

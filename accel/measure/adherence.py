@@ -130,23 +130,32 @@ def score(expected: world.Scene, image: Any) -> dict[str, float]:
     return result
 
 
-def _interval(values: list[float]) -> tuple[float, float]:
-    """A 95% Wilson interval for the share of successes among ``values`` (each in [0, 1])."""
-    n = len(values)
+def _wilson(successes: float, n: int) -> tuple[float, float]:
+    """A 95% Wilson score interval for a share of ``successes`` out of ``n`` trials."""
     if n == 0:
         return (math.nan, math.nan)
-    p = sum(values) / n
+    p = successes / n
     z = 1.96
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return (max(0.0, centre - half), min(1.0, centre + half))
 
 
-def summarise(scores: list[dict[str, float]]) -> dict[str, Any]:
+def _interval(values: list[float]) -> tuple[float, float]:
+    """A 95% Wilson interval for the share of successes among ``values`` (each in [0, 1])."""
+    return _wilson(sum(values), len(values))
+
+
+def summarise(scores: list[dict[str, float]], keys: list[str] | None = None) -> dict[str, Any]:
     """Mean per attribute kind and overall over images, each with a 95% interval and the image count.
 
-    ``overall`` counts each attribute of each image as one trial, so its interval covers the share of
-    attributes recovered. A kind is averaged over the images whose prompt names it (NaN when none does).
+    ``overall`` is the share of all scored attributes recovered. Its interval counts each *image* as one
+    trial, not each attribute: an image's attributes fail together (a cache that skips the steps where the
+    model chose what to draw loses colour, shape and background at once), so treating them as independent
+    would make the interval about twice too narrow. As wide as for one trial per image, it is conservative
+    when the attributes are in fact independent. A kind is averaged over the images whose prompt names it
+    (NaN when none does). With ``keys`` (one per score, e.g. ``p0_s1_n0``), ``per_image`` keeps each
+    image's 0/1 per kind, which ``paired_loss`` compares image by image.
     """
     summary: dict[str, Any] = {"n": len(scores)}
     for kind in ATTRIBUTES:
@@ -155,5 +164,40 @@ def summarise(scores: list[dict[str, float]]) -> dict[str, Any]:
         summary[f"{kind}_ci"] = list(_interval(values))
     trials = [s[kind] for s in scores for kind in ATTRIBUTES if kind in s]
     summary["overall"] = sum(trials) / len(trials) if trials else math.nan
-    summary["overall_ci"] = list(_interval(trials))
+    summary["overall_ci"] = list(_wilson(summary["overall"] * len(scores), len(scores)) if trials else _wilson(0, 0))
+    if keys is not None:
+        summary["per_image"] = {
+            key: {kind: int(s[kind]) for kind in ATTRIBUTES if kind in s} for key, s in zip(keys, scores, strict=True)
+        }
     return summary
+
+
+def paired_loss(baseline: dict[str, dict[str, int]], variant: dict[str, dict[str, int]]) -> dict[str, Any]:
+    """What a variant lost against its baseline, image by image (``per_image`` of two summaries).
+
+    ``loss``: the share of the attributes scored on the images both have that the baseline got right and the
+    variant got wrong; a variant's gains elsewhere do not offset it (a cache that loses one image's colour
+    while another image's shape happens to come out right has lost that colour). ``gained``: the share the
+    variant got right where the baseline did not (the baseline's own coin flips, reported beside it).
+    ``by_kind``: the share lost per attribute kind. ``images``: the images compared.
+    """
+    common = [key for key in baseline if key in variant]
+    lost = gained = total = 0
+    by_kind: dict[str, list[int]] = {kind: [0, 0] for kind in ATTRIBUTES}
+    for key in common:
+        for kind, right in baseline[key].items():
+            if kind not in variant[key]:
+                continue
+            total += 1
+            by_kind[kind][1] += 1
+            if right and not variant[key][kind]:
+                lost += 1
+                by_kind[kind][0] += 1
+            elif variant[key][kind] and not right:
+                gained += 1
+    return {
+        "loss": lost / total if total else math.nan,
+        "gained": gained / total if total else math.nan,
+        "by_kind": {kind: n_lost / n for kind, (n_lost, n) in by_kind.items() if n},
+        "images": len(common),
+    }

@@ -4,8 +4,9 @@ A model has a ground truth when its source declares a world (a zoo entry's ``wor
 ``models[].world``): each prompt of the workload then names a scene, from the profile's prompt set
 (``workload.prompt_set``) or parsed from the caption. Every output image of a cell is scored against its
 prompt's scene (``accel.measure.adherence``); the record gets the mean per attribute kind with a 95%
-interval over prompts and seeds, and a variant also its loss against the baseline. Models without a
-world get nothing.
+interval over prompts and seeds, each image's scores, and a variant also what it lost against the
+baseline image by image (``adherence.vs_baseline``; ``adherence_loss`` is its share of attributes lost, which
+gains on other images do not offset). Models without a world get nothing.
 """
 
 from __future__ import annotations
@@ -54,13 +55,14 @@ def score_outputs(outputs_file: Path, keys: list[str], scenes: list[shapes_world
     """Adherence summary of one cell's saved outputs (keys ``p<prompt>_s<seed>_n<image>``)."""
     from accel.measure.adherence import score, summarise
 
-    scores = []
+    scores, scored = [], []
     with np.load(outputs_file) as outputs:
         for key in keys:
             scene = scenes[int(key.split("_")[0][1:])]
             if scene is not None and key in outputs:
                 scores.append(score(scene, _to_image(outputs[key])))
-    return summarise(scores)
+                scored.append(key)
+    return summarise(scores, scored)
 
 
 def attach_adherence(
@@ -84,4 +86,13 @@ def attach_adherence(
     record["adherence"] = summary
     base = (baseline or {}).get("adherence")
     if base and record is not baseline:
-        record["adherence_loss"] = base["overall"] - summary["overall"]
+        if "per_image" in base:
+            from accel.measure.adherence import paired_loss
+
+            summary["vs_baseline"] = paired_loss(base["per_image"], summary["per_image"])
+            record["adherence_loss"] = summary["vs_baseline"]["loss"]
+        else:  # a baseline measured before records kept each image's scores (--resume of an older run)
+            record["adherence_loss"] = base["overall"] - summary["overall"]
+            record.setdefault("notes", []).append(
+                "adherence loss is the net change of overall adherence: the baseline's record has no per-image scores"
+            )
