@@ -36,6 +36,22 @@ from accel.features.dispatch import native_attention_layers, tallied
 SKIPS_WORK = "a cache skips work on cached steps"
 
 
+def cached_steps_verdict(counts: list[int], evidence: dict[str, Any], detail: str = "") -> Verdict:
+    """Engaged when every timed run cached at least one step; the summary gives the range per run, and how
+    many runs cached nothing, so a cache that engages on some prompts only is not shown as never engaging."""
+    if counts and all(counts):
+        return Verdict(True, f"{min(counts)}-{max(counts)} cached steps per run{detail}", evidence)
+    if any(counts):
+        idle = sum(1 for n in counts if n == 0)
+        return Verdict(
+            False,
+            f"cached {min(counts)}-{max(counts)} steps per run: none on {idle} of {len(counts)} runs "
+            "(engaged on some runs only)",
+            evidence,
+        )
+    return Verdict(False, f"enabled but no step cached on any of {len(counts)} runs", evidence)
+
+
 class WorkCounter(Handle):
     """Counts transformer calls and the attention computations dispatched during them.
 
@@ -262,9 +278,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             "cached_steps_per_run": [run.get("cached_steps") for run in handle.runs],
             "cfg_cached_steps_per_run": [run.get("cfg_cached_steps") for run in handle.runs],
         }
-        if per_run and all(n > 0 for n in per_run):
-            return Verdict(True, f"{min(per_run)}-{max(per_run)} cached steps per run", evidence)
-        return Verdict(False, f"cache enabled but {min(per_run, default=0)} cached steps on a run", evidence)
+        return cached_steps_verdict(per_run, evidence)
 
 
 def _submodules(pipeline: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from accel.features.base import (
     Support,
     Verdict,
 )
-from accel.features.cache import SKIPS_WORK
+from accel.features.cache import SKIPS_WORK, cached_steps_verdict
 
 FLUX_COEFFICIENTS = [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01]
 COEFFICIENTS: dict[str, list[float]] = {
@@ -192,7 +192,4 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
         per_run = [run.get("cached_steps", []) for run in handle.runs]
         evidence = {"cached_steps_per_run": per_run, "coefficients": getattr(handle, "coefficients_source", None)}
         counts = [len(steps) for steps in per_run]
-        if counts and all(counts):
-            source = evidence["coefficients"]
-            return Verdict(True, f"{min(counts)}-{max(counts)} cached steps per run; coefficients: {source}", evidence)
-        return Verdict(False, f"tea_cache enabled but {min(counts, default=0)} cached steps on a run", evidence)
+        return cached_steps_verdict(counts, evidence, f"; coefficients: {evidence['coefficients']}")
