@@ -3,6 +3,8 @@ outputs, the gate's bound on a lossy variant's loss, and the report's table."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -110,6 +112,69 @@ def test_a_prompt_set_is_checked_at_load_even_beside_explicit_prompts(tmp_path, 
     for workload in ({"prompt_set": str(path)}, {"prompt_set": str(path), "prompts": ["a red circle"]}):
         with pytest.raises(ConfigError, match=message):
             parse_profile({"models": models, "workload": workload}, "p.yaml")
+
+
+SET_TEXT = "prompts:\n  - {prompt: something red, expect: {background: blue, colour: red, shape: circle}}\n"
+
+
+def test_a_relative_prompt_set_is_read_from_the_profiles_folder(tmp_path, monkeypatch):
+    import yaml
+
+    from accel.profile import load_profile
+
+    folder = tmp_path / "x"
+    (folder / "sets").mkdir(parents=True)
+    (folder / "ps.yaml").write_text(SET_TEXT)
+    (folder / "sets" / "other.yaml").write_text(SET_TEXT.replace("something red", "something else red"))
+    profile_path = folder / "p.yaml"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for written, expected, prompt in (
+        ("ps.yaml", folder / "ps.yaml", "something red"),
+        ("sets/../sets/other.yaml", folder / "sets" / "other.yaml", "something else red"),
+        ("shapes-held-out", "shapes-held-out", world.HELD_OUT_PROMPTS[0]),  # a built-in name is no path
+    ):
+        profile_path.write_text(
+            yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": written}})
+        )
+        for cwd in (folder, elsewhere):  # the same profile means the same from every working directory
+            monkeypatch.chdir(cwd)
+            profile = load_profile(profile_path)
+            assert profile.workload.prompt_set == str(expected)
+            assert profile.workload.prompts[0] == prompt
+    # The resolved profile a run writes holds the absolute path: --resume reads it from any directory.
+    profile_path.write_text(
+        yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "ps.yaml"}})
+    )
+    monkeypatch.chdir(folder)
+    profile = load_profile(profile_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    resolved = run_dir / "profile.resolved.yaml"
+    resolved.write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
+    assert yaml.safe_load(resolved.read_text())["workload"]["prompt_set"] == str(folder / "ps.yaml")
+    monkeypatch.chdir(elsewhere)
+    assert load_profile(resolved).fingerprint() == profile.fingerprint()
+
+
+def test_a_missing_relative_prompt_set_names_where_it_was_looked_for(tmp_path, monkeypatch):
+    import yaml
+
+    from accel.profile import load_profile
+
+    (tmp_path / "ps.yaml").write_text(SET_TEXT)  # in the working directory, not beside the profile
+    (tmp_path / "x").mkdir()
+    path = tmp_path / "x" / "p.yaml"
+    monkeypatch.chdir(tmp_path)
+    for written, message in (
+        ("ps.yaml", f"prompt set '{tmp_path / 'x' / 'ps.yaml'}' is neither a file nor a built-in set"),
+        ("shapes-held-ot", "is neither a file nor a built-in set. Did you mean 'shapes-held-out'?"),
+    ):
+        path.write_text(
+            yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": written}})
+        )
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_profile(path)
 
 
 def _write_outputs(run_dir, variant, images):

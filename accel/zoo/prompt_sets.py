@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from accel.errors import did_you_mean
 from accel.zoo import world as shapes_world
 
 _ALLOWED = {
@@ -24,6 +25,9 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
 
     ``position`` may be left out of ``expect`` for a prompt that leaves it open; it is then not scored.
 
+    ``name`` is a built-in set's name or a path; a relative path is read from the working directory (a
+    profile loaded from a file has already made it absolute against the profile's folder).
+
     Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
     """
     import yaml
@@ -33,10 +37,12 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
             {"prompt": prompt, "expect": expected.attributes()}
             for prompt, expected in zip(shapes_world.HELD_OUT_PROMPTS, shapes_world.HELD_OUT_EXPECTED, strict=True)
         ]
-    path = Path(name)
+    path = Path(name).expanduser()
     if not path.is_file():
+        hint = did_you_mean(path.name, BUILTIN_PROMPT_SETS)
         raise ValueError(
-            f"prompt set '{name}' is neither a file nor a built-in set. Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
+            f"prompt set '{name}' is neither a file nor a built-in set.{hint} "
+            f"Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
         )
     try:
         data = yaml.safe_load(path.read_text()) or {}
