@@ -73,8 +73,11 @@ def test_bad_prompt_sets_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match=r"workload: .*prompt set 'nope' is neither a file nor a built-in set"):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "nope"}}, "p.yaml")
     broken = tmp_path / "bad.yaml"
-    broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, hue: red}\n")
-    with pytest.raises(ConfigError, match=r"prompts\[0\]\.expect: keys must be background, colour, shape and opt"):
+    broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, colour: red}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"prompts\[0\]\.expect: missing key 'shape'; keys must be background, colour, shape and optionally",
+    ):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": str(broken)}})
     broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, colour: pink, shape: circle}\n")
     with pytest.raises(
@@ -93,6 +96,15 @@ def test_bad_prompt_sets_name_the_problem(tmp_path):
         (
             "prompts:\n  - {prompt: x, expected: {}, expect: {background: blue, colour: red, shape: circle}}\n",
             r"prompts\[0\]: unknown key 'expected'. Allowed keys: prompt, expect",
+        ),
+        (
+            "prompts:\n  - {prompt: x, expect: {background: blue, color: red, shape: circle}}\n",
+            r"prompts\[0\]\.expect: unknown key 'color'\. Did you mean 'colour'\? "
+            r"Allowed keys: background, colour, shape, position$",
+        ),
+        (
+            "prompts:\n  - {prompt: x, expect: {background: blue, hue: red, colour: red, shape: circle}}\n",
+            r"prompts\[0\]\.expect: unknown key 'hue'\. Allowed keys: background, colour, shape, position$",
         ),
         (
             "prompts:\n  - {prompt: x, expect: {background: blue, colour: red, shape: circle}}\n"
@@ -175,6 +187,28 @@ def test_a_missing_relative_prompt_set_names_where_it_was_looked_for(tmp_path, m
         )
         with pytest.raises(ConfigError, match=re.escape(message)):
             load_profile(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "byte"),
+    [
+        (SET_TEXT.encode() + b"  - {prompt: caf\xe9, expect: {}}\n", 3, 0xE9),  # Latin-1 text
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", 1, 0x89),  # a binary file
+    ],
+)
+def test_a_prompt_set_that_is_not_utf8_names_the_file_and_exits_2(content, line, byte, tmp_path, monkeypatch, capsys):
+    from conftest import invoke
+
+    prompt_set = tmp_path / "ps.yaml"
+    prompt_set.write_bytes(content)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("models: [{name: m, source: mini-flux}]\nworkload: {prompt_set: ps.yaml}\n")
+    code, _, err = invoke(monkeypatch, capsys, "plan", str(profile))
+    assert code == 2
+    assert err == (
+        f"error: {profile}: workload: {prompt_set}:{line}: not UTF-8 text (byte 0x{byte:02x}); "
+        "a prompt set is a UTF-8 YAML file\n"
+    )
 
 
 def _write_outputs(run_dir, variant, images):
