@@ -266,14 +266,27 @@ def zoo_train(
 
 
 @zoo_app.command("path")
-def zoo_path(name: str = typer.Argument(..., help="A zoo entry.")) -> None:
-    """Print the checkpoint directory of a zoo entry (built or not: a note on stderr says when it is not)."""
+def zoo_path(
+    name: str = typer.Argument(..., help="A zoo entry."),
+    allow_unbuilt: bool = typer.Option(
+        False, "--allow-unbuilt", help="Print where the entry would be built even when it is not built yet."
+    ),
+) -> None:
+    """Print the checkpoint directory of a built zoo entry; exit 2 when it is not built (unless --allow-unbuilt)."""
     from accel import zoo
+    from accel.errors import UnavailableError
 
     path = zoo.entry_path(name)
+    if zoo.is_built(name):
+        typer.echo(str(path))
+        return
+    if not allow_unbuilt:
+        raise UnavailableError(
+            f"zoo path: '{name}' is not built yet (it would be {path}): run `omni-accel zoo build {name}` first, "
+            "or pass --allow-unbuilt to print where it would be built"
+        )
     typer.echo(str(path))
-    if not path.is_dir():
-        typer.echo(f"note: {path} is not built yet: run `omni-accel zoo build {name}` first", err=True)
+    typer.echo(f"note: {path} is not built yet: run `omni-accel zoo build {name}` to build it", err=True)
 
 
 @app.command()

@@ -318,10 +318,17 @@ def format_validation_error(source: str, error: ValidationError, model: Any = No
     return f"{source}: {format_location(location)}: {message}"
 
 
-def parse_profile(data: Any, source: str = "<profile>") -> Profile:
-    """Validate a loaded YAML document; raises ConfigError naming ``source`` and the key."""
+def parse_profile(data: Any, source: str = "<profile>", base_dir: Path | None = None) -> Profile:
+    """Validate a loaded YAML document; raises ConfigError naming ``source`` and the key.
+
+    With ``base_dir`` (``load_profile`` passes the profile file's folder), relative paths in the document are
+    made absolute against it first (``resolve_relative_paths``); without it they are read from the working
+    directory.
+    """
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a mapping with keys models, workload, variants, measure")
+    if base_dir is not None:
+        data = resolve_relative_paths(data, base_dir)
     try:
         profile = Profile.model_validate(data)
     except ValidationError as error:
@@ -358,7 +365,56 @@ def load_profile(path: str | Path) -> Profile:
         ) from error
     data = parse_yaml(text, str(path))
     check_plain(data, str(path))
-    return parse_profile(data, str(path))
+    return parse_profile(data, str(path), base_dir=path.parent)
+
+
+def _absolute_under(base_dir: Path, value: str) -> str:
+    return str((base_dir / value).resolve())
+
+
+def resolve_relative_paths(data: dict[str, Any], base_dir: Path) -> dict[str, Any]:
+    """A copy of the profile document ``data`` with its relative file paths made absolute against ``base_dir``
+    (the profile file's folder), so that a profile means the same from every working directory and its
+    ``profile.resolved.yaml`` resumes from any directory.
+
+    ``workload.prompt_set``: every relative path (a built-in set's name is kept). ``models[].source``: a
+    relative path that exists under ``base_dir`` or is written as one (``./ckpt``, ``../ckpt``); a zoo
+    name, a ``synthetic:`` source or a hub id (``org/name`` that is no directory there) is kept as written.
+    Absolute and ``~`` paths are kept. Values of the wrong type are left for validation to reject.
+    """
+    data = dict(data)
+    workload = data.get("workload")
+    if isinstance(workload, dict):
+        prompt_set = workload.get("prompt_set")
+        if isinstance(prompt_set, str) and prompt_set.strip() and _is_relative(prompt_set):
+            from accel.zoo.prompt_sets import BUILTIN_PROMPT_SETS
+
+            if prompt_set not in BUILTIN_PROMPT_SETS:
+                data["workload"] = {**workload, "prompt_set": _absolute_under(base_dir, prompt_set)}
+    models = data.get("models")
+    if isinstance(models, list):
+        data["models"] = [_with_local_source(model, base_dir) for model in models]
+    return data
+
+
+def _is_relative(value: str) -> bool:
+    return not Path(value).expanduser().is_absolute()
+
+
+def _with_local_source(model: Any, base_dir: Path) -> Any:
+    source = model.get("source") if isinstance(model, dict) else None
+    if not isinstance(source, str) or not source.strip() or not _is_relative(source):
+        return model
+    if source.startswith(("./", "../")) or source in (".", ".."):  # a path, never a zoo name or a hub id
+        return {**model, "source": _absolute_under(base_dir, source)}
+    if not (base_dir / source).exists():  # a zoo name, a synthetic: source or a hub id
+        return model
+    from accel import zoo  # imports torch: only for a name that is also a path beside the profile
+    from accel.zoo import synthetic
+
+    if zoo.is_zoo_name(source) or synthetic.is_synthetic(source):
+        return model
+    return {**model, "source": _absolute_under(base_dir, source)}
 
 
 def parse_yaml(text: str, source: str) -> Any:

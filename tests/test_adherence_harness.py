@@ -3,6 +3,8 @@ outputs, the gate's bound on a lossy variant's loss, and the report's table."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -71,8 +73,11 @@ def test_bad_prompt_sets_name_the_problem(tmp_path):
     with pytest.raises(ConfigError, match=r"workload: .*prompt set 'nope' is neither a file nor a built-in set"):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "nope"}}, "p.yaml")
     broken = tmp_path / "bad.yaml"
-    broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, hue: red}\n")
-    with pytest.raises(ConfigError, match=r"prompts\[0\]\.expect: keys must be background, colour, shape and opt"):
+    broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, colour: red}\n")
+    with pytest.raises(
+        ConfigError,
+        match=r"prompts\[0\]\.expect: missing key 'shape'; keys must be background, colour, shape and optionally",
+    ):
         parse_profile({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": str(broken)}})
     broken.write_text("prompts:\n  - prompt: x\n    expect: {background: blue, colour: pink, shape: circle}\n")
     with pytest.raises(
@@ -93,6 +98,15 @@ def test_bad_prompt_sets_name_the_problem(tmp_path):
             r"prompts\[0\]: unknown key 'expected'. Allowed keys: prompt, expect",
         ),
         (
+            "prompts:\n  - {prompt: x, expect: {background: blue, color: red, shape: circle}}\n",
+            r"prompts\[0\]\.expect: unknown key 'color'\. Did you mean 'colour'\? "
+            r"Allowed keys: background, colour, shape, position$",
+        ),
+        (
+            "prompts:\n  - {prompt: x, expect: {background: blue, hue: red, colour: red, shape: circle}}\n",
+            r"prompts\[0\]\.expect: unknown key 'hue'\. Allowed keys: background, colour, shape, position$",
+        ),
+        (
             "prompts:\n  - {prompt: x, expect: {background: blue, colour: red, shape: circle}}\n"
             "  - {prompt: x, expect: {background: red, colour: blue, shape: circle}}\n",
             r"prompts\[1\]: 'x' is listed twice \(first at prompts\[0\]\)",
@@ -110,6 +124,91 @@ def test_a_prompt_set_is_checked_at_load_even_beside_explicit_prompts(tmp_path, 
     for workload in ({"prompt_set": str(path)}, {"prompt_set": str(path), "prompts": ["a red circle"]}):
         with pytest.raises(ConfigError, match=message):
             parse_profile({"models": models, "workload": workload}, "p.yaml")
+
+
+SET_TEXT = "prompts:\n  - {prompt: something red, expect: {background: blue, colour: red, shape: circle}}\n"
+
+
+def test_a_relative_prompt_set_is_read_from_the_profiles_folder(tmp_path, monkeypatch):
+    import yaml
+
+    from accel.profile import load_profile
+
+    folder = tmp_path / "x"
+    (folder / "sets").mkdir(parents=True)
+    (folder / "ps.yaml").write_text(SET_TEXT)
+    (folder / "sets" / "other.yaml").write_text(SET_TEXT.replace("something red", "something else red"))
+    profile_path = folder / "p.yaml"
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for written, expected, prompt in (
+        ("ps.yaml", folder / "ps.yaml", "something red"),
+        ("sets/../sets/other.yaml", folder / "sets" / "other.yaml", "something else red"),
+        ("shapes-held-out", "shapes-held-out", world.HELD_OUT_PROMPTS[0]),  # a built-in name is no path
+    ):
+        profile_path.write_text(
+            yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": written}})
+        )
+        for cwd in (folder, elsewhere):  # the same profile means the same from every working directory
+            monkeypatch.chdir(cwd)
+            profile = load_profile(profile_path)
+            assert profile.workload.prompt_set == str(expected)
+            assert profile.workload.prompts[0] == prompt
+    # The resolved profile a run writes holds the absolute path: --resume reads it from any directory.
+    profile_path.write_text(
+        yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "ps.yaml"}})
+    )
+    monkeypatch.chdir(folder)
+    profile = load_profile(profile_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    resolved = run_dir / "profile.resolved.yaml"
+    resolved.write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
+    assert yaml.safe_load(resolved.read_text())["workload"]["prompt_set"] == str(folder / "ps.yaml")
+    monkeypatch.chdir(elsewhere)
+    assert load_profile(resolved).fingerprint() == profile.fingerprint()
+
+
+def test_a_missing_relative_prompt_set_names_where_it_was_looked_for(tmp_path, monkeypatch):
+    import yaml
+
+    from accel.profile import load_profile
+
+    (tmp_path / "ps.yaml").write_text(SET_TEXT)  # in the working directory, not beside the profile
+    (tmp_path / "x").mkdir()
+    path = tmp_path / "x" / "p.yaml"
+    monkeypatch.chdir(tmp_path)
+    for written, message in (
+        ("ps.yaml", f"prompt set '{tmp_path / 'x' / 'ps.yaml'}' is neither a file nor a built-in set"),
+        ("shapes-held-ot", "is neither a file nor a built-in set. Did you mean 'shapes-held-out'?"),
+    ):
+        path.write_text(
+            yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": written}})
+        )
+        with pytest.raises(ConfigError, match=re.escape(message)):
+            load_profile(path)
+
+
+@pytest.mark.parametrize(
+    ("content", "line", "byte"),
+    [
+        (SET_TEXT.encode() + b"  - {prompt: caf\xe9, expect: {}}\n", 3, 0xE9),  # Latin-1 text
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", 1, 0x89),  # a binary file
+    ],
+)
+def test_a_prompt_set_that_is_not_utf8_names_the_file_and_exits_2(content, line, byte, tmp_path, monkeypatch, capsys):
+    from conftest import invoke
+
+    prompt_set = tmp_path / "ps.yaml"
+    prompt_set.write_bytes(content)
+    profile = tmp_path / "p.yaml"
+    profile.write_text("models: [{name: m, source: mini-flux}]\nworkload: {prompt_set: ps.yaml}\n")
+    code, _, err = invoke(monkeypatch, capsys, "plan", str(profile))
+    assert code == 2
+    assert err == (
+        f"error: {profile}: workload: {prompt_set}:{line}: not UTF-8 text (byte 0x{byte:02x}); "
+        "a prompt set is a UTF-8 YAML file\n"
+    )
 
 
 def _write_outputs(run_dir, variant, images):

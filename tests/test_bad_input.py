@@ -319,3 +319,27 @@ def test_features_prints_the_gpu_extra(monkeypatch, capsys):
     code, out, _ = invoke(monkeypatch, capsys, "features")
     assert code == 0 and "'omni-accel[gpu]'" in out  # rich markup ate "[gpu]" on main
     assert "'omni-accel'" not in out
+
+
+def test_a_relative_checkpoint_source_is_read_from_the_profiles_folder(tmp_path, monkeypatch, capsys):
+    import yaml
+
+    from accel.profile import load_profile
+
+    folder = tmp_path / "x"
+    (folder / "ckpt").mkdir(parents=True)
+    (folder / "tiny-flux").mkdir()  # a zoo name stays a zoo name, even beside a folder of that name
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    path = folder / "p.yaml"
+    sources = ["ckpt", "./ckpt", "tiny-flux", "org/name", "synthetic:flux.1-dev", str(folder / "ckpt")]
+    path.write_text(yaml.safe_dump(_with(models=[{"name": f"m{i}", "source": s} for i, s in enumerate(sources)])))
+    for cwd in (folder, elsewhere):
+        monkeypatch.chdir(cwd)
+        got = [model.source for model in load_profile(path).models]
+        assert got == [str(folder / "ckpt"), str(folder / "ckpt"), "tiny-flux", "org/name", sources[4], sources[5]]
+    # A path written as one (./, ../) names where it was looked for, not the working directory.
+    path.write_text(yaml.safe_dump(_with(models=[{"name": "m", "source": "./missing"}])))
+    code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
+    assert code == 2 and err.count("\n") == 1, err
+    assert f"models[0].source: path '{folder / 'missing'}' is not a zoo name" in err

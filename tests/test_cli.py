@@ -14,21 +14,31 @@ def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
 
 def test_zoo_path_build_and_list(monkeypatch, capsys, tmp_path):
     monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    # Not built: no path to hand to from_pretrained, exit 2 with the command that builds it.
     code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
+    assert code == 2 and out == "" and err.count("\n") == 1, err
+    assert err == (
+        f"error: zoo path: 'tiny-wan' is not built yet (it would be {zoo.entry_path('tiny-wan')}): run "
+        "`omni-accel zoo build tiny-wan` first, or pass --allow-unbuilt to print where it would be built\n"
+    )
+    code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan", "--allow-unbuilt")
     assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan"))
-    assert "is not built yet: run `omni-accel zoo build tiny-wan` first" in err
+    assert "is not built yet: run `omni-accel zoo build tiny-wan` to build it" in err
+    assert not zoo.entry_path("tiny-wan").exists()
     code, out, _ = cli(monkeypatch, capsys, "zoo", "build", "tiny-wan")
     assert code == 0 and out.strip() == f"tiny-wan: {zoo.entry_path('tiny-wan')}"
     assert (zoo.entry_path("tiny-wan") / "model_index.json").is_file()
-    code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
-    assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan")) and err == ""
+    for flags in ((), ("--allow-unbuilt",)):
+        code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan", *flags)
+        assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan")) and err == ""
     code, out, _ = cli(monkeypatch, capsys, "zoo", "list")
     assert code == 0 and "tiny-qwen-image" in out and "WanPipeline" in out
 
 
 def test_zoo_unknown_name_exits_2(monkeypatch, capsys):
-    code, _, err = cli(monkeypatch, capsys, "zoo", "build", "tiny-sd3")
-    assert code == 2 and err.startswith("error: unknown zoo model 'tiny-sd3'")
+    for command in (("build",), ("path",), ("path", "--allow-unbuilt")):
+        code, _, err = cli(monkeypatch, capsys, "zoo", *command, "tiny-sd3")
+        assert code == 2 and err.startswith("error: unknown zoo model 'tiny-sd3'")
 
 
 def test_features_lists_support_on_this_machine(monkeypatch, capsys):

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from accel.errors import did_you_mean
 from accel.zoo import world as shapes_world
 
 _ALLOWED = {
@@ -16,6 +17,7 @@ _ALLOWED = {
     "shape": shapes_world.SHAPES,
     "position": tuple(shapes_world.POSITIONS),
 }
+_REQUIRED = ("background", "colour", "shape")  # position may be left open
 BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shapes world (never seen in training)"}
 
 
@@ -23,6 +25,9 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
     """Entries ``{prompt, expect: {background, colour, shape[, position]}}`` of a built-in set or a YAML file.
 
     ``position`` may be left out of ``expect`` for a prompt that leaves it open; it is then not scored.
+
+    ``name`` is a built-in set's name or a path; a relative path is read from the working directory (a
+    profile loaded from a file has already made it absolute against the profile's folder).
 
     Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
     """
@@ -33,13 +38,26 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
             {"prompt": prompt, "expect": expected.attributes()}
             for prompt, expected in zip(shapes_world.HELD_OUT_PROMPTS, shapes_world.HELD_OUT_EXPECTED, strict=True)
         ]
-    path = Path(name)
+    path = Path(name).expanduser()
     if not path.is_file():
+        hint = did_you_mean(path.name, BUILTIN_PROMPT_SETS)
         raise ValueError(
-            f"prompt set '{name}' is neither a file nor a built-in set. Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
+            f"prompt set '{name}' is neither a file nor a built-in set.{hint} "
+            f"Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
         )
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ValueError(f"{path}: cannot read the prompt set: {error.strerror or error}") from error
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        line = raw[: error.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); a prompt set is a UTF-8 YAML file"
+        ) from error
+    try:
+        data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
         raise ValueError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from error
     entries = data.get("prompts") if isinstance(data, dict) else None
@@ -63,12 +81,18 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
                 "each prompt has one expectation"
             )
         seen[entry["prompt"]] = index
-        try:
-            shapes_world.Scene(**expect)
-        except TypeError as error:
+        for key in expect:
+            if key not in _ALLOWED:
+                raise ValueError(
+                    f"{path}: prompts[{index}].expect: unknown key {str(key)!r}.{did_you_mean(str(key), _ALLOWED)} "
+                    f"Allowed keys: {', '.join(_ALLOWED)}"
+                )
+        missing = [key for key in _REQUIRED if key not in expect]
+        if missing:
             raise ValueError(
-                f"{path}: prompts[{index}].expect: keys must be background, colour, shape and optionally position"
-            ) from error
+                f"{path}: prompts[{index}].expect: missing key '{missing[0]}'; keys must be background, colour, "
+                "shape and optionally position"
+            )
         for key, allowed in _ALLOWED.items():
             if key in expect and expect[key] not in allowed:
                 raise ValueError(
