@@ -14,8 +14,53 @@ from accel.report.format import fmt
 from accel.results import is_noise_floor, parity_of, peak_memory_bytes
 
 FIGURES = "figures"
+# Points at or above these are lossless to the eye (the gate's float32 lossless limits) and are left unnamed.
+LOSSLESS_LOOK = {"ssim": 0.99999, "psnr": 100.0}
 TILE = 128  # pixels per image in a grid (tiny outputs are scaled up with nearest neighbour)
 VIDEO_FRAMES = 3
+
+
+# Candidate label offsets (points) from a marker, tried in turn until one overlaps no label placed before.
+_LABEL_OFFSETS = [(4, 3), (4, -10), (4, 12), (4, -19), (4, 21), (-4, 3), (4, -28), (4, 30), (4, -37), (4, 39)]
+
+
+def annotate_without_overlap(
+    axis: Any, points: list[tuple[float, float]], labels: list[str], fontsize: int = 7
+) -> None:
+    """Label each point, moving a label up or down (never onto another) when its first place is taken.
+
+    Hand-written because matplotlib places annotations only where told, and the well-kept packages for this
+    (adjustText) are not in the project's dependencies; a greedy choice among a few offsets, with label sizes
+    estimated from the font size, is enough for the tens of variants a sweep has. A label with no free place
+    is drawn at the last offset tried.
+    """
+    figure = axis.figure
+    figure.canvas.draw()  # fix the axes' limits and transform before measuring in pixels
+    scale = figure.dpi / 72.0
+    placed: list[tuple[float, float, float, float]] = []
+    order = sorted(range(len(points)), key=lambda i: points[i])
+    for i in order:
+        x, y = axis.transData.transform(points[i])
+        width, height = 0.6 * fontsize * len(labels[i]) * scale, 1.2 * fontsize * scale
+        chosen = _LABEL_OFFSETS[-1]
+        for dx, dy in _LABEL_OFFSETS:
+            left = x + dx * scale - (width if dx < 0 else 0)
+            bottom = y + dy * scale
+            box = (left, bottom, left + width, bottom + height)
+            if all(box[2] <= b[0] or box[0] >= b[2] or box[3] <= b[1] or box[1] >= b[3] for b in placed):
+                chosen = (dx, dy)
+                break
+        placed.append(box)
+        axis.annotate(
+            labels[i],
+            points[i],
+            xytext=chosen,
+            textcoords="offset points",
+            fontsize=fontsize,
+            alpha=0.8,
+            ha="right" if chosen[0] < 0 else "left",
+            arrowprops={"arrowstyle": "-", "alpha": 0.3, "linewidth": 0.5} if abs(chosen[1]) > 5 else None,
+        )
 
 
 def _with_outputs(records: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
@@ -118,6 +163,7 @@ def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path 
     if not cells:
         return None
     figure, axes = plt.subplots(1, 2, figsize=(12, 5))
+    labels: dict[Any, list[tuple[str, tuple[float, float]]]] = {axis: [] for axis in axes}
     finite_psnr = [r["parity"]["psnr"] for r in cells if math.isfinite(r["parity"]["psnr"])]
     psnr_cap = (max(finite_psnr) if finite_psnr else 60.0) + 5  # identical outputs (inf) drawn at the top
     for model in dict.fromkeys(r["model"] for r in cells):
@@ -135,17 +181,20 @@ def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path 
             )
             front = sorted(pareto_front(list(zip(xs, ys, strict=True))), key=lambda i: xs[i])
             axis.plot([xs[i] for i in front], [ys[i] for i in front], "--", color=dots.get_facecolor()[0])
-            for r, x, y in zip(mine, xs, ys, strict=True):
-                if len(mine) <= 12:
-                    axis.annotate(r["variant"], (x, y), fontsize=7, alpha=0.7)
+            # Lossless variants pile up at the top (SSIM 1, identical PSNR): only the lossy ones are named.
+            lossless = LOSSLESS_LOOK[metric]
+            labels[axis].extend((r["variant"], (x, y)) for r, x, y in zip(mine, xs, ys, strict=True) if y < lossless)
     axes[0].set(xlabel="speedup vs baseline (x)", ylabel="SSIM vs baseline", title="Speed vs SSIM")
     axes[1].set(xlabel="speedup vs baseline (x)", ylabel="PSNR (dB; identical = top)", title="Speed vs PSNR")
     for axis in axes:
         axis.axvline(1.0, color="grey", linewidth=0.8)
         axis.grid(alpha=0.3)
     axes[0].legend()
+    for axis, named in labels.items():
+        annotate_without_overlap(axis, [point for _, point in named], [name for name, _ in named])
     figure.suptitle(
-        "Higher and further right is better; bars: each speedup's interval; dashed: each model's Pareto front"
+        "Higher and further right is better; bars: each speedup's interval; dashed: each model's Pareto front; "
+        "named: the variants below lossless parity"
     )
     path = Path(run_dir) / FIGURES / "speed-vs-quality.png"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -195,7 +244,8 @@ def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path
     cells = [r for r in records if r.get("adherence") and not is_noise_floor(r) and r.get("warm")]
     if not cells:
         return None
-    figure, axis = plt.subplots(figsize=(7, 5))
+    figure, axis = plt.subplots(figsize=(8, 5.5))
+    named: list[tuple[str, tuple[float, float]]] = []
     for model in dict.fromkeys(r["model"] for r in cells):
         mine = [r for r in cells if r["model"] == model]
         xs = [r.get("speedup", 1.0 if r["variant"] == "baseline" else None) or 1.0 for r in mine]
@@ -215,17 +265,17 @@ def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path
                     markerfacecolor="none" if hollow else colour,
                     label=f"{model}{' (speedup not a claim)' if hollow else ''}",
                 )
-        for r, x, y in zip(mine, xs, ys, strict=True):
-            axis.annotate(r["variant"], (x, y), fontsize=7, alpha=0.7, xytext=(3, 3), textcoords="offset points")
+        named.extend((r["variant"], (x, y)) for r, x, y in zip(mine, xs, ys, strict=True))
     axis.axvline(1.0, color="grey", linewidth=0.8)
     axis.set_ylim(-0.02, 1.05)
     axis.set(
         xlabel="speedup vs baseline (x)",
         ylabel="prompt adherence (share of attributes)",
-        title="Speed vs prompt adherence (ground truth; bars: 95% interval)",
+        title="Speed vs prompt adherence (ground truth; bars: 95% interval over images)",
     )
     axis.grid(alpha=0.3)
-    axis.legend()
+    axis.legend(loc="lower left")
+    annotate_without_overlap(axis, [point for _, point in named], [name for name, _ in named])
     path = Path(run_dir) / FIGURES / "speed-vs-adherence.png"
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.tight_layout()
