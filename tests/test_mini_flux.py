@@ -4,8 +4,10 @@ trained baseline's adherence on held-out prompts through plain diffusers. No tra
 from __future__ import annotations
 
 import copy
+import json
 import math
 import shutil
+from pathlib import Path
 
 import pytest
 from conftest import invoke
@@ -27,9 +29,12 @@ def test_prompts_are_held_out():
 
 def test_committed_weights_match_their_hash_config_and_budget():
     manifest = mini_flux.verify_weights()
-    # Pinned: weights swapped together with a manifest rewritten to match them must still fail here (a retrain
-    # updates this line, README and CHANGELOG in the same commit).
-    assert manifest["sha256"].startswith("4853816101d2e9a2"), manifest["sha256"]
+    # Pinned on the combined hash recomputed from the weight files (verify_weights holds the manifest's to it):
+    # weights swapped together with a manifest rewritten to match them must still fail here (a retrain updates
+    # this line, README and CHANGELOG in the same commit).
+    recomputed = mini_flux.weights_hash()
+    assert recomputed is not None and recomputed.startswith("4853816101d2e9a2"), recomputed
+    assert manifest["sha256"] == recomputed
     assert manifest["config"] == mini_flux.MINI_FLUX_CONFIG, "config changed since training: retrain"
     assert manifest["world_version"] == world.WORLD_VERSION
     assert manifest["max_sequence_length"] == mini_flux.MAX_SEQUENCE_LENGTH == 32
@@ -49,6 +54,55 @@ def test_tampered_weights_are_refused(tmp_path):
     path.write_bytes(bytes(data))
     with pytest.raises(ConfigError, match=r"transformer\.safetensors: SHA-256 .* does not match"):
         mini_flux.verify_weights(copy_dir)
+
+
+def _zero_a_transformer_tensor(weights_dir: Path, *, rewrite_combined: bool) -> str:
+    """Zero ``proj_out.weight`` in a weights directory and rewrite that file's manifest entry (and, if asked,
+    the combined hash as training computes it); returns the new combined hash of the files."""
+    from safetensors.torch import load_file, save_file
+
+    path = weights_dir / mini_flux.COMPONENT_FILES["transformer"]
+    tensors = load_file(str(path))
+    tensors["proj_out.weight"].zero_()
+    save_file(tensors, str(path))
+    manifest = json.loads((weights_dir / mini_flux.MANIFEST_FILE).read_text())
+    manifest["files"][path.name] = mini_flux.file_sha256(path)
+    combined = mini_flux.combined_sha256(manifest["files"])
+    if rewrite_combined:
+        manifest["sha256"] = combined
+    (weights_dir / mini_flux.MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    return combined
+
+
+def test_a_manifest_whose_combined_hash_is_stale_is_refused(tmp_path):
+    copy_dir = tmp_path / "weights"
+    shutil.copytree(mini_flux.WEIGHTS_DIR, copy_dir)
+    combined = _zero_a_transformer_tensor(copy_dir, rewrite_combined=False)
+    # Every file matches its (rewritten) entry; only the combined hash still names the committed weights.
+    with pytest.raises(ConfigError, match=r"manifest\.json: combined SHA-256 4853816101d2 is not .*retrain.*restore"):
+        mini_flux.verify_weights(copy_dir)
+    assert mini_flux.weights_hash(copy_dir) == combined != mini_flux.weights_hash()
+
+
+def test_changed_weights_are_never_served_from_a_zoo_directory_built_before(tmp_path, monkeypatch):
+    from safetensors.torch import load_file
+
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path / "zoo"))
+    weights = tmp_path / "weights"
+    shutil.copytree(mini_flux.WEIGHTS_DIR, weights)
+    monkeypatch.setattr(mini_flux, "WEIGHTS_DIR", weights)
+    built = zoo.build("mini-flux")
+    # A weight file changed with only its own manifest entry: refused, not the directory built before.
+    _zero_a_transformer_tensor(weights, rewrite_combined=False)
+    with pytest.raises(ConfigError, match=r"manifest\.json: combined SHA-256"):
+        zoo.build("mini-flux")
+    # A consistent manifest (as a retrain writes): a new directory, holding the new weights.
+    _zero_a_transformer_tensor(weights, rewrite_combined=True)
+    rebuilt = zoo.build("mini-flux")
+    assert rebuilt != built and zoo.build("mini-flux") == rebuilt
+    saved = load_file(str(rebuilt / "transformer" / "diffusion_pytorch_model.safetensors"))
+    assert not saved["proj_out.weight"].any()
+    assert load_file(str(built / "transformer" / "diffusion_pytorch_model.safetensors"))["proj_out.weight"].any()
 
 
 def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):

@@ -7,8 +7,9 @@ their language pretraining), then the VAE learns reconstruction, then the transf
 (rectified flow: it predicts ``noise - x0`` at a logit-normal time ``t``) with the encoders frozen.
 
 The trained weights are committed under ``accel/zoo/weights/mini-flux`` (safetensors) with a manifest:
-the config, the world version, the final losses and each file's SHA-256. ``build_mini_flux`` assembles
-the pipeline from them without training and refuses weights whose hash does not match.
+the config, the world version, the final losses, each file's SHA-256 and their combined hash.
+``build_mini_flux`` assembles the pipeline from them without training and refuses weights whose hashes
+(each file's, and the combined one recomputed from the files) do not match.
 """
 
 from __future__ import annotations
@@ -180,26 +181,37 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_manifest(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
-    """The manifest of a weights directory; a ConfigError naming the fix when it is missing."""
-    path = weights_dir / MANIFEST_FILE
+def read_manifest(weights_dir: Path | None = None) -> dict[str, Any]:
+    """The manifest of a weights directory (default ``WEIGHTS_DIR``); a ConfigError naming the fix when missing."""
+    path = (weights_dir or WEIGHTS_DIR) / MANIFEST_FILE
     if not path.is_file():
         raise ConfigError(f"{path}: mini-flux weights are missing; train them with `omni-accel zoo train mini-flux`")
     manifest: dict[str, Any] = json.loads(path.read_text())
     return manifest
 
 
-def weights_hash(weights_dir: Path = WEIGHTS_DIR) -> str | None:
-    """The manifest's combined hash of the weights (None when there are no weights)."""
-    try:
-        return str(read_manifest(weights_dir)["sha256"])
-    except ConfigError:
+def combined_sha256(files: dict[str, str]) -> str:
+    """The weights' combined hash, as training writes it to the manifest: SHA-256 of the sorted per-file JSON."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def weights_hash(weights_dir: Path | None = None) -> str | None:
+    """The combined hash recomputed from the weight files themselves (None when the weights are missing).
+
+    Not the manifest's stored value: a file changed together with its manifest entry changes this hash.
+    """
+    weights_dir = weights_dir or WEIGHTS_DIR
+    paths = {filename: weights_dir / filename for filename in COMPONENT_FILES.values()}
+    if not (weights_dir / MANIFEST_FILE).is_file() or not all(path.is_file() for path in paths.values()):
         return None
+    return combined_sha256({filename: file_sha256(path) for filename, path in paths.items()})
 
 
-def verify_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
-    """Check every weight file against the manifest's SHA-256; returns the manifest, ConfigError otherwise."""
+def verify_weights(weights_dir: Path | None = None) -> dict[str, Any]:
+    """Check every weight file and the combined hash against the manifest; returns it, ConfigError otherwise."""
+    weights_dir = weights_dir or WEIGHTS_DIR
     manifest = read_manifest(weights_dir)
+    files = {}
     for name, filename in COMPONENT_FILES.items():
         path = weights_dir / filename
         if not path.is_file():
@@ -209,13 +221,21 @@ def verify_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: SHA-256 {actual[:12]} does not match the manifest's {manifest['files'][filename][:12]}"
             )
+        files[filename] = actual
+    combined = combined_sha256(files)
+    if combined != manifest.get("sha256"):
+        raise ConfigError(
+            f"{weights_dir / MANIFEST_FILE}: combined SHA-256 {str(manifest.get('sha256'))[:12]} is not the weight "
+            f"files' {combined[:12]}; retrain with `omni-accel zoo train mini-flux` or restore the committed files"
+        )
     return manifest
 
 
-def build_mini_flux(config: dict[str, Any], weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
+def build_mini_flux(config: dict[str, Any], weights_dir: Path | None = None) -> dict[str, Any]:
     """Components of the trained mini-flux, loaded from the committed (hash-checked) weights."""
     from safetensors.torch import load_model
 
+    weights_dir = weights_dir or WEIGHTS_DIR
     manifest = verify_weights(weights_dir)
     model_config = copy.deepcopy(config.get("model", config))
     model_config["vae"].update(manifest["latent"])
@@ -697,7 +717,7 @@ def train(
     for name, filename in COMPONENT_FILES.items():
         save_model(components[name], str(out_dir / filename))
         files[filename] = file_sha256(out_dir / filename)
-    combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    combined = combined_sha256(files)
     manifest = {
         "name": "mini-flux",
         "world_version": world.WORLD_VERSION,
