@@ -576,6 +576,38 @@ def model_guidance_target(
     return target + weight * lean
 
 
+def noised_sample(x0: torch.Tensor, noise: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Rectified flow's sample at time ``t`` (one per batch row): the straight line ``(1 - t) x0 + t noise``.
+
+    ``t`` is the flow-match scheduler's sigma (FluxPipeline passes the transformer ``timestep / 1000``, that
+    sigma): 0 is the data, 1 pure noise.
+    """
+    return (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+
+
+def velocity_target(x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The velocity the transformer learns, ``noise - x0``: d/dt of ``noised_sample``, as the Euler step reads it."""
+    return noise - x0
+
+
+def ema_decay(step: int, ema: float) -> float:
+    """The EMA's decay after training step ``step`` (from 0): ``(1 + step) / (10 + step)``, at most ``ema``."""
+    return min(ema, (1 + step) / (10 + step))
+
+
+@torch.no_grad()
+def ema_update(ema: dict[str, torch.Tensor], state: dict[str, torch.Tensor], decay: float) -> None:
+    """Move the EMA weights toward the model's ``state`` in place: ``decay * ema + (1 - decay) * state``.
+
+    Entries that are not floating point (integer buffers) are copied.
+    """
+    for key, value in state.items():
+        if value.dtype.is_floating_point:
+            ema[key].mul_(decay).add_(value.detach(), alpha=1 - decay)
+        else:
+            ema[key].copy_(value)
+
+
 def _train_transformer(
     pipe: Any,
     latents: torch.Tensor,
@@ -614,7 +646,7 @@ def _train_transformer(
         which = torch.where(drop, torch.full_like(which, empty), which)
         noise = torch.randn(x0.shape, generator=generator)
         t = torch.sigmoid(torch.randn(cfg["batch"], generator=generator))
-        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+        xt = noised_sample(x0, noise, t)
 
         def velocity(captions: torch.Tensor) -> torch.Tensor:
             return cast(
@@ -632,7 +664,7 @@ def _train_transformer(
             )
 
         prediction = velocity(which)
-        target = noise - x0
+        target = velocity_target(x0, noise)
         if guidance_weight and step >= guidance_from:
             with torch.no_grad():
                 unconditional = velocity(torch.full_like(which, empty))
@@ -641,13 +673,7 @@ def _train_transformer(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        decay = min(cfg["ema"], (1 + step) / (10 + step))
-        with torch.no_grad():
-            for key, value in transformer.state_dict().items():
-                if value.dtype.is_floating_point:
-                    ema[key].mul_(decay).add_(value.detach(), alpha=1 - decay)
-                else:
-                    ema[key].copy_(value)
+        ema_update(ema, transformer.state_dict(), ema_decay(step, cfg["ema"]))
         return loss.item()
 
     result = _loop("transformer", cfg["steps"], step_fn, picker, log, progress)
