@@ -3,8 +3,9 @@
 Each entry is built once with fixed seeds, saved with ``save_pretrained`` under the zoo directory
 (``$OMNI_ACCEL_ZOO_DIR``, default the user cache dir) and always loaded back through
 ``DiffusionPipeline.from_pretrained``, so loading, quantization and offload take the same code paths as
-for a real checkpoint. The directory name carries a fingerprint of the entry's hyper-parameters and the
-diffusers/transformers versions: a config change builds a new directory, an unchanged one is reused.
+for a real checkpoint. The directory name carries a fingerprint of the entry's hyper-parameters, the
+diffusers/transformers versions and, for a trained entry, the hash of its weight files (recomputed from
+them): a config or weights change builds a new directory, an unchanged one is reused.
 """
 
 from __future__ import annotations
@@ -45,18 +46,23 @@ class ZooEntry:
     world: str | None = None
     # Whether the weights come from training (committed under accel/zoo/weights) rather than a seed.
     trained: bool = False
+    # For trained entries: the committed weights' combined hash, recomputed from the files each time the
+    # fingerprint is taken (not read from their manifest, nor frozen at import), so that changed weights
+    # build a new directory (whose build verifies them) instead of reusing one built from the old weights.
+    weights_hash: Callable[[], str | None] | None = None
 
     def fingerprint(self) -> str:
-        """Hash of everything that determines the saved weights."""
+        """Hash of everything that determines the saved weights (for trained entries, the weight files)."""
         import diffusers
         import torch
         import transformers
 
+        config = self.config if self.weights_hash is None else {**self.config, "weights": self.weights_hash()}
         payload = json.dumps(
             {
                 "format": ZOO_FORMAT_VERSION,
                 "name": self.name,
-                "config": self.config,
+                "config": config,
                 "versions": [diffusers.__version__, transformers.__version__, torch.__version__],
             },
             sort_keys=True,
@@ -72,8 +78,9 @@ ZOO: dict[str, ZooEntry] = {
             pipeline_class="FluxPipeline",
             modality="image",
             description="FLUX layout trained by the project on the shapes world (8x VAE, CLIP + T5, 2.3M-param DiT)",
-            # The weights' hash is part of the config: retrained weights build a new directory.
-            config={"model": mini_flux.MINI_FLUX_CONFIG, "weights": mini_flux.weights_hash()},
+            config={"model": mini_flux.MINI_FLUX_CONFIG},
+            # The weight files' hash is part of the fingerprint: changed weights build a new directory.
+            weights_hash=mini_flux.weights_hash,
             builder=mini_flux.build_mini_flux,
             call_kwargs={"max_sequence_length": mini_flux.MAX_SEQUENCE_LENGTH},
             world="shapes",

@@ -7,8 +7,9 @@ their language pretraining), then the VAE learns reconstruction, then the transf
 (rectified flow: it predicts ``noise - x0`` at a logit-normal time ``t``) with the encoders frozen.
 
 The trained weights are committed under ``accel/zoo/weights/mini-flux`` (safetensors) with a manifest:
-the config, the world version, the final losses and each file's SHA-256. ``build_mini_flux`` assembles
-the pipeline from them without training and refuses weights whose hash does not match.
+the config, the world version, the final losses, each file's SHA-256 and their combined hash.
+``build_mini_flux`` assembles the pipeline from them without training and refuses weights whose hashes
+(each file's, and the combined one recomputed from the files) do not match.
 """
 
 from __future__ import annotations
@@ -180,26 +181,37 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_manifest(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
-    """The manifest of a weights directory; a ConfigError naming the fix when it is missing."""
-    path = weights_dir / MANIFEST_FILE
+def read_manifest(weights_dir: Path | None = None) -> dict[str, Any]:
+    """The manifest of a weights directory (default ``WEIGHTS_DIR``); a ConfigError naming the fix when missing."""
+    path = (weights_dir or WEIGHTS_DIR) / MANIFEST_FILE
     if not path.is_file():
         raise ConfigError(f"{path}: mini-flux weights are missing; train them with `omni-accel zoo train mini-flux`")
     manifest: dict[str, Any] = json.loads(path.read_text())
     return manifest
 
 
-def weights_hash(weights_dir: Path = WEIGHTS_DIR) -> str | None:
-    """The manifest's combined hash of the weights (None when there are no weights)."""
-    try:
-        return str(read_manifest(weights_dir)["sha256"])
-    except ConfigError:
+def combined_sha256(files: dict[str, str]) -> str:
+    """The weights' combined hash, as training writes it to the manifest: SHA-256 of the sorted per-file JSON."""
+    return hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+
+
+def weights_hash(weights_dir: Path | None = None) -> str | None:
+    """The combined hash recomputed from the weight files themselves (None when the weights are missing).
+
+    Not the manifest's stored value: a file changed together with its manifest entry changes this hash.
+    """
+    weights_dir = weights_dir or WEIGHTS_DIR
+    paths = {filename: weights_dir / filename for filename in COMPONENT_FILES.values()}
+    if not (weights_dir / MANIFEST_FILE).is_file() or not all(path.is_file() for path in paths.values()):
         return None
+    return combined_sha256({filename: file_sha256(path) for filename, path in paths.items()})
 
 
-def verify_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
-    """Check every weight file against the manifest's SHA-256; returns the manifest, ConfigError otherwise."""
+def verify_weights(weights_dir: Path | None = None) -> dict[str, Any]:
+    """Check every weight file and the combined hash against the manifest; returns it, ConfigError otherwise."""
+    weights_dir = weights_dir or WEIGHTS_DIR
     manifest = read_manifest(weights_dir)
+    files = {}
     for name, filename in COMPONENT_FILES.items():
         path = weights_dir / filename
         if not path.is_file():
@@ -209,13 +221,21 @@ def verify_weights(weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
             raise ConfigError(
                 f"{path}: SHA-256 {actual[:12]} does not match the manifest's {manifest['files'][filename][:12]}"
             )
+        files[filename] = actual
+    combined = combined_sha256(files)
+    if combined != manifest.get("sha256"):
+        raise ConfigError(
+            f"{weights_dir / MANIFEST_FILE}: combined SHA-256 {str(manifest.get('sha256'))[:12]} is not the weight "
+            f"files' {combined[:12]}; retrain with `omni-accel zoo train mini-flux` or restore the committed files"
+        )
     return manifest
 
 
-def build_mini_flux(config: dict[str, Any], weights_dir: Path = WEIGHTS_DIR) -> dict[str, Any]:
+def build_mini_flux(config: dict[str, Any], weights_dir: Path | None = None) -> dict[str, Any]:
     """Components of the trained mini-flux, loaded from the committed (hash-checked) weights."""
     from safetensors.torch import load_model
 
+    weights_dir = weights_dir or WEIGHTS_DIR
     manifest = verify_weights(weights_dir)
     model_config = copy.deepcopy(config.get("model", config))
     model_config["vae"].update(manifest["latent"])
@@ -556,6 +576,38 @@ def model_guidance_target(
     return target + weight * lean
 
 
+def noised_sample(x0: torch.Tensor, noise: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """Rectified flow's sample at time ``t`` (one per batch row): the straight line ``(1 - t) x0 + t noise``.
+
+    ``t`` is the flow-match scheduler's sigma (FluxPipeline passes the transformer ``timestep / 1000``, that
+    sigma): 0 is the data, 1 pure noise.
+    """
+    return (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+
+
+def velocity_target(x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The velocity the transformer learns, ``noise - x0``: d/dt of ``noised_sample``, as the Euler step reads it."""
+    return noise - x0
+
+
+def ema_decay(step: int, ema: float) -> float:
+    """The EMA's decay after training step ``step`` (from 0): ``(1 + step) / (10 + step)``, at most ``ema``."""
+    return min(ema, (1 + step) / (10 + step))
+
+
+@torch.no_grad()
+def ema_update(ema: dict[str, torch.Tensor], state: dict[str, torch.Tensor], decay: float) -> None:
+    """Move the EMA weights toward the model's ``state`` in place: ``decay * ema + (1 - decay) * state``.
+
+    Entries that are not floating point (integer buffers) are copied.
+    """
+    for key, value in state.items():
+        if value.dtype.is_floating_point:
+            ema[key].mul_(decay).add_(value.detach(), alpha=1 - decay)
+        else:
+            ema[key].copy_(value)
+
+
 def _train_transformer(
     pipe: Any,
     latents: torch.Tensor,
@@ -594,7 +646,7 @@ def _train_transformer(
         which = torch.where(drop, torch.full_like(which, empty), which)
         noise = torch.randn(x0.shape, generator=generator)
         t = torch.sigmoid(torch.randn(cfg["batch"], generator=generator))
-        xt = (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+        xt = noised_sample(x0, noise, t)
 
         def velocity(captions: torch.Tensor) -> torch.Tensor:
             return cast(
@@ -612,7 +664,7 @@ def _train_transformer(
             )
 
         prediction = velocity(which)
-        target = noise - x0
+        target = velocity_target(x0, noise)
         if guidance_weight and step >= guidance_from:
             with torch.no_grad():
                 unconditional = velocity(torch.full_like(which, empty))
@@ -621,13 +673,7 @@ def _train_transformer(
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
-        decay = min(cfg["ema"], (1 + step) / (10 + step))
-        with torch.no_grad():
-            for key, value in transformer.state_dict().items():
-                if value.dtype.is_floating_point:
-                    ema[key].mul_(decay).add_(value.detach(), alpha=1 - decay)
-                else:
-                    ema[key].copy_(value)
+        ema_update(ema, transformer.state_dict(), ema_decay(step, cfg["ema"]))
         return loss.item()
 
     result = _loop("transformer", cfg["steps"], step_fn, picker, log, progress)
@@ -697,7 +743,7 @@ def train(
     for name, filename in COMPONENT_FILES.items():
         save_model(components[name], str(out_dir / filename))
         files[filename] = file_sha256(out_dir / filename)
-    combined = hashlib.sha256(json.dumps(files, sort_keys=True).encode()).hexdigest()
+    combined = combined_sha256(files)
     manifest = {
         "name": "mini-flux",
         "world_version": world.WORLD_VERSION,
