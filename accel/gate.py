@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from accel.errors import ConfigError, unknown_choice
+from accel.errors import ConfigError, did_you_mean, unknown_choice
 from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
 
@@ -129,12 +129,64 @@ def load_gate_data(
     return GateData(threshold_data, claims_data.get("models") or {}, perf, str(threshold_path))
 
 
-def _check_limit(value: Any, where: str) -> None:
-    if not isinstance(value, dict) or not {"ssim", "psnr"} <= set(value):
-        raise ConfigError(f"{where}: expected a mapping with keys ssim and psnr, got {value!r}")
-    for key in ("ssim", "psnr"):
-        if not isinstance(value[key], (int, float)) or isinstance(value[key], bool):
-            raise ConfigError(f"{where}.{key}: expected a number, got {value[key]!r}")
+def _check_limit_value(key: str, value: Any, where: str) -> None:
+    """An SSIM limit is a number from 0 to 1; a PSNR limit a number >= 0 dB (inf: bit-identical). NaN never."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    allowed = number and (0.0 <= float(value) <= 1.0 if key == "ssim" else float(value) >= 0.0)
+    if not allowed:  # NaN fails every comparison
+        what = "a number from 0 to 1" if key == "ssim" else "a number of dB >= 0 (inf: bit-identical)"
+        raise ConfigError(f"{where}.{key}: {value!r} is not allowed: expected {what}")
+
+
+def _check_limit(value: Any, where: str, partial: bool = False) -> None:
+    """``{ssim, psnr}`` (both, unless ``partial``: an override may give one), each in its range."""
+    keys = {"ssim", "psnr"}
+    if not isinstance(value, dict) or (not partial and not keys <= set(value)) or set(value) - keys or not value:
+        wanted = "a mapping with keys ssim and/or psnr" if partial else "a mapping with keys ssim and psnr"
+        raise ConfigError(f"{where}: expected {wanted}, got {value!r}")
+    for key, limit in value.items():
+        _check_limit_value(key, limit, where)
+
+
+MODEL_OVERRIDE_KEYS = ("lossy", "lossless", "adherence")
+
+
+def _check_model_overrides(models: Any, lossless_dtypes: list[str], source: str) -> None:
+    """``models.<model>``: ``lossy.<family>`` {ssim, psnr}, ``lossless.<dtype>.<modality>`` {ssim and/or psnr},
+    ``adherence.lossy.<family>``; the same rules as the file's own sections."""
+    if models is None:
+        return
+    if not isinstance(models, dict):
+        raise ConfigError(f"{source}: models: expected a mapping of model name to overrides, got {models!r}")
+    for model, overrides in models.items():
+        where = f"{source}: models.{model}"
+        if not isinstance(overrides, dict):
+            raise ConfigError(
+                f"{where}: expected a mapping with keys {', '.join(MODEL_OVERRIDE_KEYS)}, got {overrides!r}"
+            )
+        for key in overrides:
+            if key not in MODEL_OVERRIDE_KEYS:
+                raise ConfigError(f"{where}: {unknown_choice('key', key, MODEL_OVERRIDE_KEYS)}")
+        lossy = overrides.get("lossy") or {}
+        if not isinstance(lossy, dict):
+            raise ConfigError(f"{where}.lossy: expected a mapping of feature family to {{ssim, psnr}}, got {lossy!r}")
+        for family, limit in lossy.items():
+            _check_family(family, f"{where}.lossy.{family}")
+            _check_limit(limit, f"{where}.lossy.{family}")
+        lossless = overrides.get("lossless") or {}
+        if not isinstance(lossless, dict):
+            raise ConfigError(f"{where}.lossless: expected a mapping of dtype to modality to limits, got {lossless!r}")
+        for dtype, by_modality in lossless.items():
+            if dtype not in lossless_dtypes:
+                raise ConfigError(f"{where}.lossless: {unknown_choice('dtype', dtype, lossless_dtypes)}")
+            if not isinstance(by_modality, dict):
+                raise ConfigError(f"{where}.lossless.{dtype}: expected a mapping of modality to limits")
+            for modality, limit in by_modality.items():
+                if modality not in MODALITIES:
+                    raise ConfigError(f"{where}.lossless.{dtype}: {unknown_choice('modality', modality, MODALITIES)}")
+                _check_limit(limit, f"{where}.lossless.{dtype}.{modality}", partial=True)
+        if "adherence" in overrides:
+            _check_adherence(overrides["adherence"], where)
 
 
 THRESHOLD_KEYS = ("lossless", "lossless_minimum", "lossy", "adherence", "models")
@@ -202,6 +254,7 @@ def check_thresholds(data: dict[str, Any], source: str) -> None:
     for family, limit in data["lossy"].items():
         _check_family(family, f"{source}: lossy.{family}")
         _check_limit(limit, f"{source}: lossy.{family}")
+    _check_model_overrides(data.get("models"), [str(d) for d in data["lossless"]], source)
 
 
 def claim_for(data: GateData, model: str, feature: str) -> bool | None:
@@ -328,7 +381,12 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     from accel.features import FEATURES
 
     loss = record.get("adherence_loss")
-    limits = {**declared_adherence_limits(), **(((data.thresholds.get("adherence") or {}).get("lossy")) or {})}
+    model = (data.thresholds.get("models") or {}).get(record["model"]) or {}
+    limits = {
+        **declared_adherence_limits(),
+        **(((data.thresholds.get("adherence") or {}).get("lossy")) or {}),
+        **(((model.get("adherence") or {}).get("lossy")) or {}),
+    }
     if loss is None or not limits:
         return None
     families = {FEATURES[name].family for name in lossy_features(record)}
@@ -336,9 +394,11 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     if not bounds:
         return None
     limit = max(bounds)
-    return Check(
-        "adherence loss vs baseline", loss <= limit + 1e-9, loss, f"<= {fmt(limit, 4, significant=True)} (lossy)"
-    )
+    # Records before schema 3 (or a variant resumed beside an older baseline) carry the net change of overall
+    # adherence, which lets gains on some images offset losses on others: the check says which it is.
+    paired = "vs_baseline" in (record.get("adherence") or {})
+    name = "adherence loss vs baseline" + ("" if paired else " (net change: no per-image scores)")
+    return Check(name, loss <= limit + 1e-9, loss, f"<= {fmt(limit, 4, significant=True)} (lossy)")
 
 
 def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, str | None]:
@@ -369,6 +429,18 @@ def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, s
             f"{percent(1 - measured / base)} (> {percent(refresh)}): refresh the baseline"
         )
     return check, notice
+
+
+def unmatched_threshold_models(records: list[dict[str, Any]], data: GateData) -> list[str]:
+    """A notice for every per-model threshold override (``models.<name>``) that names no model of the results:
+    a misspelt name would otherwise leave that model on the defaults without a word."""
+    measured = sorted({str(r["model"]) for r in records})
+    return [
+        f"{data.source}: models.{name} matched no model of these results (models here: {', '.join(measured)}): "
+        f"its overrides were not used.{did_you_mean(name, measured)}"
+        for name in (data.thresholds.get("models") or {})
+        if str(name) not in measured
+    ]
 
 
 def unmatched_baseline_entries(records: list[dict[str, Any]], data: GateData) -> list[str]:
@@ -715,7 +787,8 @@ def gate_records(
         for r in records
         if r.get("speedup_ci") and not is_noise_floor(r)
     ]
-    return GateReport(verdicts, unmatched_baseline_entries(records, data), claims)
+    notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
+    return GateReport(verdicts, notices, claims)
 
 
 def _modality(record: dict[str, Any]) -> str:

@@ -107,6 +107,14 @@ class Workload(StrictModel):
         ),
     )
 
+    prompt_expectations: list[dict[str, Any]] | None = Field(
+        default=None,
+        description=(
+            "Filled from prompt_set when the profile is loaded: each prompt's expected attributes. The resolved "
+            "profile keeps them, so its fingerprint covers the ground truth and a resume refuses an edited set."
+        ),
+    )
+
     @model_validator(mode="before")
     @classmethod
     def _prompts_from_set(cls, data: Any) -> Any:
@@ -116,6 +124,8 @@ class Workload(StrictModel):
             entries = load_prompt_set(str(data["prompt_set"]))  # checked at load, also beside explicit prompts
             if "prompts" not in data:
                 data = {**data, "prompts": [entry["prompt"] for entry in entries]}
+            if data.get("prompt_expectations") is None:  # a resolved profile brings the ones its run used
+                data = {**data, "prompt_expectations": entries}
         return data
 
     @field_validator("prompts")

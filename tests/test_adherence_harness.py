@@ -261,6 +261,16 @@ def test_a_variants_gains_on_other_images_do_not_offset_what_it_lost(tmp_path):
     assert baseline["adherence"]["per_image"]["p1_s0_n0"]["position"] == 0
 
 
+def test_a_variant_missing_an_image_has_lost_what_the_baseline_got_right_there():
+    from accel.measure.adherence import paired_loss
+
+    baseline = {"p0_s0_n0": {"background": 1, "colour": 1}, "p1_s0_n0": {"background": 1, "colour": 0}}
+    variant = {"p0_s0_n0": {"background": 1, "colour": 1}}
+    paired = paired_loss(baseline, variant)
+    assert paired["loss"] == pytest.approx(1 / 4) and paired["missing"] == 1 and paired["images"] == 2
+    assert paired_loss(baseline, baseline)["loss"] == 0.0
+
+
 def test_the_overall_interval_counts_images_not_attributes():
     from accel.measure.adherence import summarise
 
@@ -323,3 +333,34 @@ def test_report_table_shows_each_attribute_and_the_loss():
     assert "| v | 1.50x? |" in table and "0.750" in table and "0.900 [0.80, 0.95] | 0.050 | – | 8 |" in table
     rows[1]["adherence"] = summary | {"vs_baseline": {"loss": 0.05, "gained": 0.025}}
     assert "0.900 [0.80, 0.95] | 0.050 | 0.025 | 8 |" in adherence_table(rows)
+
+
+def test_a_resume_refuses_a_prompt_set_whose_ground_truth_was_edited(tmp_path):
+    # The run scores every cell against the expectations it was started with: the resolved profile keeps them,
+    # so an edited set cannot mix two ground truths in one run (a noise floor then "lost" 0.14 vs its baseline).
+    import yaml
+
+    from accel.profile import load_profile
+    from accel.sweep.resume import check_same_profile
+
+    (tmp_path / "ps.yaml").write_text(SET_TEXT)
+    profile_path = tmp_path / "p.yaml"
+    profile_path.write_text(
+        yaml.safe_dump({"models": [{"name": "m", "source": "mini-flux"}], "workload": {"prompt_set": "ps.yaml"}})
+    )
+    started = load_profile(profile_path)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "profile.resolved.yaml").write_text(yaml.safe_dump(started.model_dump(mode="json"), sort_keys=False))
+    check_same_profile(run_dir, load_profile(profile_path))  # unchanged: resumes
+    resolved = load_profile(run_dir / "profile.resolved.yaml")
+    assert resolved.workload.prompt_expectations == started.workload.prompt_expectations
+    (tmp_path / "ps.yaml").write_text(SET_TEXT.replace("colour: red", "colour: green"))
+    edited = load_profile(profile_path)
+    assert edited.workload.prompts == started.workload.prompts  # the same prompt texts, another ground truth
+    with pytest.raises(
+        ConfigError, match=r"the profile changed since this run started \(workload\.prompt_expectations"
+    ):
+        check_same_profile(run_dir, edited)
+    # Scoring uses the expectations frozen in the profile, not the file as it is now.
+    assert expected_scenes(resolved.workload)[0].colour == "red"

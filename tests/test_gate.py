@@ -215,6 +215,77 @@ def test_thresholds_adherence_and_family_typos_are_refused(tmp_path, change, mes
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize(
+    ("models", "message"),
+    [
+        ([1, 2], r"models: expected a mapping of model name to overrides"),
+        (
+            {"m": {"lossy": {"cache": {"ssim": "abc", "psnr": 1.0}}}},
+            r"models\.m\.lossy\.cache\.ssim: 'abc' is not allowed",
+        ),
+        ({"m": {"lossy": {"cache": {"ssim": float("nan"), "psnr": 25}}}}, r"models\.m\.lossy\.cache\.ssim: nan is not"),
+        (
+            {"m": {"lossy": {"cache": {"ssim": -1, "psnr": -100}}}},
+            r"models\.m\.lossy\.cache\.psnr: -100 is not allowed: expected a number of dB >= 0",
+        ),
+        (
+            {"m": {"lossy": {"cache": {"ssim": 0.9}}}},
+            r"models\.m\.lossy\.cache: expected a mapping with keys ssim and psnr",
+        ),
+        ({"m": {"lossyy": {}}}, r"models\.m: unknown key 'lossyy'\. Did you mean 'lossy'\?"),
+        ({"m": {"lossless": {"float8": {"image": {"psnr": 30}}}}}, r"models\.m\.lossless: unknown dtype 'float8'"),
+        (
+            {"m": {"lossless": {"float32": {"picture": {"psnr": 30}}}}},
+            r"models\.m\.lossless\.float32: unknown modality 'picture'\. Allowed: image, video",
+        ),
+        ({"m": {"lossless": {"float32": {"image": {"psnr": -3}}}}}, r"models\.m\.lossless\.float32\.image\.psnr: -3"),
+        (
+            {"m": {"adherence": {"lossy": {"cache": "abc"}}}},
+            r"models\.m: adherence\.lossy\.cache: 'abc' is not allowed",
+        ),
+        ({"m": "strict"}, r"models\.m: expected a mapping with keys lossy, lossless, adherence"),
+    ],
+)
+def test_per_model_threshold_overrides_are_checked_like_the_rest(tmp_path, models, message):
+    data = load_gate_data().thresholds | {"models": models}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(ConfigError, match=r"t\.yaml: " + message):
+        load_gate_data(thresholds=path)
+
+
+def test_a_lossy_limit_of_nan_is_refused(tmp_path):
+    data = load_gate_data().thresholds
+    data["lossy"]["cache"] = {"ssim": float("nan"), "psnr": 25.0}
+    path = tmp_path / "t.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(
+        ConfigError, match=r"t\.yaml: lossy\.cache\.ssim: nan is not allowed: expected a number from 0 to 1"
+    ):
+        load_gate_data(thresholds=path)
+
+
+def test_a_per_model_adherence_override_is_used_and_a_misspelt_model_is_noticed(tmp_path):
+    from accel.gate import adherence_check
+
+    record = {
+        "model": "flux", "variant": "v", "features": {"cache_dit": {}}, "feature_classes": {"cache_dit": "lossy"},
+        "adherence_loss": 0.2, "adherence": {"overall": 0.7, "vs_baseline": {"loss": 0.2}},
+    }  # fmt: skip
+    shipped = load_gate_data()
+    assert not adherence_check(shipped, record).ok  # 0.2 > the shipped 0.05
+    loose = GateData(shipped.thresholds | {"models": {"flux": {"adherence": {"lossy": {"cache": 0.25}}}}}, {})
+    assert adherence_check(loose, record).ok
+    # An older record (no per-image scores) is judged on its net change, and the check says so.
+    older = {**record, "adherence": {"overall": 0.7}}
+    assert "net change: no per-image scores" in adherence_check(shipped, older).name
+    misspelt = GateData(shipped.thresholds | {"models": {"flx": {"lossy": {}}}}, {})
+    report = gate_records(results(), misspelt)
+    assert any(
+        "models.flx matched no model of these results" in n and "Did you mean 'flux'?" in n for n in report.notices
+    )
+
+
 def test_performance_baseline_tolerance_and_refresh_notice():
     perf = {
         "rel_tolerance": 0.1,

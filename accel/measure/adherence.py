@@ -175,29 +175,33 @@ def summarise(scores: list[dict[str, float]], keys: list[str] | None = None) -> 
 def paired_loss(baseline: dict[str, dict[str, int]], variant: dict[str, dict[str, int]]) -> dict[str, Any]:
     """What a variant lost against its baseline, image by image (``per_image`` of two summaries).
 
-    ``loss``: the share of the attributes scored on the images both have that the baseline got right and the
-    variant got wrong; a variant's gains elsewhere do not offset it (a cache that loses one image's colour
-    while another image's shape happens to come out right has lost that colour). ``gained``: the share the
-    variant got right where the baseline did not (the baseline's own coin flips, reported beside it).
-    ``by_kind``: the share lost per attribute kind. ``images``: the images compared.
+    ``loss``: the share of the baseline's scored attributes that the baseline got right and the variant got
+    wrong; a variant's gains elsewhere do not offset it (a cache that loses one image's colour while another
+    image's shape happens to come out right has lost that colour). An image the baseline has and the variant
+    lacks counts as lost wherever the baseline was right: a missing output is no better than a wrong one.
+    ``gained``: the share the variant got right where the baseline did not (the baseline's own coin flips,
+    reported beside it). ``by_kind``: the share lost per attribute kind. ``images``: the baseline's images;
+    ``missing``: those the variant lacks.
     """
-    common = [key for key in baseline if key in variant]
     lost = gained = total = 0
     by_kind: dict[str, list[int]] = {kind: [0, 0] for kind in ATTRIBUTES}
-    for key in common:
-        for kind, right in baseline[key].items():
-            if kind not in variant[key]:
-                continue
+    missing = 0
+    for key, expected in baseline.items():
+        mine = variant.get(key)
+        missing += mine is None
+        for kind, right in expected.items():
             total += 1
             by_kind[kind][1] += 1
-            if right and not variant[key][kind]:
+            theirs = None if mine is None else mine.get(kind)
+            if right and not theirs:
                 lost += 1
                 by_kind[kind][0] += 1
-            elif variant[key][kind] and not right:
+            elif theirs and not right:
                 gained += 1
     return {
         "loss": lost / total if total else math.nan,
         "gained": gained / total if total else math.nan,
         "by_kind": {kind: n_lost / n for kind, (n_lost, n) in by_kind.items() if n},
-        "images": len(common),
+        "images": len(baseline),
+        "missing": missing,
     }

@@ -37,8 +37,11 @@ def model_world(model: Any) -> str | None:
 def expected_scenes(workload: Any) -> list[shapes_world.Scene | None]:
     """Per prompt of the workload, the scene it names (from the prompt set, else the caption), or None."""
     table: dict[str, shapes_world.Scene] = {}
-    if getattr(workload, "prompt_set", None):
-        table = {e["prompt"]: shapes_world.Scene(**e["expect"]) for e in load_prompt_set(workload.prompt_set)}
+    entries = getattr(workload, "prompt_expectations", None)  # frozen in the profile when it was loaded
+    if entries is None and getattr(workload, "prompt_set", None):
+        entries = load_prompt_set(workload.prompt_set)
+    if entries:
+        table = {e["prompt"]: shapes_world.Scene(**e["expect"]) for e in entries}
     return [table.get(prompt) or shapes_world.parse_caption(prompt) for prompt in workload.prompts]
 
 
