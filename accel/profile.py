@@ -14,7 +14,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from accel.data import data_dir
 from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
@@ -114,6 +124,14 @@ class Workload(StrictModel):
             "profile keeps them, so its fingerprint covers the ground truth and a resume refuses an edited set."
         ),
     )
+
+    @model_serializer(mode="wrap")
+    def _without_unset_expectations(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Absent unless a prompt set filled them, so a profile without one keeps the fingerprint it always had.
+        data: dict[str, Any] = handler(self)
+        if data.get("prompt_expectations") is None:
+            data.pop("prompt_expectations", None)
+        return data
 
     @model_validator(mode="before")
     @classmethod
