@@ -36,6 +36,10 @@ def test_committed_weights_match_their_hash_config_and_budget():
     recomputed = mini_flux.weights_hash()
     assert recomputed is not None and recomputed.startswith("4853816101d2e9a2"), recomputed
     assert manifest["sha256"] == recomputed
+    # The manifest's settings the build reads besides the weights (the VAE's latent scaling), pinned beside the
+    # hash: the committed run's values, which a retrain updates together with the hash above.
+    assert mini_flux.BUILD_SETTINGS == ("latent",)
+    assert manifest["latent"] == {"shift_factor": -0.002831, "scaling_factor": 0.805627}, manifest["latent"]
     assert manifest["config"] == mini_flux.MINI_FLUX_CONFIG, "config changed since training: retrain"
     assert manifest["world_version"] == world.WORLD_VERSION
     assert manifest["max_sequence_length"] == mini_flux.MAX_SEQUENCE_LENGTH == 32
@@ -104,6 +108,71 @@ def test_changed_weights_are_never_served_from_a_zoo_directory_built_before(tmp_
     saved = load_file(str(rebuilt / "transformer" / "diffusion_pytorch_model.safetensors"))
     assert not saved["proj_out.weight"].any()
     assert load_file(str(built / "transformer" / "diffusion_pytorch_model.safetensors"))["proj_out.weight"].any()
+
+
+def _rewrite_manifest(weights_dir: Path, change) -> None:
+    """Apply ``change`` to a weights directory's manifest (a dict, changed in place) and write it back."""
+    path = weights_dir / mini_flux.MANIFEST_FILE
+    manifest = json.loads(path.read_text())
+    change(manifest)
+    path.write_text(json.dumps(manifest, indent=2) + "\n")
+
+
+def test_a_changed_latent_setting_builds_a_new_zoo_directory_with_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path / "zoo"))
+    weights = tmp_path / "weights"
+    shutil.copytree(mini_flux.WEIGHTS_DIR, weights)
+    monkeypatch.setattr(mini_flux, "WEIGHTS_DIR", weights)
+    built = zoo.build("mini-flux")
+    committed = mini_flux.read_manifest()["latent"]["scaling_factor"]
+    # The weight files and their hashes unchanged; only the latent scaling the VAE is configured with doubles.
+    _rewrite_manifest(weights, lambda m: m["latent"].update(scaling_factor=2 * m["latent"]["scaling_factor"]))
+    assert mini_flux.weights_fingerprint()["latent"]["scaling_factor"] == 2 * committed
+    rebuilt = zoo.build("mini-flux")
+    assert rebuilt != built and zoo.build("mini-flux") == rebuilt
+    for directory, scaling in ((rebuilt, 2 * committed), (built, committed)):
+        assert json.loads((directory / "vae" / "config.json").read_text())["scaling_factor"] == scaling, directory
+
+
+def _config_of(module) -> dict:
+    """A diffusers (FrozenDict) or transformers (PretrainedConfig) module's config as a plain dict."""
+    config = module.config
+    return config.to_dict() if hasattr(config, "to_dict") else dict(config)
+
+
+def test_the_build_reads_nothing_from_the_manifest_but_the_fingerprinted_settings(monkeypatch):
+    import torch
+
+    # Given a manifest holding only BUILD_SETTINGS (what the zoo fingerprints besides the files' hash), the
+    # build must give the same pipeline: anything else it read would be served unfingerprinted.
+    full = mini_flux.build_mini_flux(mini_flux.MINI_FLUX_CONFIG)
+    settings = mini_flux.build_settings(mini_flux.verify_weights())
+    monkeypatch.setattr(mini_flux, "verify_weights", lambda weights_dir=None: copy.deepcopy(settings))
+    only_settings = mini_flux.build_mini_flux(mini_flux.MINI_FLUX_CONFIG)
+    for name, module in full.items():
+        if isinstance(module, torch.nn.Module):
+            assert _config_of(module) == _config_of(only_settings[name]), name
+            loaded = only_settings[name].state_dict()
+            assert all(torch.equal(value, loaded[key]) for key, value in module.state_dict().items()), name
+
+
+def test_a_built_trained_entry_is_refused_once_its_manifest_goes_stale(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path / "zoo"))
+    weights = tmp_path / "weights"
+    shutil.copytree(mini_flux.WEIGHTS_DIR, weights)
+    monkeypatch.setattr(mini_flux, "WEIGHTS_DIR", weights)
+    built = zoo.build("mini-flux")
+    # The files (so their recomputed hash, and the zoo directory's name) unchanged; the manifest's stored
+    # combined hash no longer theirs, as a manifest put back from another training leaves it.
+    _rewrite_manifest(weights, lambda m: m.update(sha256="0" * 64))
+    assert zoo.entry_path("mini-flux") == built and zoo.is_built("mini-flux")
+    with pytest.raises(ConfigError, match=r"manifest\.json: combined SHA-256 000000000000 is not .*retrain"):
+        zoo.build("mini-flux")
+    code, out, err = invoke(monkeypatch, capsys, "zoo", "build", "mini-flux")
+    assert code != 0 and str(built) not in out and "combined SHA-256 000000000000" in err, (code, out, err)
+    # Restored: served from the directory built before.
+    _rewrite_manifest(weights, lambda m: m.update(sha256=mini_flux.weights_hash(weights)))
+    assert zoo.build("mini-flux") == built
 
 
 def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):
@@ -229,6 +298,89 @@ def test_each_transformer_step_noises_and_targets_through_the_checked_functions(
     # The scheduler test below checks mini_flux.noised_sample and velocity_target: training must use them.
     _, _, watched = short_run
     assert watched.get("noised_sample") == watched.get("velocity_target") == 100
+
+
+# What the wrapped noising and target functions add to their real value in ``stage_run``: a loss computed
+# against anything but exactly what they returned (the target negated, or recomputed inline) misses it.
+OFFSETS = {"noised_sample": 3.0, "velocity_target": 10.0}
+
+
+@pytest.fixture(scope="module")
+def stage_run(tmp_path_factory):
+    """100 text-encoder steps (batch 16) and 100 VAE steps (batch 4), then one transformer step.
+
+    At that step ``noised_sample`` and ``velocity_target`` return their real value plus ``OFFSETS``; what they
+    returned, and the transformer's input and output (a forward hook: no change to arithmetic or RNG), are
+    recorded. Returns the config, the output directory, the manifest and the records.
+    """
+    import torch
+
+    config = copy.deepcopy(mini_flux.MINI_FLUX_CONFIG)
+    config["train"]["images"] = 16
+    config["train"]["text"] |= {"steps": 100, "batch": 16, "warmup": 10}
+    config["train"]["vae"] |= {"steps": 100, "batch": 4, "warmup": 10}
+    config["train"]["transformer"] |= {"steps": 1, "batch": 4, "warmup": 1}
+    recorded: dict = {}
+    build_components = mini_flux.build_components
+
+    def record(module, args, kwargs, output):
+        recorded.setdefault("hidden_states", kwargs["hidden_states"].detach().clone())
+        recorded.setdefault("prediction", output[0].detach().clone())
+
+    def building(model_config):
+        components = build_components(model_config)
+        components["transformer"].register_forward_hook(record, with_kwargs=True)
+        return components
+
+    def offset(name):
+        function = getattr(mini_flux, name)
+
+        def call(*args):
+            value = function(*args) + OFFSETS[name]
+            recorded.setdefault(name, value.detach().clone())
+            return value
+
+        return call
+
+    out = tmp_path_factory.mktemp("stage-run")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mini_flux, "build_components", building)
+        for name in OFFSETS:
+            patch.setattr(mini_flux, name, offset(name))
+        torch_threads = torch.get_num_threads()
+        try:
+            manifest = mini_flux.train(out, config, threads=1, progress=False)
+        finally:
+            torch.set_num_threads(torch_threads)
+    return config, out, manifest, recorded
+
+
+def test_the_transformer_learns_against_exactly_what_the_checked_functions_return(stage_run):
+    import torch
+
+    # Calling the functions is not enough (test above): the transformer must be given the noised sample they
+    # returned and its loss taken against the target they returned, offsets and all.
+    _, _, manifest, recorded = stage_run
+    assert set(recorded) == {*OFFSETS, "hidden_states", "prediction"}
+    assert torch.equal(recorded["hidden_states"], recorded["noised_sample"])
+    expected = float(torch.nn.functional.mse_loss(recorded["prediction"], recorded["velocity_target"]))
+    loss = manifest["final_losses"]["transformer"]  # the only step's
+    assert loss == pytest.approx(expected, rel=1e-6) and loss > OFFSETS["velocity_target"] ** 2 / 2, (loss, expected)
+
+
+@pytest.mark.parametrize(("stage", "components"), [("text", ["text_encoder", "text_encoder_2"]), ("vae", ["vae"])])
+def test_short_text_encoder_and_vae_runs_lower_their_loss_and_move_the_weights(stage_run, stage, components):
+    from safetensors.torch import load_file
+
+    config, out, _, _ = stage_run
+    # The log's loss is the mean of the last 50 steps: steps 1-50, then 51-100 (no overlap).
+    pattern = rf"{stage} step (?:50|100)/100 loss ([0-9.]+)"
+    losses = [float(v) for v in re.findall(pattern, (out / mini_flux.LOG_FILE).read_text())]
+    assert len(losses) == 2 and losses[1] < 0.9 * losses[0], losses
+    initial = mini_flux.build_components(config)
+    for component in components:
+        saved = load_file(str(out / mini_flux.COMPONENT_FILES[component]))
+        assert _largest_difference(saved, initial[component].state_dict()) > 1e-3, component
 
 
 def test_training_noises_and_targets_as_the_pipeline_s_scheduler_denoises():

@@ -91,6 +91,22 @@ def test_a_checkpoint_changed_after_building_is_refused(tmp_path, monkeypatch, c
     assert zoo.build("tiny-flux") == path  # the rebuilt checkpoint verifies
 
 
+def test_a_checkpoint_whose_marker_names_another_fingerprint_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    entry = zoo.ZOO["tiny-flux"]
+    monkeypatch.setitem(zoo.ZOO, "tiny-flux", dataclasses.replace(entry, config={**entry.config, "scheduler": {}}))
+    other = zoo.build("tiny-flux")  # built for another config: its files match its marker
+    monkeypatch.setitem(zoo.ZOO, "tiny-flux", entry)
+    path = zoo.entry_path("tiny-flux")
+    assert other != path
+    other.rename(path)  # e.g. copied in under the current fingerprint's name
+    recorded = other.name.removeprefix("tiny-flux-")
+    with pytest.raises(ConfigError, match=rf"omni_accel_zoo\.json: records .* fingerprint {recorded}, not .*--force"):
+        zoo.build("tiny-flux")
+    assert zoo.build("tiny-flux", force=True) == path
+    assert zoo.build("tiny-flux") == path  # the rebuilt checkpoint's marker names it
+
+
 def test_vaes_keep_the_real_8x_downsampling():
     for name in zoo.ZOO:
         assert resolution_factor(str(zoo.build(name))) == 16, name

@@ -5,7 +5,9 @@ Each entry is built once with fixed seeds, saved with ``save_pretrained`` under 
 ``DiffusionPipeline.from_pretrained``, so loading, quantization and offload take the same code paths as
 for a real checkpoint. The directory name carries a fingerprint of the entry's hyper-parameters, the
 diffusers/transformers versions and, for a trained entry, the hash of its weight files (recomputed from
-them): a config or weights change builds a new directory, an unchanged one is reused.
+them) and every manifest setting its build reads: a config, weights or manifest change builds a new
+directory, an unchanged one is reused. A trained entry's committed weights are verified against their
+manifest each time it is built or used, and a built directory's files against its marker.
 """
 
 from __future__ import annotations
@@ -46,18 +48,23 @@ class ZooEntry:
     world: str | None = None
     # Whether the weights come from training (committed under accel/zoo/weights) rather than a seed.
     trained: bool = False
-    # For trained entries: the committed weights' combined hash, recomputed from the files each time the
-    # fingerprint is taken (not read from their manifest, nor frozen at import), so that changed weights
-    # build a new directory (whose build verifies them) instead of reusing one built from the old weights.
-    weights_hash: Callable[[], str | None] | None = None
+    # For trained entries: what of the committed weights determines the built pipeline (the files' combined
+    # hash, recomputed from them, and the manifest settings the builder reads), taken afresh each time the
+    # fingerprint is (not frozen at import), so that changed weights or settings build a new directory
+    # instead of reusing one built from the old ones.
+    weights_fingerprint: Callable[[], dict[str, Any] | None] | None = None
+    # For trained entries: checks the committed weights against their manifest (ConfigError otherwise); run
+    # by every ``build``, also when the directory already exists.
+    verify_weights: Callable[[], Any] | None = None
 
     def fingerprint(self) -> str:
-        """Hash of everything that determines the saved weights (for trained entries, the weight files)."""
+        """Hash of everything that determines the saved pipeline (for trained entries, ``weights_fingerprint``)."""
         import diffusers
         import torch
         import transformers
 
-        config = self.config if self.weights_hash is None else {**self.config, "weights": self.weights_hash()}
+        weights = self.weights_fingerprint
+        config = self.config if weights is None else {**self.config, "weights": weights()}
         payload = json.dumps(
             {
                 "format": ZOO_FORMAT_VERSION,
@@ -79,8 +86,10 @@ ZOO: dict[str, ZooEntry] = {
             modality="image",
             description="FLUX layout trained by the project on the shapes world (8x VAE, CLIP + T5, 2.3M-param DiT)",
             config={"model": mini_flux.MINI_FLUX_CONFIG},
-            # The weight files' hash is part of the fingerprint: changed weights build a new directory.
-            weights_hash=mini_flux.weights_hash,
+            # The weight files' hash and the manifest's build settings are part of the fingerprint: changed
+            # weights or latent settings build a new directory.
+            weights_fingerprint=mini_flux.weights_fingerprint,
+            verify_weights=mini_flux.verify_weights,
             builder=mini_flux.build_mini_flux,
             call_kwargs={"max_sequence_length": mini_flux.MAX_SEQUENCE_LENGTH},
             world="shapes",
@@ -172,7 +181,12 @@ def build(name: str, force: bool = False) -> Path:
     build never leaves a half-written checkpoint that later runs would load. A finished checkpoint is only
     replaced by ``force``, which moves the old one aside with one rename before deleting it: a process
     that already holds files open keeps reading them (POSIX), and no reader sees a half-deleted folder.
+    A trained entry's committed weights are verified first, every time (also when already built): a
+    manifest that no longer matches its files is refused rather than served from the directory built before.
     """
+    entry = get_entry(name)
+    if entry.verify_weights is not None:
+        entry.verify_weights()
     target = entry_path(name)
     if is_built(name) and not force:
         return _verified(name, target)
@@ -185,7 +199,6 @@ def build(name: str, force: bool = False) -> Path:
         retired: Path | None = None
         try:
             pipeline.save_pretrained(staging)
-            entry = get_entry(name)
             marker = {
                 "name": name,
                 "fingerprint": entry.fingerprint(),
@@ -216,8 +229,16 @@ def _file_hashes(directory: Path) -> dict[str, str]:
 
 
 def _verified(name: str, target: Path) -> Path:
-    """``target`` if its files are those it was built with; a ConfigError naming the first that is not."""
-    recorded = json.loads((target / MARKER_FILE).read_text()).get("files", {})
+    """``target`` if its marker names it and its files are those it was built with; a ConfigError otherwise."""
+    marker = json.loads((target / MARKER_FILE).read_text())
+    expected = target.name.removeprefix(f"{name}-")
+    if marker.get("name") != name or marker.get("fingerprint") != expected:
+        raise ConfigError(
+            f"{target / MARKER_FILE}: records zoo entry '{marker.get('name')}' with fingerprint "
+            f"{marker.get('fingerprint')}, not this directory's '{name}' {expected}; rebuild it with "
+            f"`omni-accel zoo build {name} --force`"
+        )
+    recorded = marker.get("files", {})
     found = _file_hashes(target)
     for path in sorted(set(recorded) | set(found)):
         if recorded.get(path) != found.get(path):

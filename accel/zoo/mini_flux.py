@@ -9,7 +9,9 @@ their language pretraining), then the VAE learns reconstruction, then the transf
 The trained weights are committed under ``accel/zoo/weights/mini-flux`` (safetensors) with a manifest:
 the config, the world version, the final losses, each file's SHA-256 and their combined hash.
 ``build_mini_flux`` assembles the pipeline from them without training and refuses weights whose hashes
-(each file's, and the combined one recomputed from the files) do not match.
+(each file's, and the combined one recomputed from the files) do not match. Beyond the weight files it reads
+only the manifest's ``BUILD_SETTINGS`` (the VAE's latent scaling and shift), which the zoo fingerprints with
+the files' hash (``weights_fingerprint``): a changed one builds a new zoo directory.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ COMPONENT_FILES = {
     "text_encoder_2": "text_encoder_2.safetensors",
 }
 MAX_SEQUENCE_LENGTH = 32
+# The manifest's entries that change the built pipeline (besides the weight files, held to their hashes by
+# ``verify_weights``): ``build_mini_flux`` reads nothing else from the manifest, and the zoo fingerprints them.
+BUILD_SETTINGS = ("latent",)
 
 MINI_FLUX_CONFIG: dict[str, Any] = {
     "transformer": {
@@ -207,6 +212,29 @@ def weights_hash(weights_dir: Path | None = None) -> str | None:
     return combined_sha256({filename: file_sha256(path) for filename, path in paths.items()})
 
 
+def build_settings(manifest: dict[str, Any], weights_dir: Path | None = None) -> dict[str, Any]:
+    """The manifest's ``BUILD_SETTINGS`` (all it gives the built pipeline but the weights); ConfigError if missing."""
+    missing = [key for key in BUILD_SETTINGS if key not in manifest]
+    if missing:
+        raise ConfigError(
+            f"{(weights_dir or WEIGHTS_DIR) / MANIFEST_FILE}: no '{missing[0]}' entry; retrain with "
+            "`omni-accel zoo train mini-flux` or restore the committed files"
+        )
+    return {key: copy.deepcopy(manifest[key]) for key in BUILD_SETTINGS}
+
+
+def weights_fingerprint(weights_dir: Path | None = None) -> dict[str, Any] | None:
+    """Everything of the weights directory that determines the built pipeline, for the zoo's fingerprint.
+
+    The combined hash recomputed from the weight files (``weights_hash``) and the manifest's build settings
+    (``build_settings``); None when the weights are missing.
+    """
+    combined = weights_hash(weights_dir)
+    if combined is None:
+        return None
+    return {"sha256": combined, **build_settings(read_manifest(weights_dir), weights_dir)}
+
+
 def verify_weights(weights_dir: Path | None = None) -> dict[str, Any]:
     """Check every weight file and the combined hash against the manifest; returns it, ConfigError otherwise."""
     weights_dir = weights_dir or WEIGHTS_DIR
@@ -236,9 +264,11 @@ def build_mini_flux(config: dict[str, Any], weights_dir: Path | None = None) -> 
     from safetensors.torch import load_model
 
     weights_dir = weights_dir or WEIGHTS_DIR
-    manifest = verify_weights(weights_dir)
+    # Only the fingerprinted settings: a manifest entry read here but not fingerprinted would let a changed
+    # manifest be served from a zoo directory built before it changed.
+    settings = build_settings(verify_weights(weights_dir), weights_dir)
     model_config = copy.deepcopy(config.get("model", config))
-    model_config["vae"].update(manifest["latent"])
+    model_config["vae"].update(settings["latent"])
     components = build_components(model_config)
     for name, filename in COMPONENT_FILES.items():
         load_model(components[name], str(weights_dir / filename), strict=True)
