@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 
 import numpy as np
@@ -110,6 +111,26 @@ def test_a_checkpoint_whose_marker_names_another_fingerprint_is_refused(tmp_path
 def test_vaes_keep_the_real_8x_downsampling():
     for name in zoo.ZOO:
         assert resolution_factor(str(zoo.build(name))) == 16, name
+
+
+def test_building_an_entry_leaves_its_fingerprint_and_marker_naming_its_directory(tmp_path, monkeypatch):
+    # A builder that fills the config it is given in place (transformers' Qwen config adds rope_theta) used to
+    # change the entry's fingerprint once built: the marker then named another directory than its own.
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    entry = zoo.ZOO["tiny-flux"]
+
+    def filling_builder(config):
+        config["filled_in_by_the_builder"] = True  # as a library constructor may do to what it is given
+        return entry.builder(config)
+
+    monkeypatch.setitem(zoo.ZOO, "tiny-flux", dataclasses.replace(entry, builder=filling_builder))
+    for name in ("tiny-qwen-image", "tiny-flux"):
+        before = zoo.entry_path(name)
+        built = zoo.build(name)
+        assert built == before == zoo.entry_path(name), name
+        marker = json.loads((built / zoo.MARKER_FILE).read_text())
+        assert marker["fingerprint"] == built.name.removeprefix(f"{name}-"), name
+    assert "filled_in_by_the_builder" not in zoo.ZOO["tiny-flux"].config
 
 
 def test_unknown_zoo_name_lists_the_entries():

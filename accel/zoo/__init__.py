@@ -12,6 +12,7 @@ manifest each time it is built or used, and a built directory's files against it
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import os
@@ -27,7 +28,9 @@ from accel.errors import ConfigError, unknown_choice
 from accel.zoo import families, mini_flux
 
 # 2: the marker records every file's SHA-256, checked each time a built checkpoint is used.
-ZOO_FORMAT_VERSION = 2
+# 3: the marker's fingerprint is the directory's (builders used to change the config they were given, so an
+#    entry like tiny-qwen-image recorded another one); older directories are left alone and rebuilt once.
+ZOO_FORMAT_VERSION = 3
 MARKER_FILE = "omni_accel_zoo.json"
 
 
@@ -164,7 +167,9 @@ def build_pipeline_in_memory(name: str) -> Any:
     import diffusers
 
     entry = get_entry(name)
-    components = entry.builder(entry.config)
+    # A copy: builders hand parts of the config to library constructors that fill them in place (transformers
+    # adds rope_theta to Qwen's rope_scaling), which changed the entry's fingerprint once it was built.
+    components = entry.builder(copy.deepcopy(entry.config))
     for module in components.values():
         if hasattr(module, "eval"):
             module.eval()  # as from_pretrained leaves them
@@ -201,7 +206,7 @@ def build(name: str, force: bool = False) -> Path:
             pipeline.save_pretrained(staging)
             marker = {
                 "name": name,
-                "fingerprint": entry.fingerprint(),
+                "fingerprint": target.name.removeprefix(f"{name}-"),  # the one that named the directory
                 "pipeline_class": entry.pipeline_class,
                 "files": _file_hashes(staging),
             }
