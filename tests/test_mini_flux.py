@@ -303,6 +303,9 @@ def test_each_transformer_step_noises_and_targets_through_the_checked_functions(
 # What the wrapped noising and target functions add to their real value in ``stage_run``: a loss computed
 # against anything but exactly what they returned (the target negated, or recomputed inline) misses it.
 OFFSETS = {"noised_sample": 3.0, "velocity_target": 10.0}
+# Added to the transformer stage's packed latents in ``stage_run``, so the data (mean ~50) cannot pass for
+# the noise (mean ~0).
+LATENT_OFFSET = 50.0
 
 
 @pytest.fixture(scope="module")
@@ -325,6 +328,7 @@ def stage_run(tmp_path_factory):
 
     def record(module, args, kwargs, output):
         recorded.setdefault("hidden_states", kwargs["hidden_states"].detach().clone())
+        recorded.setdefault("timestep", kwargs["timestep"].detach().clone())
         recorded.setdefault("prediction", output[0].detach().clone())
 
     def building(model_config):
@@ -336,6 +340,7 @@ def stage_run(tmp_path_factory):
         function = getattr(mini_flux, name)
 
         def call(*args):
+            recorded.setdefault(f"{name}_args", tuple(arg.detach().clone() for arg in args))
             value = function(*args) + OFFSETS[name]
             recorded.setdefault(name, value.detach().clone())
             return value
@@ -345,6 +350,10 @@ def stage_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("stage-run")
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(mini_flux, "build_components", building)
+        from diffusers import FluxPipeline
+
+        pack = FluxPipeline._pack_latents  # the transformer stage's (normalised) latents, packed into tokens
+        patch.setattr(FluxPipeline, "_pack_latents", staticmethod(lambda *args: pack(*args) + LATENT_OFFSET))
         for name in OFFSETS:
             patch.setattr(mini_flux, name, offset(name))
         torch_threads = torch.get_num_threads()
@@ -361,11 +370,25 @@ def test_the_transformer_learns_against_exactly_what_the_checked_functions_retur
     # Calling the functions is not enough (test above): the transformer must be given the noised sample they
     # returned and its loss taken against the target they returned, offsets and all.
     _, _, manifest, recorded = stage_run
-    assert set(recorded) == {*OFFSETS, "hidden_states", "prediction"}
+    assert {*OFFSETS, "hidden_states", "prediction"} <= set(recorded)
     assert torch.equal(recorded["hidden_states"], recorded["noised_sample"])
     expected = float(torch.nn.functional.mse_loss(recorded["prediction"], recorded["velocity_target"]))
     loss = manifest["final_losses"]["transformer"]  # the only step's
     assert loss == pytest.approx(expected, rel=1e-6) and loss > OFFSETS["velocity_target"] ** 2 / 2, (loss, expected)
+
+
+def test_the_training_gives_the_checked_functions_the_data_the_noise_and_the_time_in_their_places(stage_run):
+    import torch
+
+    # The functions are right (the scheduler test) and their results are used (above); they must also be
+    # called right: velocity_target(noise, x0) or noised_sample(noise, x0, t) or (x0, noise, 1 - t) would
+    # reverse the flow while every other test passes.
+    _, _, _, recorded = stage_run
+    x0, noise, t = recorded["noised_sample_args"]
+    assert float(x0.mean()) > LATENT_OFFSET / 2 and abs(float(noise.mean())) < 0.5, (x0.mean(), noise.mean())
+    target_x0, target_noise = recorded["velocity_target_args"]
+    assert torch.equal(target_x0, x0) and torch.equal(target_noise, noise)
+    assert torch.equal(recorded["timestep"], t)  # the time the sample was noised at is the one the model is told
 
 
 @pytest.mark.parametrize(("stage", "components"), [("text", ["text_encoder", "text_encoder_2"]), ("vae", ["vae"])])
