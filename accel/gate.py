@@ -167,13 +167,13 @@ def _check_model_overrides(models: Any, lossless_dtypes: list[str], source: str)
         for key in overrides:
             if key not in MODEL_OVERRIDE_KEYS:
                 raise ConfigError(f"{where}: {unknown_choice('key', key, MODEL_OVERRIDE_KEYS)}")
-        lossy = overrides.get("lossy") or {}
+        lossy = {} if overrides.get("lossy") is None else overrides["lossy"]  # [] or 0 is a mistake, not "none"
         if not isinstance(lossy, dict):
             raise ConfigError(f"{where}.lossy: expected a mapping of feature family to {{ssim, psnr}}, got {lossy!r}")
         for family, limit in lossy.items():
             _check_family(family, f"{where}.lossy.{family}")
             _check_limit(limit, f"{where}.lossy.{family}")
-        lossless = overrides.get("lossless") or {}
+        lossless = {} if overrides.get("lossless") is None else overrides["lossless"]
         if not isinstance(lossless, dict):
             raise ConfigError(f"{where}.lossless: expected a mapping of dtype to modality to limits, got {lossless!r}")
         for dtype, by_modality in lossless.items():

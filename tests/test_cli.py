@@ -33,6 +33,10 @@ def test_zoo_path_build_and_list(monkeypatch, capsys, tmp_path):
         assert code == 0 and out.strip() == str(zoo.entry_path("tiny-wan")) and err == ""
     code, out, _ = cli(monkeypatch, capsys, "zoo", "list")
     assert code == 0 and "tiny-qwen-image" in out and "WanPipeline" in out
+    # A built directory whose files changed since: zoo path refuses it as loading would, never prints it.
+    (zoo.entry_path("tiny-wan") / "model_index.json").write_text("{}")
+    code, out, err = cli(monkeypatch, capsys, "zoo", "path", "tiny-wan")
+    assert code == 2 and out == "" and "model_index.json: modified since zoo entry 'tiny-wan' was built" in err
 
 
 def test_zoo_unknown_name_exits_2(monkeypatch, capsys):

@@ -244,6 +244,9 @@ def test_thresholds_adherence_and_family_typos_are_refused(tmp_path, change, mes
             r"models\.m: adherence\.lossy\.cache: 'abc' is not allowed",
         ),
         ({"m": "strict"}, r"models\.m: expected a mapping with keys lossy, lossless, adherence"),
+        ({"m": {"lossy": []}}, r"models\.m\.lossy: expected a mapping of feature family"),
+        ({"m": {"lossy": 0}}, r"models\.m\.lossy: expected a mapping of feature family"),
+        ({"m": {"lossless": ""}}, r"models\.m\.lossless: expected a mapping of dtype"),
     ],
 )
 def test_per_model_threshold_overrides_are_checked_like_the_rest(tmp_path, models, message):

@@ -522,3 +522,18 @@ def test_plain_diffusers_call_follows_held_out_prompts(held_out):
         assert held_out[kind] >= 11 / 12, (kind, held_out)
     assert held_out["position"] >= 6 / 7, held_out
     assert held_out["shape"] >= 8 / 12, held_out
+
+
+@pytest.mark.parametrize("latent", [{"scaling_factor": "abc", "shift_factor": 0.0}, {"scaling_factor": 1.0}, [1, 2],
+                                    {"scaling_factor": float("nan"), "shift_factor": 0.0},
+                                    {"scaling_factor": 1.0, "shift_factor": 0.0, "bogus": 1}])  # fmt: skip
+def test_a_manifest_with_bad_latent_settings_is_refused_in_one_line(tmp_path, latent):
+    import json
+
+    copy_dir = tmp_path / "weights"
+    shutil.copytree(mini_flux.WEIGHTS_DIR, copy_dir)
+    manifest = json.loads((copy_dir / mini_flux.MANIFEST_FILE).read_text())
+    manifest["latent"] = latent
+    (copy_dir / mini_flux.MANIFEST_FILE).write_text(json.dumps(manifest))
+    with pytest.raises(ConfigError, match=r"manifest\.json: latent: expected finite numbers scaling_factor and"):
+        mini_flux.weights_fingerprint(copy_dir)

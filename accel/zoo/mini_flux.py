@@ -220,6 +220,18 @@ def build_settings(manifest: dict[str, Any], weights_dir: Path | None = None) ->
             f"{(weights_dir or WEIGHTS_DIR) / MANIFEST_FILE}: no '{missing[0]}' entry; retrain with "
             "`omni-accel zoo train mini-flux` or restore the committed files"
         )
+    latent = manifest["latent"]
+    keys = ("scaling_factor", "shift_factor")
+    numbers = isinstance(latent, dict) and set(latent) == set(keys)
+    numbers = numbers and all(
+        isinstance(latent[k], (int, float)) and not isinstance(latent[k], bool) and math.isfinite(latent[k])
+        for k in keys
+    )
+    if not numbers:
+        raise ConfigError(
+            f"{(weights_dir or WEIGHTS_DIR) / MANIFEST_FILE}: latent: expected finite numbers scaling_factor and "
+            f"shift_factor, got {latent!r}; retrain (`omni-accel zoo train mini-flux`) or restore the committed files"
+        )
     return {key: copy.deepcopy(manifest[key]) for key in BUILD_SETTINGS}
 
 
