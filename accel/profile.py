@@ -29,6 +29,7 @@ from pydantic import (
 from accel.data import data_dir
 from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
 from accel.targets.registry import TARGETS, describe_targets
+from accel.yaml_bounds import read_utf8_text
 
 if TYPE_CHECKING:
     from accel.features.variants import VariantPlan
@@ -381,16 +382,9 @@ def load_profile(path: str | Path) -> Profile:
         size = path.stat().st_size
         if size > MAX_PROFILE_BYTES:
             raise ConfigError(f"{path}: {size} bytes; a profile is at most {MAX_PROFILE_BYTES} bytes")
-        raw = path.read_bytes()
     except OSError as error:
         raise ConfigError(f"{path}: cannot read the profile: {error.strerror or error}") from error
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise ConfigError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); save the profile as UTF-8"
-        ) from error
+    text = read_utf8_text(path, "the profile", "save the profile as UTF-8", ConfigError)
     data = parse_yaml(text, str(path))
     check_plain(data, str(path))
     return parse_profile(data, str(path), base_dir=path.parent)

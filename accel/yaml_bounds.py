@@ -5,10 +5,12 @@ comes later, when the document is validated, copied and hashed as if every alias
 ``BoundedLoader`` counts, while composing, how many nodes and scalar characters the document expands to
 (each node's expanded size is computed once, from its children's), and stops at the first node that
 passes the budget, naming its key path. Recursive aliases and nesting deeper than the limit are refused.
+``read_utf8_text`` reads such a file's text first, with errors that name the file, the line and the byte.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -82,3 +84,18 @@ class BoundedLoader(yaml.SafeLoader):
                 f"{self._where()}: expands to more than {self.max_nodes} YAML nodes or {self.max_chars} characters "
                 "once its aliases are written out (an alias bomb?); write the values without nested aliases"
             )
+
+
+def read_utf8_text(path: Path, what: str, advice: str, error: type[Exception] = ValueError) -> str:
+    """The text of ``path``; ``error`` with one line naming the file (and, for bad UTF-8, the line and the
+    byte) when it cannot be read. ``what`` names the file's kind ("the profile"), ``advice`` says how to mend
+    a file that is not UTF-8 ("save the profile as UTF-8")."""
+    try:
+        raw = path.read_bytes()
+    except OSError as failure:
+        raise error(f"{path}: cannot read {what}: {failure.strerror or failure}") from failure
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as failure:
+        line = raw[: failure.start].count(b"\n") + 1
+        raise error(f"{path}:{line}: not UTF-8 text (byte 0x{raw[failure.start]:02x}); {advice}") from failure

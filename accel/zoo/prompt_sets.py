@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import did_you_mean
+from accel.yaml_bounds import read_utf8_text
 from accel.zoo import world as shapes_world
 
 _ALLOWED = {
@@ -45,17 +46,7 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
             f"prompt set '{name}' is neither a file nor a built-in set.{hint} "
             f"Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
         )
-    try:
-        raw = path.read_bytes()
-    except OSError as error:
-        raise ValueError(f"{path}: cannot read the prompt set: {error.strerror or error}") from error
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        line = raw[: error.start].count(b"\n") + 1
-        raise ValueError(
-            f"{path}:{line}: not UTF-8 text (byte 0x{raw[error.start]:02x}); a prompt set is a UTF-8 YAML file"
-        ) from error
+    text = read_utf8_text(path, "the prompt set", "a prompt set is a UTF-8 YAML file")
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as error:
