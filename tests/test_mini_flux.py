@@ -89,13 +89,20 @@ def test_a_manifest_whose_combined_hash_is_stale_is_refused(tmp_path):
     assert mini_flux.weights_hash(copy_dir) == combined != mini_flux.weights_hash()
 
 
-def test_changed_weights_are_never_served_from_a_zoo_directory_built_before(tmp_path, monkeypatch):
-    from safetensors.torch import load_file
-
+@pytest.fixture
+def copied_weights(tmp_path, monkeypatch):
+    """The committed weights copied to a scratch directory that mini_flux reads instead, and an empty zoo."""
     monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path / "zoo"))
     weights = tmp_path / "weights"
     shutil.copytree(mini_flux.WEIGHTS_DIR, weights)
     monkeypatch.setattr(mini_flux, "WEIGHTS_DIR", weights)
+    return weights
+
+
+def test_changed_weights_are_never_served_from_a_zoo_directory_built_before(copied_weights):
+    weights = copied_weights
+    from safetensors.torch import load_file
+
     built = zoo.build("mini-flux")
     # A weight file changed with only its own manifest entry: refused, not the directory built before.
     _zero_a_transformer_tensor(weights, rewrite_combined=False)
@@ -118,11 +125,8 @@ def _rewrite_manifest(weights_dir: Path, change) -> None:
     path.write_text(json.dumps(manifest, indent=2) + "\n")
 
 
-def test_a_changed_latent_setting_builds_a_new_zoo_directory_with_it(tmp_path, monkeypatch):
-    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path / "zoo"))
-    weights = tmp_path / "weights"
-    shutil.copytree(mini_flux.WEIGHTS_DIR, weights)
-    monkeypatch.setattr(mini_flux, "WEIGHTS_DIR", weights)
+def test_a_changed_latent_setting_builds_a_new_zoo_directory_with_it(copied_weights):
+    weights = copied_weights
     built = zoo.build("mini-flux")
     committed = mini_flux.read_manifest()["latent"]["scaling_factor"]
     # The weight files and their hashes unchanged; only the latent scaling the VAE is configured with doubles.
@@ -156,11 +160,8 @@ def test_the_build_reads_nothing_from_the_manifest_but_the_fingerprinted_setting
             assert all(torch.equal(value, loaded[key]) for key, value in module.state_dict().items()), name
 
 
-def test_a_built_trained_entry_is_refused_once_its_manifest_goes_stale(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path / "zoo"))
-    weights = tmp_path / "weights"
-    shutil.copytree(mini_flux.WEIGHTS_DIR, weights)
-    monkeypatch.setattr(mini_flux, "WEIGHTS_DIR", weights)
+def test_a_built_trained_entry_is_refused_once_its_manifest_goes_stale(copied_weights, monkeypatch, capsys):
+    weights = copied_weights
     built = zoo.build("mini-flux")
     # The files (so their recomputed hash, and the zoo directory's name) unchanged; the manifest's stored
     # combined hash no longer theirs, as a manifest put back from another training leaves it.
@@ -175,18 +176,21 @@ def test_a_built_trained_entry_is_refused_once_its_manifest_goes_stale(tmp_path,
     assert zoo.build("mini-flux") == built
 
 
-def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):
+def _small_config(text=None, vae=None, transformer=None) -> dict:
+    """mini-flux's training config on 16 images, each stage a few steps unless given (merged into its own)."""
     config = copy.deepcopy(mini_flux.MINI_FLUX_CONFIG)
     config["train"]["images"] = 16
-    config["train"]["vae"] |= {"steps": 2, "batch": 4}
+    config["train"]["text"] |= text or {"steps": 2, "batch": 4, "warmup": 1}
+    config["train"]["vae"] |= vae or {"steps": 2, "batch": 4}
+    config["train"]["transformer"] |= transformer or {"steps": 2, "batch": 4, "warmup": 1}
+    return config
+
+
+def test_a_few_training_steps_write_a_loadable_checkpoint(tmp_path):
     # Model guidance from the second step, so its extra uncaptioned pass runs too.
-    config["train"]["transformer"] |= {
-        "steps": 3,
-        "batch": 4,
-        "warmup": 1,
-        "model_guidance": {"weight": 0.5, "from_step": 1},
-    }
-    config["train"]["text"] |= {"steps": 2, "batch": 4, "warmup": 1}
+    config = _small_config(
+        transformer={"steps": 3, "batch": 4, "warmup": 1, "model_guidance": {"weight": 0.5, "from_step": 1}}
+    )
     manifest = mini_flux.train(tmp_path, config, threads=1, progress=False)
     assert all(math.isfinite(v) for v in manifest["final_losses"].values())
     log = (tmp_path / mini_flux.LOG_FILE).read_text()
@@ -206,16 +210,9 @@ def short_run(tmp_path_factory):
     """
     import torch
 
-    config = copy.deepcopy(mini_flux.MINI_FLUX_CONFIG)
-    config["train"]["images"] = 16
-    config["train"]["text"] |= {"steps": 2, "batch": 4, "warmup": 1}
-    config["train"]["vae"] |= {"steps": 2, "batch": 4}
-    config["train"]["transformer"] |= {
-        "steps": 100,
-        "batch": 8,
-        "warmup": 10,
-        "model_guidance": {"weight": 0.5, "from_step": 50},
-    }
+    config = _small_config(
+        transformer={"steps": 100, "batch": 8, "warmup": 10, "model_guidance": {"weight": 0.5, "from_step": 50}}
+    )
     watched: dict = {"steps": 0}
     update = mini_flux.ema_update
 
@@ -318,11 +315,11 @@ def stage_run(tmp_path_factory):
     """
     import torch
 
-    config = copy.deepcopy(mini_flux.MINI_FLUX_CONFIG)
-    config["train"]["images"] = 16
-    config["train"]["text"] |= {"steps": 100, "batch": 16, "warmup": 10}
-    config["train"]["vae"] |= {"steps": 100, "batch": 4, "warmup": 10}
-    config["train"]["transformer"] |= {"steps": 1, "batch": 4, "warmup": 1}
+    config = _small_config(
+        text={"steps": 100, "batch": 16, "warmup": 10},
+        vae={"steps": 100, "batch": 4, "warmup": 10},
+        transformer={"steps": 1, "batch": 4, "warmup": 1},
+    )
     recorded: dict = {}
     build_components = mini_flux.build_components
 
@@ -527,13 +524,7 @@ def test_plain_diffusers_call_follows_held_out_prompts(held_out):
 @pytest.mark.parametrize("latent", [{"scaling_factor": "abc", "shift_factor": 0.0}, {"scaling_factor": 1.0}, [1, 2],
                                     {"scaling_factor": float("nan"), "shift_factor": 0.0},
                                     {"scaling_factor": 1.0, "shift_factor": 0.0, "bogus": 1}])  # fmt: skip
-def test_a_manifest_with_bad_latent_settings_is_refused_in_one_line(tmp_path, latent):
-    import json
-
-    copy_dir = tmp_path / "weights"
-    shutil.copytree(mini_flux.WEIGHTS_DIR, copy_dir)
-    manifest = json.loads((copy_dir / mini_flux.MANIFEST_FILE).read_text())
-    manifest["latent"] = latent
-    (copy_dir / mini_flux.MANIFEST_FILE).write_text(json.dumps(manifest))
+def test_a_manifest_with_bad_latent_settings_is_refused_in_one_line(copied_weights, latent):
+    _rewrite_manifest(copied_weights, lambda m: m.update(latent=latent))
     with pytest.raises(ConfigError, match=r"manifest\.json: latent: expected finite numbers scaling_factor and"):
-        mini_flux.weights_fingerprint(copy_dir)
+        mini_flux.weights_fingerprint(copied_weights)
