@@ -145,6 +145,15 @@ class Workload(StrictModel):
                 data = {**data, "prompts": [entry["prompt"] for entry in entries]}
             if data.get("prompt_expectations") is None:  # a resolved profile brings the ones its run used
                 data = {**data, "prompt_expectations": entries}
+        if isinstance(data, dict) and data.get("prompt_expectations") is not None:
+            from accel.zoo.prompt_sets import check_prompt_entries
+
+            if not data.get("prompt_set"):
+                raise ValueError("prompt_expectations is filled from prompt_set: give prompt_set instead")
+            given = data["prompt_expectations"]
+            if not isinstance(given, list) or not given:
+                raise ValueError("prompt_expectations: expected the non-empty list of {prompt, expect} a run wrote")
+            check_prompt_entries(given, "workload", list_key="prompt_expectations")  # a hand-edited resolved profile
         return data
 
     @field_validator("prompts")

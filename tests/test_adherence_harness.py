@@ -364,3 +364,15 @@ def test_a_resume_refuses_a_prompt_set_whose_ground_truth_was_edited(tmp_path):
         check_same_profile(run_dir, edited)
     # Scoring uses the expectations frozen in the profile, not the file as it is now.
     assert expected_scenes(resolved.workload)[0].colour == "red"
+
+
+def test_prompt_expectations_are_checked_like_a_prompt_set_and_only_come_with_one(tmp_path):
+    models = [{"name": "m", "source": "mini-flux"}]
+    (tmp_path / "ps.yaml").write_text(SET_TEXT)
+    entries = [{"prompt": "something red", "expect": {"background": "blue", "colour": "pink", "shape": "circle"}}]
+    with pytest.raises(ConfigError, match=r"workload: prompt_expectations\[0\]\.expect\.colour: 'pink' is not one"):
+        parse_profile(
+            {"models": models, "workload": {"prompt_set": str(tmp_path / "ps.yaml"), "prompt_expectations": entries}}
+        )
+    with pytest.raises(ConfigError, match=r"prompt_expectations is filled from prompt_set: give prompt_set instead"):
+        parse_profile({"models": models, "workload": {"prompts": ["x"], "prompt_expectations": entries}})

@@ -57,42 +57,48 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
     extra = sorted(set(data) - {"prompts", "description"})
     if extra:
         raise ValueError(f"{path}: unknown key '{extra[0]}'. Allowed keys: prompts, description")
+    return check_prompt_entries(entries, str(path))
+
+
+def check_prompt_entries(entries: list[Any], where: str, list_key: str = "prompts") -> list[dict[str, Any]]:
+    """``entries`` if each is ``{prompt, expect}`` with an expectation the world can draw; ValueError naming
+    ``where`` (a file, or the profile holding them) and the entry (``list_key[i]``) otherwise."""
     seen: dict[str, Any] = {}
     for index, entry in enumerate(entries):
         expect = entry.get("expect") if isinstance(entry, dict) else None
         if not isinstance(entry, dict) or not isinstance(entry.get("prompt"), str) or not isinstance(expect, dict):
-            raise ValueError(f"{path}: prompts[{index}]: expected {{prompt: <text>, expect: {{...}}}}")
+            raise ValueError(f"{where}: {list_key}[{index}]: expected {{prompt: <text>, expect: {{...}}}}")
         extra = sorted(set(entry) - {"prompt", "expect"})
         if extra:
-            raise ValueError(f"{path}: prompts[{index}]: unknown key '{extra[0]}'. Allowed keys: prompt, expect")
+            raise ValueError(f"{where}: {list_key}[{index}]: unknown key '{extra[0]}'. Allowed keys: prompt, expect")
         if entry["prompt"] in seen:
             first = seen[entry["prompt"]]
             raise ValueError(
-                f"{path}: prompts[{index}]: '{entry['prompt']}' is listed twice (first at prompts[{first}]): "
+                f"{where}: {list_key}[{index}]: '{entry['prompt']}' is listed twice (first at {list_key}[{first}]): "
                 "each prompt has one expectation"
             )
         seen[entry["prompt"]] = index
         for key in expect:
             if key not in _ALLOWED:
                 raise ValueError(
-                    f"{path}: prompts[{index}].expect: unknown key {str(key)!r}.{did_you_mean(str(key), _ALLOWED)} "
+                    f"{where}: {list_key}[{index}].expect: unknown key {str(key)!r}.{did_you_mean(str(key), _ALLOWED)} "
                     f"Allowed keys: {', '.join(_ALLOWED)}"
                 )
         missing = [key for key in _REQUIRED if key not in expect]
         if missing:
             raise ValueError(
-                f"{path}: prompts[{index}].expect: missing key '{missing[0]}'; keys must be background, colour, "
+                f"{where}: {list_key}[{index}].expect: missing key '{missing[0]}'; keys must be background, colour, "
                 "shape and optionally position"
             )
         for key, allowed in _ALLOWED.items():
             if key in expect and expect[key] not in allowed:
                 raise ValueError(
-                    f"{path}: prompts[{index}].expect.{key}: {expect[key]!r} is not one of the world's "
+                    f"{where}: {list_key}[{index}].expect.{key}: {expect[key]!r} is not one of the world's "
                     f"{key}s. Allowed: {', '.join(allowed)}"
                 )
         if expect["background"] == expect["colour"]:
             raise ValueError(
-                f"{path}: prompts[{index}].expect: the background and the shape are both {expect['colour']}: the "
+                f"{where}: {list_key}[{index}].expect: the background and the shape are both {expect['colour']}: the "
                 "world draws a shape in another colour than its background"
             )
     return entries
