@@ -5,7 +5,7 @@ generates every held-out prompt (combinations never seen in training) for each s
 against its caption's ground truth and prints, per guidance setting, each attribute kind's share with a
 95% interval, and the median time of one call. ``--grid`` saves the first images as one PNG.
 
-    python benchmarks/mini_flux_adherence.py [--seeds 0 1 2] [--cfg 1 2 3] [--steps 20] [--source DIR]
+    python benchmarks/mini_flux_adherence.py [--seeds 0 1 2] [--cfg 1 2 3] [--steps 20] [--source DIR | --weights DIR]
         [--seen] [--grid grid.png] [--features '{"cache_dit": {"residual_diff_threshold": 0.5}}' ...]
 
 ``--cfg 1`` is the pipeline's default (no true CFG; mini-flux is guided by training); ``>1`` runs true CFG
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from pathlib import Path
 
 from accel.sweep.preload import quiet_libraries
 
@@ -29,6 +30,7 @@ from accel.sweep.preload import quiet_libraries
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", default=None, help="checkpoint directory (default: the zoo's mini-flux)")
+    parser.add_argument("--weights", default=None, help="a training's output (omni-accel zoo train --out DIR)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cfg", type=float, nargs="+", default=[1.0, 2.0, 3.0])
     parser.add_argument("--steps", type=int, default=20)
@@ -47,7 +49,16 @@ def main() -> None:
     from accel.zoo import world
 
     torch.set_num_threads(args.threads)
-    pipe = DiffusionPipeline.from_pretrained(args.source or str(zoo.build("mini-flux")))
+    if args.weights:  # weights a retrain wrote, assembled as the zoo assembles the committed ones
+        import diffusers
+
+        from accel.zoo import mini_flux
+
+        entry = zoo.get_entry("mini-flux")
+        components = mini_flux.build_mini_flux(entry.config, weights_dir=Path(args.weights))
+        pipe = getattr(diffusers, entry.pipeline_class)(**components)
+    else:
+        pipe = DiffusionPipeline.from_pretrained(args.source or str(zoo.build("mini-flux")))
     pipe.set_progress_bar_config(disable=True)
     scenes = list(world.HELD_OUT_SCENES)
     if args.seen:
