@@ -129,11 +129,15 @@ def load_gate_data(
     return GateData(threshold_data, claims_data.get("models") or {}, perf, str(threshold_path))
 
 
+def _in_range(value: Any, low: float, high: float = float("inf")) -> bool:
+    """Whether ``value`` is a number (not a bool) from ``low`` to ``high``; NaN fails every comparison."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and low <= float(value) <= high
+
+
 def _check_limit_value(key: str, value: Any, where: str) -> None:
     """An SSIM limit is a number from 0 to 1; a PSNR limit a number >= 0 dB (inf: bit-identical). NaN never."""
-    number = isinstance(value, (int, float)) and not isinstance(value, bool)
-    allowed = number and (0.0 <= float(value) <= 1.0 if key == "ssim" else float(value) >= 0.0)
-    if not allowed:  # NaN fails every comparison
+    allowed = _in_range(value, 0.0, 1.0) if key == "ssim" else _in_range(value, 0.0)
+    if not allowed:
         what = "a number from 0 to 1" if key == "ssim" else "a number of dB >= 0 (inf: bit-identical)"
         raise ConfigError(f"{where}.{key}: {value!r} is not allowed: expected {what}")
 
@@ -220,8 +224,7 @@ def _check_adherence(value: Any, source: str) -> None:
     for family, limit in limits.items():
         where = f"{source}: adherence.lossy.{family}"
         _check_family(family, where)
-        number = isinstance(limit, (int, float)) and not isinstance(limit, bool)
-        if not number or not 0.0 <= float(limit) <= 1.0:  # NaN fails both comparisons
+        if not _in_range(limit, 0.0, 1.0):
             raise ConfigError(
                 f"{where}: {limit!r} is not allowed: the share of the prompts' attributes a lossy variant may "
                 "lose, a number from 0 to 1 (e.g. 0.05)"
