@@ -212,18 +212,44 @@ class Measure(StrictModel):
     pairs: int = Field(
         default=10,
         ge=1,
-        description="interleaved timing: reference/variant call pairs; 6 are needed for a 95% interval.",
+        description=(
+            "interleaved timing: reference/variant call pairs drawn before the comparison first looks at its "
+            "interval; it then draws more (about 1.5x each look) until decided, up to measure.max_pairs."
+        ),
+    )
+    max_pairs: int = Field(
+        default=60,
+        ge=1,
+        description=(
+            "interleaved timing: the most pairs a comparison draws while undecided (faster, slower or "
+            "equivalent within the noise threshold ends it sooner); at least measure.pairs."
+        ),
+    )
+    pair_budget_s: float = Field(
+        default=30.0,
+        gt=0,
+        description=(
+            "interleaved timing: seconds a cell may spend drawing pairs while its comparison is undecided; "
+            "the sampling stops at the first look after it is spent (the verdict then says so)."
+        ),
     )
     confidence: float = Field(
-        default=0.95, gt=0.5, lt=1, description="Coverage of every speedup's interval (order-statistic, median)."
+        default=0.95,
+        gt=0.5,
+        lt=1,
+        description=(
+            "Coverage of every speedup's interval (order-statistic, median), over all the looks a sequential "
+            "comparison may take (each look gets 1 - (1 - confidence) / looks)."
+        ),
     )
     min_effect: float = Field(
         default=0.05,
         gt=0,
         lt=1,
         description=(
-            "The noise band is at least 1/(1+min_effect)..1+min_effect wide, even when the noise floor "
-            "measured less: a smaller effect is never published as a speedup."
+            "The noise threshold: ratios within 1/(1+min_effect)..1+min_effect are 'equivalent', and only an "
+            "interval wholly outside it is a speedup claim. The noise-floor control must land inside it; if it "
+            "does not, the model's claims are unverified (the machine was too noisy for it), never widened."
         ),
     )
     sweep_warmup: bool = Field(
@@ -260,6 +286,15 @@ class Measure(StrictModel):
             "overlap. Without it, a cell timed while another cell ran on its node gets an unverified speedup."
         ),
     )
+
+    @model_validator(mode="after")
+    def _pairs_within_max(self) -> Measure:
+        if self.max_pairs < self.pairs:
+            raise ValueError(
+                f"measure.max_pairs ({self.max_pairs}) is below measure.pairs ({self.pairs}): the most pairs a "
+                "comparison draws must be at least the pairs it draws before its first look"
+            )
+        return self
 
 
 class Combinations(StrictModel):

@@ -70,7 +70,11 @@ class Timing(TypedDict, total=False):
     warm: Annotated[dict[str, float], "summary of the warm calls: median, mean, min, max, p90, cv, n"]
     warm_samples: Annotated[list[float], "seconds of each warm call, in order"]
     noisy: Annotated[bool, "the warm calls' cv is above measure.max_cv"]
-    paired: Annotated[dict[str, Any], "interleaved timing: reference_s, variant_s (ABBA order), estimate"]
+    paired: Annotated[
+        dict[str, Any],
+        "interleaved timing: reference_s, variant_s (ABBA order), pairs_drawn, stopped (what ended the sequential "
+        "sampling: decided, max_pairs or pair_budget_s) and estimate (the interval reached)",
+    ]
     speedup: Annotated[float, "baseline warm time / this cell's (speedup_ci.ratio)"]
     speedup_ci: Annotated[dict[str, Any], "the speedup's interval and what it may be published as (verdict)"]
     timing: Annotated[dict[str, Any], "how and where it was timed: method, node, threads, executor, overlap"]
@@ -80,6 +84,11 @@ class Memory(TypedDict, total=False):
     """Peak memory while loading and while timed."""
 
     peak_host_rss_bytes: Annotated[int, "peak host resident memory during the timed calls"]
+    memory_method: Annotated[
+        str,
+        "how the host peak was measured: the kernel's high-water mark around the timed calls (nothing sampled "
+        "beside them), or a sampling thread in an untimed call of its own where the kernel has none",
+    ]
     peak_device_allocated_bytes: Annotated[int, "peak device memory allocated during the timed calls"]
     peak_device_reserved_bytes: Annotated[int, "peak device memory reserved by the allocator"]
     host_pss_bytes: Annotated[int, "host proportional set size after the timed calls"]

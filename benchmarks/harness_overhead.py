@@ -1,22 +1,28 @@
-"""Harness overhead: a truly bare ``pipe(...)`` loop against the harness path, and the stage recorder's cost.
+"""Harness overhead: a truly bare ``pipe(...)`` loop against the calls a sweep actually times.
 
-Three configurations of one loaded pipeline, interleaved in this one process (each round runs all three,
-in a rotating order, so drift and background load hit them alike):
+The harness configurations call the sweep's own measurement functions (``accel.sweep.cell``), not a copy of
+them, so whatever a cell runs around its timed calls (every context manager, evidence window and meter) is
+what is measured here:
 
 - ``bare``: ``pipe(**kwargs)`` between two clock reads; nothing of omni-accel is installed on the pipeline
   (checked before every bare call: no forward hooks on its modules, ``vae.decode`` and ``scheduler.step``
   unwrapped).
-- ``harness``: what a sweep times around a call without stage timing: ``timed(...)`` around
-  ``AdapterTarget.generate`` (request mapping, output normalisation).
-- ``recorder``: the same with the stage recorder installed and ``start``/``stop`` inside the timed region
-  (its hooks synchronise the device at every component boundary).
+- ``headline``: one call through ``cell._measure_alone`` (the warm latency a report headlines: its meters from
+  ``cell.headline_meters``, the features' evidence window, the timer), on the pipeline with ``apply()`` entered
+  as a baseline cell has it.
+- ``interleaved``: one ABBA pair through ``cell.pair_drawer`` inside ``cell.interleaved_meters`` (the calls
+  a speedup comes from); both of its calls are harness calls (the reference path pauses global state, the
+  variant path opens evidence windows), here on the same pipeline.
+- ``recorder``: one call of ``cell._stage_pass`` (the stage hooks synchronise at every component boundary).
 
-Prints each configuration's median, then the per-round paired ratios harness / bare (the harness's own
-overhead), recorder / harness (the stage recorder's cost) and recorder / bare, each as a median with a 95%
-bootstrap interval over rounds, with the machine and its load average before and after.
+Each round runs every configuration once, in a rotating order, so drift and background load hit them alike.
+Prints each configuration's median, then per-round paired ratios (headline / bare is the one the README
+quotes: the harness's own cost on the headline number), each as a median with a 95% bootstrap interval over
+rounds, with the machine and its load average before and after. The default is the quickstart's mini-flux
+call (20 steps, 64x64, 2 images per prompt, ``max_sequence_length`` 32).
 
-    python benchmarks/harness_overhead.py [--source tiny-flux|DIR] [--device auto] [--dtype float32]
-        [--rounds 30] [--steps 4] [--size 64]
+    python benchmarks/harness_overhead.py [--source mini-flux|tiny-flux|DIR] [--device auto] [--rounds 15]
+        [--steps 20] [--size 64] [--images 2]
 """
 
 from __future__ import annotations
@@ -31,8 +37,8 @@ from typing import Any
 
 from accel.sweep.preload import quiet_libraries
 
-CONFIGS = ("bare", "harness", "recorder")
-RATIOS = (("harness", "bare"), ("recorder", "harness"), ("recorder", "bare"))
+CONFIGS = ("bare", "headline", "interleaved", "recorder")
+RATIOS = (("headline", "bare"), ("interleaved", "bare"), ("recorder", "headline"))
 
 
 def installed_hooks(pipeline: Any) -> int:
@@ -57,16 +63,26 @@ def bootstrap_interval(values: list[float], resamples: int = 2000, seed: int = 0
     return medians[int(0.025 * resamples)], medians[int(0.975 * resamples) - 1]
 
 
-def measure(target: Any, request: Any, rounds: int, warmup: int = 2) -> dict[str, Any]:
+def one_call_spec(spec: Any) -> Any:
+    """``spec`` with one timed pass (``_measure_alone`` then times exactly one call per request)."""
+    from dataclasses import replace
+
+    return replace(spec, measure=spec.measure.model_copy(update={"repeats": 1, "warmup": 0}))
+
+
+def measure(spec: Any, target: Any, applied: Any, request: Any, rounds: int, warmup: int = 2) -> dict[str, Any]:
     """Samples per configuration (interleaved, rotating order), the hook count seen before each bare call,
-    and each paired ratio's median and bootstrap interval."""
-    from accel.measure.stages import StageRecorder
-    from accel.measure.timing import synchronize, timed
+    and each paired ratio's median and bootstrap interval. ``applied`` must be entered (the cell's state)."""
+    import contextlib
+
+    from accel.measure.timing import synchronize
+    from accel.sweep import cell
 
     pipeline = target.pipeline
+    single = one_call_spec(spec)
     samples: dict[str, list[float]] = {name: [] for name in CONFIGS}
     bare_hooks: list[int] = []
-    stage_reports: list[dict[str, Any]] = []
+    pairs: list[tuple[float, float]] = []
 
     def bare(sink: list[float]) -> None:
         bare_hooks.append(installed_hooks(pipeline))
@@ -77,36 +93,40 @@ def measure(target: Any, request: Any, rounds: int, warmup: int = 2) -> dict[str
         synchronize(target.device)
         sink.append(time.perf_counter() - start)
 
-    def harness(sink: list[float]) -> None:
-        with timed(target.device, sink):
-            target.generate(request)
+    def headline(sink: list[float]) -> None:
+        sink.extend(cell._measure_alone(single, target, applied, [request])["samples"])
+
+    def interleaved(sink: list[float]) -> None:
+        draw = cell.pair_drawer(target, target, applied, [request])
+        with contextlib.ExitStack() as stack:
+            for meter in cell.interleaved_meters():
+                stack.enter_context(meter)
+            reference_s, variant_s = draw(len(pairs))
+        pairs.append((reference_s, variant_s))
+        sink.append(variant_s)
 
     def recorder(sink: list[float]) -> None:
-        stages = StageRecorder(pipeline, target.device)  # installed outside the clock, as a sweep does
-        try:
-            with timed(target.device, sink):
-                stages.start()
-                target.generate(request)
-                stage_reports.append(stages.stop())
-        finally:
-            stages.remove()
+        report = cell._stage_pass(target, applied, [request])
+        sink.extend(report["outer_s"] if report else [])
 
-    run = {"bare": bare, "harness": harness, "recorder": recorder}
+    run = {"bare": bare, "headline": headline, "interleaved": interleaved, "recorder": recorder}
     for _ in range(warmup):
         for name in CONFIGS:
             run[name]([])
     bare_hooks.clear()
-    stage_reports.clear()
+    pairs.clear()
     for index in range(rounds):
         for offset in range(len(CONFIGS)):
             name = CONFIGS[(index + offset) % len(CONFIGS)]
             run[name](samples[name])
     ratios = {}
     for top, bottom in RATIOS:
+        if len(samples[top]) != len(samples[bottom]):
+            continue  # native pipelines have no stage pass of the harness's own
         paired = [a / b for a, b in zip(samples[top], samples[bottom], strict=True)]
         low, high = bootstrap_interval(paired)
         ratios[f"{top}/{bottom}"] = {"median": statistics.median(paired), "low": low, "high": high}
-    return {"samples": samples, "bare_hooks": bare_hooks, "stage_reports": stage_reports, "ratios": ratios}
+    return {"samples": samples, "bare_hooks": bare_hooks, "pairs": pairs, "ratios": ratios}
 
 
 def machine() -> str:
@@ -123,27 +143,41 @@ def machine() -> str:
     return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads{gpu}"
 
 
+def baseline_cell(source: str, device: str, steps: int, size: int, images: int) -> Any:
+    """The quickstart's mini-flux workload (its first prompt) as a baseline cell's spec."""
+    from accel.profile import Measure, ModelSpec, Workload
+    from accel.sweep.cell import BASELINE, CellSpec
+
+    workload = Workload(
+        prompts=["a white circle on the left, on a cyan background"], negative_prompt="blurry", seeds=[0],
+        steps=steps, height=size, width=size, guidance_scale=3.5, num_images_per_prompt=images,
+    )  # fmt: skip
+    return CellSpec(ModelSpec(name="overhead", source=source, device=device), workload, Measure(), BASELINE)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--source", "--model", default="tiny-flux", help="zoo name, checkpoint directory or hub id")
+    parser.add_argument("--source", "--model", default="mini-flux", help="zoo name, checkpoint directory or hub id")
     parser.add_argument("--device", default="auto", choices=["auto", "cpu", "cuda"])
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--rounds", type=int, default=30, help="rounds of the three configurations")
-    parser.add_argument("--steps", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=15, help="rounds of the configurations")
+    parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--images", type=int, default=2, help="images per prompt")
     args = parser.parse_args()
     quiet_libraries()
 
-    from accel.profile import ModelSpec
-    from accel.targets.adapter import AdapterTarget, Request
+    from accel.features import apply
+    from accel.sweep.cell import build_requests
+    from accel.targets.native import make_target
 
-    target = AdapterTarget(ModelSpec(name="overhead", source=args.source, device=args.device, dtype=args.dtype))
-    target.load()
-    request = Request(
-        prompt="a red fox in the snow", seed=0, steps=args.steps, height=args.size, width=args.size, guidance_scale=3.5
-    )
+    spec = baseline_cell(args.source, args.device, args.steps, args.size, args.images)
+    target = make_target(spec.model)
+    target.load({})
+    request = build_requests(spec.workload)[0]
+    applied = apply(target.pipeline, num_inference_steps=args.steps, device=target.device, windows_on_calls=False)
     load_before = os.getloadavg()
-    result = measure(target, request, args.rounds)
+    with applied:
+        result = measure(spec, target, applied, request, args.rounds)
     load_after = os.getloadavg()
     if any(result["bare_hooks"]):
         raise SystemExit(f"the bare loop ran with omni-accel hooks installed: {result['bare_hooks']}")
@@ -151,15 +185,17 @@ def main() -> None:
     print(f"load average (1, 5, 15 min) before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f}")
     print(f"load average (1, 5, 15 min) after:  {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
     print(
-        f"{args.source} on {target.device} ({args.dtype}), {args.steps} steps, {args.size}x{args.size}, "
-        f"{args.rounds} interleaved rounds (rotating order)"
+        f"{args.source} on {target.device}, {args.steps} steps, {args.size}x{args.size}, {args.images} image(s) per "
+        f"prompt, {args.rounds} rounds (rotating order)"
     )
     for name in CONFIGS:
         values = result["samples"][name]
+        if not values:
+            continue
         low, _, high = (q * 1e3 for q in statistics.quantiles(values, n=4))
-        print(f"{name:9s} median {statistics.median(values) * 1e3:8.2f} ms  (IQR {low:.2f}-{high:.2f})")
+        print(f"{name:11s} median {statistics.median(values) * 1e3:8.2f} ms  (IQR {low:.2f}-{high:.2f})")
     for key, ratio in result["ratios"].items():
-        print(f"{key:18s} {ratio['median']:.3f}  (95% bootstrap interval {ratio['low']:.3f}-{ratio['high']:.3f})")
+        print(f"{key:20s} {ratio['median']:.3f}  (95% bootstrap interval {ratio['low']:.3f}-{ratio['high']:.3f})")
 
 
 if __name__ == "__main__":

@@ -1,15 +1,32 @@
-"""benchmarks/harness_overhead.py: its bare loop runs on a pipeline with nothing of omni-accel installed, and
-the stage recorder is timed as a configuration of its own."""
+"""benchmarks/harness_overhead.py measures the path a sweep times, and nothing runs beside a headline call.
+
+The benchmark calls the sweep's own functions; these tests pin that what surrounds a timed call in a real
+sweep cell (the call stack down to the pipeline, the Python threads alive, a profiler or tracer) is what
+surrounds it in the benchmark, so a meter added around the sweep's timed calls and not to the benchmark fails
+here, and that no thread samples beside a headline call.
+"""
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
+import sys
+import threading
 from pathlib import Path
 
-from accel.profile import ModelSpec
-from accel.targets.adapter import AdapterTarget, Request
+import pytest
+from conftest import small_profile
+
+from accel.features import apply
+from accel.profile import parse_profile
+from accel.sweep.cell import build_requests
+from accel.sweep.runner import run_sweep
+from accel.targets.adapter import AdapterTarget
+from accel.targets.native import make_target
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
+# The innermost sweep function of each kind of timed call: the stack below it is the timed path.
+TIMED_ROOTS = {"_measure_alone": "headline", "draw_pair": "interleaved"}
 
 
 def _script():
@@ -19,19 +36,84 @@ def _script():
     return module
 
 
-def test_the_bare_loop_is_bare_and_the_recorder_is_measured_apart():
+def _thread_kinds() -> frozenset[str]:
+    """What each live Python thread runs (its target's name), other than the main thread."""
+    kinds = set()
+    for thread in threading.enumerate():
+        if thread is threading.main_thread():
+            continue
+        target = getattr(thread, "_target", None)
+        kinds.add(getattr(target, "__qualname__", type(thread).__name__))
+    return frozenset(kinds)
+
+
+@pytest.fixture
+def timed_environments(monkeypatch):
+    """Records, for every pipeline call made below a timed root, what surrounded it."""
+    import torch
+
+    seen: list[tuple[str, tuple[str, ...], frozenset[str], bool]] = []
+    original = AdapterTarget.generate
+
+    def generate(self, request):
+        names = [frame.function for frame in inspect.stack(context=0)[1:]]
+        root = next((name for name in names if name in TIMED_ROOTS), None)
+        if root is not None:
+            path = tuple(names[: names.index(root) + 1])
+            profiled = sys.getprofile() is not None or torch.autograd.profiler._is_profiler_enabled
+            seen.append((TIMED_ROOTS[root], path, _thread_kinds(), profiled))
+        return original(self, request)
+
+    monkeypatch.setattr(AdapterTarget, "generate", generate)
+    return seen
+
+
+def _benchmark_run(rounds: int = 2):
     script = _script()
-    target = AdapterTarget(ModelSpec(name="overhead", source="tiny-flux", device="cpu"))
-    target.load()
+    spec = script.baseline_cell("tiny-flux", "cpu", steps=1, size=32, images=1)
+    target = make_target(spec.model)
+    target.load({})
+    request = build_requests(spec.workload)[0]
+    with apply(target.pipeline, num_inference_steps=1, device="cpu", windows_on_calls=False) as applied:
+        return script, target, script.measure(spec, target, applied, request, rounds=rounds, warmup=1)
+
+
+def test_the_bare_loop_is_bare_and_every_harness_path_is_measured():
+    script, target, result = _benchmark_run(rounds=3)
     assert script.installed_hooks(target.pipeline) == 0
-    result = script.measure(target, Request("a red fox", 0, 1, 32, 32, guidance_scale=3.5), rounds=3, warmup=1)
     assert result["bare_hooks"] == [0, 0, 0]  # checked before each timed bare call
-    assert [len(result["samples"][name]) for name in ("bare", "harness", "recorder")] == [3, 3, 3]
-    assert len(result["stage_reports"]) == 3  # the recorder ran in its own configuration only
-    assert set(result["ratios"]) == {"harness/bare", "recorder/harness", "recorder/bare"}
+    assert [len(result["samples"][name]) for name in script.CONFIGS] == [3, 3, 3, 3]
+    assert len(result["pairs"]) == 3  # one ABBA pair per round, through the sweep's pair drawer
+    assert set(result["ratios"]) == {"headline/bare", "interleaved/bare", "recorder/headline"}
     for ratio in result["ratios"].values():
         assert ratio["low"] <= ratio["median"] <= ratio["high"]
-    assert script.installed_hooks(target.pipeline) == 0  # the recorder removed itself
+    assert script.installed_hooks(target.pipeline) == 0  # the stage recorder removed itself
+
+
+def test_the_benchmark_times_what_a_sweep_cell_times(timed_environments, tmp_path):
+    variants = [{"name": "same", "features": {"attention_backend": "native"}}]
+    raw = small_profile(["tiny-flux"], variants, steps=1, height=32, width=32)
+    raw["measure"].update(noise_floor=False, pairs=2, max_pairs=2)
+    run_sweep(parse_profile(raw), "test.yaml", tmp_path, show_progress=False)
+    sweep = {(kind, path, threads, profiled) for kind, path, threads, profiled in timed_environments}
+    timed_environments.clear()
+    _benchmark_run(rounds=2)
+    benchmark = set(timed_environments)
+    assert {kind for kind, *_ in sweep} == {"headline", "interleaved"}
+    only_sweep, only_benchmark = sweep - benchmark, benchmark - sweep
+    assert sweep == benchmark, f"timed in the sweep only: {only_sweep}; in the benchmark only: {only_benchmark}"
+
+
+def test_nothing_samples_or_profiles_beside_a_headline_call(timed_environments, tmp_path):
+    before = _thread_kinds()
+    raw = small_profile(["tiny-flux"], [], steps=1, height=32, width=32)
+    raw["measure"].update(noise_floor=False, repeats=2)
+    run_sweep(parse_profile(raw), "test.yaml", tmp_path, show_progress=False)
+    headline = [entry for entry in timed_environments if entry[0] == "headline"]
+    assert len(headline) == 2
+    for _, _, threads, profiled in headline:
+        assert threads <= before, f"threads beside a headline call: {sorted(threads - before)}"
+        assert not profiled
 
 
 def test_the_bootstrap_interval_brackets_the_median_and_narrows_with_agreement():

@@ -2,18 +2,24 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from accel.measure.speedup import (
+    EQUIVALENT,
     FASTER,
     INCONCLUSIVE,
     NOISE,
     SLOWER,
     UNVERIFIED,
+    SequentialPairs,
     SpeedupEstimate,
+    against_noise_floor,
     classify,
     format_speedup,
-    interval_coverage,
+    look_confidence,
+    look_schedule,
     median_interval,
     noise_band,
     paired_speedup,
@@ -31,20 +37,19 @@ def test_median_interval_is_the_sign_test_interval():
     assert median_interval([1.0], 0.95)[2] == 0.0
 
 
-def test_the_report_legend_states_the_intervals_actual_coverage():
+def test_the_report_legend_states_the_sampling_and_each_looks_confidence():
     from accel.profile import Profile
     from accel.report.markdown import _speedup_method
 
-    assert interval_coverage(10, 0.95) == pytest.approx(1 - 2 * 11 / 1024)
     profile = Profile.model_validate({"name": "p", "models": [{"name": "m", "source": "tiny-flux"}],
                                       "workload": {"prompts": ["a fox"]},
                                       "variants": [{"name": "v", "features": {"vae_use_slicing": True}}],
-                                      "measure": {"pairs": 10}})  # fmt: skip
+                                      "measure": {"pairs": 10, "max_pairs": 60}})  # fmt: skip
     legend = _speedup_method(profile)
-    # Ten pairs give the [x(2), x(9)] interval: 97.9% coverage, not the 95% asked for.
-    assert "at least 95% coverage: 97.9% with 10 pairs" in legend, legend
-    few = profile.model_copy(update={"measure": profile.measure.model_copy(update={"pairs": 5})})
-    assert "min to max: 93.8% coverage with 5 pairs, short of 95%" in _speedup_method(few)
+    assert "10 pairs first, then more at looks 15, 23, 35, 53, 60" in legend, legend
+    # Six planned looks share the 5%: 99.17% each.
+    assert "99.17% confidence at each of the 6 planned looks (at least 95% overall" in legend, legend
+    assert "±5%" in legend
 
 
 def test_paired_speedup_is_the_median_ratio():
@@ -68,21 +73,90 @@ def _estimate(ratio: float, low: float, high: float, n: int = 10, method: str = 
 
 
 def test_claims_need_the_whole_interval_outside_the_noise_band():
-    band = noise_band(_estimate(1.0, 0.9, 1.12), min_effect=0.05)
-    assert band == (pytest.approx(0.9), pytest.approx(1.12))
+    band = noise_band(min_effect=0.05)
+    assert band == (pytest.approx(1 / 1.05), pytest.approx(1.05))
     assert classify(_estimate(1.5, 1.3, 1.7), band, 0.95).verdict == FASTER
     assert classify(_estimate(0.6, 0.5, 0.7), band, 0.95).verdict == SLOWER
     # excludes 1.0 but reaches into the band: not a claim, and not shown as ≈1.0x either
-    assert classify(_estimate(1.3, 1.1, 1.5), band, 0.95).verdict == INCONCLUSIVE
-    assert classify(_estimate(0.3, 0.26, 0.61), (0.28, 6.3), 0.95).verdict == INCONCLUSIVE
-    assert classify(_estimate(1.0, 0.97, 1.03), band, 0.95).verdict == NOISE
-    assert classify(_estimate(1.6, 0.8, 2.4), band, 0.95).verdict == NOISE  # includes 1.0
+    assert classify(_estimate(1.3, 1.04, 1.5), band, 0.95).verdict == INCONCLUSIVE
+    assert classify(_estimate(0.9, 0.85, 0.99), band, 0.95).verdict == INCONCLUSIVE
+    assert classify(_estimate(1.0, 0.97, 1.03), band, 0.95).verdict == EQUIVALENT  # inside the band
+    assert classify(_estimate(1.04, 1.03, 1.045), band, 0.95).verdict == EQUIVALENT  # never a speedup claim
+    assert classify(_estimate(1.6, 0.8, 2.4), band, 0.95).verdict == NOISE  # includes 1.0, wider than the band
 
 
-def test_the_band_is_never_narrower_than_min_effect():
-    low, high = noise_band(_estimate(1.0, 1.0, 1.0), min_effect=0.05)
-    assert low == pytest.approx(1 / 1.05) and high == pytest.approx(1.05)
-    assert classify(_estimate(1.04, 1.03, 1.045), (low, high), 0.95).verdict == INCONCLUSIVE  # never a claim
+def test_a_noise_floor_outside_the_band_unverifies_claims_instead_of_widening_the_band():
+    band = noise_band(0.05)
+    faster = classify(_estimate(1.5, 1.3, 1.7), band, 0.95)
+    same = classify(_estimate(1.0, 0.99, 1.01), band, 0.95)
+    good_floor = classify(_estimate(1.0, 0.98, 1.02), band, 0.95)
+    assert against_noise_floor(faster, good_floor) == faster
+    noisy_floor = classify(_estimate(1.0, 0.8, 1.3), band, 0.95)
+    assert noisy_floor.verdict == NOISE
+    unverified = against_noise_floor(faster, noisy_floor)
+    assert unverified.verdict == UNVERIFIED and "too noisy for this threshold" in unverified.reason
+    assert "[0.80, 1.30]" in unverified.reason
+    assert against_noise_floor(same, noisy_floor).verdict == NOISE  # still ≈1.0x, but no equivalence claim
+    biased_floor = classify(_estimate(1.2, 1.1, 1.3), band, 0.95)
+    assert against_noise_floor(faster, biased_floor).verdict == UNVERIFIED
+    assert against_noise_floor(faster, None) == faster  # the noise-floor cell itself
+
+
+def test_the_look_schedule_grows_by_half_and_ends_at_the_most():
+    assert look_schedule(10, 60) == [10, 15, 23, 35, 53, 60]
+    assert look_schedule(10, 10) == [10]
+    assert look_schedule(1, 3) == [1, 2, 3]
+    assert look_confidence(0.95, 5) == pytest.approx(0.99)
+
+
+def _draws(ratios):
+    return lambda index: (ratios[index], 1.0)
+
+
+def test_sequential_pairs_stop_as_soon_as_the_question_is_answered():
+    band = noise_band(0.05)
+    clear = SequentialPairs(band, 0.95, 10, 60, budget_s=1e9)
+    estimate = clear.run(_draws([1.5 + 0.01 * (i % 3) for i in range(60)]))
+    assert estimate.n == 10 and "decided (faster) at look 1 of 6" in estimate.stopped
+    assert classify(estimate, band, 0.95).verdict == FASTER
+    # A 1.5x speedup with one in ten pairs disturbed by load: min..max at 10 pairs reaches 0.9, so it looks again.
+    disturbed = SequentialPairs(band, 0.95, 10, 60, budget_s=1e9)
+    estimate = disturbed.run(_draws([0.9 if i % 10 == 3 else 1.5 for i in range(60)]))
+    assert estimate.n == 15 and estimate.low > 1.05, estimate
+    identical = SequentialPairs(band, 0.95, 10, 60, budget_s=1e9)
+    estimate = identical.run(_draws([1.0 + 0.002 * ((-1) ** i) for i in range(60)]))
+    assert estimate.n == 10 and "equivalent" in estimate.stopped
+
+
+def test_sequential_pairs_stop_undecided_at_the_most_pairs_or_when_the_budget_is_spent():
+    band = noise_band(0.05)
+    wide = [0.8, 1.25] * 40  # straddles the band whatever the number of pairs
+    most = SequentialPairs(band, 0.95, 10, 30, budget_s=1e9)
+    estimate = most.run(_draws(wide))
+    assert estimate.n == 30 and "undecided after measure.max_pairs = 30 pairs" in estimate.stopped
+    assert classify(estimate, band, 0.95).verdict == NOISE
+    ticks = iter(range(1000))
+    budget = SequentialPairs(band, 0.95, 10, 60, budget_s=0.5)
+    estimate = budget.run(_draws(wide), clock=lambda: next(ticks))
+    assert estimate.n == 10 and "pair_budget_s (0.5 s) was spent" in estimate.stopped
+    assert "undecided" in classify(estimate, band, 0.95).reason
+
+
+def test_sequential_sampling_keeps_its_stated_coverage_under_optional_stopping():
+    """Stopping at the first decided look must not let noise decide: over many simulated comparisons whose true
+    median ratio sits just past the band's edge, the interval at the stop misses the true median at most 5% of
+    the time (the Bonferroni split of the confidence over the looks)."""
+    import random
+
+    band = noise_band(0.05)
+    rng = random.Random(7)
+    misses, trials = 0, 400
+    true = 1.06
+    for _ in range(trials):
+        ratios = [true * math.exp(rng.gauss(0, 0.04)) for _ in range(60)]
+        estimate = SequentialPairs(band, 0.95, 10, 60, budget_s=1e9).run(_draws(ratios))
+        misses += not (estimate.low <= true <= estimate.high)
+    assert misses / trials <= 0.05, misses
 
 
 def test_unverified_without_noise_floor_pairs_or_interleaving():
@@ -107,6 +181,7 @@ def test_format_speedup_everywhere_the_same():
     claim = {"ratio": 1.823, "low": 1.61, "high": 2.034, "verdict": FASTER}
     assert format_speedup(claim) == "1.82x [1.61–2.03]"
     assert format_speedup({**claim, "verdict": NOISE}) == "≈1.0x"
+    assert format_speedup({**claim, "verdict": EQUIVALENT}) == "≈1.0x"
     assert format_speedup({**claim, "verdict": UNVERIFIED}) == "1.82x?"
     assert format_speedup({**claim, "verdict": INCONCLUSIVE}) == "1.82x?"
     assert format_speedup(None) == "–"

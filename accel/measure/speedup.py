@@ -1,4 +1,4 @@
-"""Speedups with an uncertainty, and when a speedup is only noise.
+"""Speedups with an uncertainty, decided rather than cut off, and when a speedup is only noise.
 
 A speedup is only as good as the comparison behind it. Cells timed one after another on a busy machine
 drift apart (identical configurations measured 0.64x-1.60x of each other under load), so the harness times
@@ -8,12 +8,21 @@ load hit both alike. Each adjacent pair gives one ratio ``reference / variant``;
 ratio, and its interval is the distribution-free order-statistic interval of the median (the sign test's),
 which needs no assumption about the shape of the noise and is not dragged by a single load spike.
 
-A speedup is a claim (``faster`` or ``slower``) only when its whole interval lies outside the **noise band**:
-the interval the noise-floor cell measured for two identical configurations on the same model and target,
-widened to at least ``1 ± min_effect``. An interval that includes 1.0 is ``noise`` (shown as ``≈1.0x``); one
-that excludes 1.0 but reaches into the band is ``inconclusive`` (shown ``0.29x?``); a speedup without
-a noise floor, with too few pairs for the requested confidence, or from sequential timing is
-``unverified``. Numbers only: no I/O, no policy beyond this rule.
+**The noise threshold** is a stated practical band, ``1/(1+t) .. 1+t`` with ``t = measure.min_effect``
+(default 5%): a smaller effect is never published. The verdict compares the interval with that band:
+``faster`` (the interval lies above it), ``slower`` (below it), ``equivalent`` (inside it: shown ``≈1.0x``),
+otherwise undecided. **Sampling is sequential** (as Chromium's Pinpoint runs more attempts while a
+comparison is undecided): the cell draws ``measure.pairs`` pairs, looks, and keeps drawing (about 1.5x more
+each look) until the verdict is decided, ``measure.max_pairs`` is reached or ``measure.pair_budget_s`` is
+spent. Looking several times would let noise decide early, so each look's interval has the confidence
+``1 - (1 - confidence) / looks`` (Bonferroni over the planned looks): whichever look stops, the interval
+covers with at least ``measure.confidence``. Undecided at the end: ``noise`` (the interval includes 1.0,
+``≈1.0x``) or ``inconclusive`` (it excludes 1.0 but reaches into the band, ``1.33x?``).
+
+The noise-floor cell (the baseline against a second copy of itself) must land inside the band: if it does
+not, the machine was too noisy for that threshold, and no claim of that model is published (``unverified``,
+with the floor's interval in the reason) instead of the band being widened. Numbers only: no I/O, no
+policy beyond this rule.
 """
 
 from __future__ import annotations
@@ -28,11 +37,16 @@ SEQUENTIAL = "sequential"
 
 FASTER = "faster"
 SLOWER = "slower"
+# The interval lies inside the noise band: no difference larger than the threshold.
+EQUIVALENT = "equivalent"
+# Undecided, and the interval includes 1.0.
 NOISE = "noise"
 # The interval excludes 1.0 but reaches into the noise band: the machine cannot tell it from noise.
 INCONCLUSIVE = "inconclusive"
 UNVERIFIED = "unverified"
-VERDICTS = (FASTER, SLOWER, NOISE, INCONCLUSIVE, UNVERIFIED)
+VERDICTS = (FASTER, SLOWER, EQUIVALENT, NOISE, INCONCLUSIVE, UNVERIFIED)
+# Verdicts that end the sampling of pairs: the comparison's question is answered.
+DECIDED = (FASTER, SLOWER, EQUIVALENT)
 
 
 @dataclass(frozen=True)
@@ -40,7 +54,8 @@ class SpeedupEstimate:
     """A speedup (reference time / variant time: > 1 is faster) with its interval.
 
     ``confidence`` is the interval's actual coverage (order-statistic intervals come in discrete steps), ``n``
-    the number of ratios (pairs) or, for sequential timing, the smaller sample.
+    the number of ratios (pairs) or, for sequential timing, the smaller sample. ``confidence`` of a
+    sequentially sampled estimate is its look's; the overall coverage is ``1 - looks * (1 - confidence)``.
     """
 
     ratio: float
@@ -49,6 +64,15 @@ class SpeedupEstimate:
     confidence: float
     n: int
     method: str
+    # Sequential sampling: why it stopped, and how many looks were planned (the interval's confidence was
+    # divided among them, so the look that stopped covers with the requested confidence overall).
+    stopped: str = ""
+    looks: int = 1
+
+    @property
+    def overall_confidence(self) -> float:
+        """The coverage of the interval over all planned looks (Bonferroni): the look's own with one look."""
+        return 1 - self.looks * (1 - self.confidence)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -108,21 +132,51 @@ def sequential_speedup(baseline_s: list[float], variant_s: list[float], confiden
     )
 
 
-def noise_band(noise_floor: SpeedupEstimate | None, min_effect: float) -> tuple[float, float]:
-    """Ratios that identical configurations can show: the noise floor's interval, at least ``1 ± min_effect``."""
-    low, high = 1 / (1 + min_effect), 1 + min_effect
-    if noise_floor is not None:
-        low, high = min(low, noise_floor.low), max(high, noise_floor.high)
-    return low, high
+def noise_band(min_effect: float) -> tuple[float, float]:
+    """The practical noise threshold as a band of ratios: ``1/(1+min_effect) .. 1+min_effect``."""
+    return 1 / (1 + min_effect), 1 + min_effect
+
+
+def look_schedule(first: int, most: int) -> list[int]:
+    """The numbers of pairs at which a sequential comparison looks: ``first``, then about 1.5x more each time,
+    ending at ``most``."""
+    looks = [max(1, min(first, most))]
+    while looks[-1] < most:
+        looks.append(min(most, max(looks[-1] + 1, math.ceil(looks[-1] * 1.5))))
+    return looks
+
+
+def look_confidence(confidence: float, looks: int) -> float:
+    """Each look's interval confidence so that the look that stops covers with at least ``confidence``."""
+    return 1 - (1 - confidence) / max(1, looks)
 
 
 @dataclass(frozen=True)
 class SpeedupClaim:
-    """What a speedup may be published as: ``faster``/``slower`` (a claim), ``noise`` or ``unverified``."""
+    """What a speedup may be published as: ``faster``/``slower``/``equivalent`` (a claim), ``noise``,
+    ``inconclusive`` or ``unverified``."""
 
     verdict: str
     reason: str
     band: tuple[float, float] | None
+
+
+def judge_interval(low: float, high: float, band: tuple[float, float]) -> tuple[str, str]:
+    """The verdict an interval supports against the noise band, and why (one rule for the cell's stopping and
+    the published verdict)."""
+    band_low, band_high = band
+    interval = f"[{low:.2f}, {high:.2f}]"
+    where = f"the ±{band_high - 1:.0%} noise band [{band_low:.2f}, {band_high:.2f}]"
+    if low > band_high:
+        return FASTER, f"interval {interval} above {where}"
+    if high < band_low:
+        return SLOWER, f"interval {interval} below {where}"
+    if band_low <= low and high <= band_high:
+        return EQUIVALENT, f"interval {interval} inside {where}"
+    if low <= 1.0 <= high:
+        return NOISE, f"interval {interval} includes 1.0 and reaches past {where}: undecided"
+    side = "faster" if low > 1.0 else "slower"
+    return INCONCLUSIVE, f"interval {interval} excludes 1.0 ({side}) but reaches into {where}: not a claim"
 
 
 def classify(
@@ -140,23 +194,77 @@ def classify(
     if band is None:
         reason = "no noise floor measured for this model and target (measure.noise_floor)"
         return SpeedupClaim(UNVERIFIED, reason, band)
-    if estimate.confidence + 1e-9 < confidence:
-        achieved = f"{estimate.n} pairs give {estimate.confidence:.0%} confidence"
+    if estimate.overall_confidence + 1e-9 < confidence:
+        achieved = f"{estimate.n} pairs give {estimate.overall_confidence:.0%} confidence"
         reason = f"{achieved} (< {confidence:.0%}): raise measure.pairs"
         return SpeedupClaim(UNVERIFIED, reason, band)
-    low, high = band
-    interval = f"[{estimate.low:.2f}, {estimate.high:.2f}]"
-    noise = f"noise band [{low:.2f}, {high:.2f}]"
-    if estimate.low > high:
-        return SpeedupClaim(FASTER, f"interval {interval} above the {noise}", band)
-    if estimate.high < low:
-        return SpeedupClaim(SLOWER, f"interval {interval} below the {noise}", band)
-    if estimate.low <= 1.0 <= estimate.high:
-        return SpeedupClaim(NOISE, f"interval {interval} includes 1.0 ({noise})", band)
-    side = "faster" if estimate.low > 1.0 else "slower"
-    return SpeedupClaim(
-        INCONCLUSIVE, f"interval {interval} excludes 1.0 ({side}) but reaches into the {noise}: not a claim", band
-    )
+    verdict, reason = judge_interval(estimate.low, estimate.high, band)
+    if verdict not in DECIDED and estimate.stopped:
+        reason = f"{reason} ({estimate.stopped})"
+    return SpeedupClaim(verdict, reason, band)
+
+
+def against_noise_floor(claim: SpeedupClaim, floor: SpeedupClaim | None) -> SpeedupClaim:
+    """A claim as it may be published given its model's noise floor: when identical configurations did not
+    land inside the band, the machine was too noisy for the threshold, so a faster/slower claim is unverified
+    and an equivalence only ``noise`` (the band is never widened to fit)."""
+    if floor is None or floor.verdict == EQUIVALENT or claim.verdict not in DECIDED:
+        return claim
+    why = f"the noise floor (identical configurations) was {floor.verdict}: {floor.reason}; the machine was too "
+    why += "noisy for this threshold (run on an idle machine or raise measure.min_effect)"
+    if claim.verdict == EQUIVALENT:
+        return SpeedupClaim(NOISE, f"{claim.reason}, but {why}", claim.band)
+    return SpeedupClaim(UNVERIFIED, why, claim.band)
+
+
+class SequentialPairs:
+    """Draws interleaved pairs until the comparison is decided or the budget is spent.
+
+    ``draw(index)`` runs pair ``index`` (ABBA order is the caller's) and returns ``(reference_s, variant_s)``.
+    The sampler looks at the pairs at ``look_schedule(first, most)``; each look's interval has
+    ``look_confidence``; it stops at the first decided look, after ``most`` pairs, or at the first look after
+    ``budget_s`` seconds of drawing. ``estimate()`` gives the final estimate with the stop reason.
+    """
+
+    def __init__(self, band: tuple[float, float], confidence: float, first: int, most: int, budget_s: float):
+        self.band = band
+        self.schedule = look_schedule(first, most)
+        self.per_look = look_confidence(confidence, len(self.schedule))
+        self.budget_s = budget_s
+        self.reference_s: list[float] = []
+        self.variant_s: list[float] = []
+        self.stopped = ""
+
+    def run(self, draw: Any, clock: Any = None) -> SpeedupEstimate:
+        """Draw until decided; ``clock`` (default ``time.perf_counter``) measures the budget."""
+        import time
+
+        now = clock or time.perf_counter
+        started = now()
+        for look, n in enumerate(self.schedule, 1):
+            while len(self.reference_s) < n:
+                reference, variant = draw(len(self.reference_s))
+                self.reference_s.append(reference)
+                self.variant_s.append(variant)
+            estimate = paired_speedup(self.reference_s, self.variant_s, self.per_look)
+            verdict, _ = judge_interval(estimate.low, estimate.high, self.band)
+            if verdict in DECIDED:
+                self.stopped = f"decided ({verdict}) at look {look} of {len(self.schedule)}, {n} pairs"
+                break
+            if look == len(self.schedule):
+                self.stopped = f"undecided after measure.max_pairs = {n} pairs"
+                break
+            if now() - started >= self.budget_s:
+                self.stopped = f"undecided when measure.pair_budget_s ({self.budget_s:g} s) was spent, {n} pairs"
+                break
+        return self.estimate()
+
+    def estimate(self) -> SpeedupEstimate:
+        """The estimate from the pairs drawn so far, at the per-look confidence, with the stop reason."""
+        base = paired_speedup(self.reference_s, self.variant_s, self.per_look)
+        looks = len(self.schedule)
+        return SpeedupEstimate(base.ratio, base.low, base.high, base.confidence, base.n, base.method, self.stopped,
+                               looks)  # fmt: skip
 
 
 def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
@@ -166,7 +274,7 @@ def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
         return "–"
     ratio = claim["ratio"]
     verdict = claim.get("verdict")
-    if verdict == NOISE:
+    if verdict in (NOISE, EQUIVALENT):
         return "≈1.0x"
     if verdict in (UNVERIFIED, INCONCLUSIVE):
         return f"{ratio:.{digits}f}x?"

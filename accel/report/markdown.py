@@ -7,7 +7,15 @@ from pathlib import Path
 from typing import Any
 
 from accel.measure.parity import PARITY_DEFINITION
-from accel.measure.speedup import INCONCLUSIVE, NOISE, UNVERIFIED, format_speedup, interval_coverage
+from accel.measure.speedup import (
+    EQUIVALENT,
+    INCONCLUSIVE,
+    NOISE,
+    UNVERIFIED,
+    format_speedup,
+    look_confidence,
+    look_schedule,
+)
 from accel.profile import Profile
 from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, warm_median
@@ -33,11 +41,18 @@ def _beside(r: dict[str, Any]) -> str:
     return "–" if not window else fmt(float(window["other_cores"]), 2)
 
 
+def _pairs(r: dict[str, Any]) -> str:
+    """How many interleaved pairs the speedup's comparison drew (sequential sampling stops when decided)."""
+    paired = r.get("paired") or {}
+    drawn = paired.get("pairs_drawn", len(paired.get("reference_s") or []) or None)
+    return "–" if not drawn else str(drawn)
+
+
 def _status(r: dict[str, Any]) -> str:
     status = (r["status"] if not r.get("error") else f"{r['status']}: {r['error']}") + declared_tag(r)
     flags = []
     claim = r.get("speedup_ci") or {}
-    if claim.get("verdict") in (NOISE, INCONCLUSIVE, UNVERIFIED):
+    if claim.get("verdict") in (EQUIVALENT, NOISE, INCONCLUSIVE, UNVERIFIED):
         flags.append(f"speedup {claim['verdict']}: {claim['reason']}")
     if r.get("noisy"):
         flags.append("noisy (CV above measure.max_cv)")
@@ -49,10 +64,10 @@ def _status(r: dict[str, Any]) -> str:
 def model_table(records: list[dict[str, Any]]) -> str:
     """The main markdown table of one model's cells."""
     header = (
-        "variant", "features", "warm median (ms)", "CV", "speedup", "cores busy beside", "cold (s)",
+        "variant", "features", "warm median (ms)", "CV", "speedup", "pairs", "cores busy beside", "cold (s)",
         "peak RSS (MiB)", "SSIM ↑", "PSNR (dB) ↑", "max abs diff ↓", "evidence", "status",
     )  # fmt: skip
-    align = ("left", "left", *("right",) * 9, "left", "left")
+    align = ("left", "left", *("right",) * 10, "left", "left")
     rows = []
     for r in records:
         warm = r.get("warm") or {}
@@ -62,7 +77,7 @@ def model_table(records: list[dict[str, Any]]) -> str:
         rows.append(
             (
                 r["variant"], ", ".join(sorted(feature_options(r))) or "–", _ms(warm.get("median")),
-                fmt(warm.get("cv"), 2), speedup, _beside(r), fmt(r.get("cold_s"), 2),
+                fmt(warm.get("cv"), 2), speedup, _pairs(r), _beside(r), fmt(r.get("cold_s"), 2),
                 _mib(r.get("peak_host_rss_bytes")), fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2),
                 fmt(parity.get("max_abs_diff"), 4), evidence, _status(r),
             )
@@ -107,8 +122,9 @@ def compute_table(records: list[dict[str, Any]]) -> str:
         roof = r.get("roofline") or {}
         load = r.get("memory_load") or {}
         mfu = roof.get("mfu")
-        mfu_text = percent(mfu, 2) if mfu else "–"
         check = roof.get("floor_check") or ("BELOW FLOOR" if roof.get("below_floor") else "ok" if roof else "–")
+        # A step that skips or changes work (a cached step) did not run the FLOPs the MFU counts: no MFU there.
+        mfu_text = percent(mfu, 2) if mfu and not str(check).startswith("not applicable") else "–"
         flops = roof.get("flops_per_step")
         device = (
             f"{_mib(r.get('peak_device_allocated_bytes'))} / {_mib(r.get('peak_device_reserved_bytes'))}"
@@ -142,18 +158,19 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
     if claim.get("method") != "interleaved":
         return parity + " Its speed was not timed interleaved: every speedup of this model is unverified."
     band = claim.get("band") or [None, None]
-    verdict = (
-        "identical configurations measured apart: speed claims on this model are biased, see the reasons"
-        if claim["verdict"] in ("faster", "slower")
-        else "as expected for identical configurations"
-    )
+    if claim["verdict"] == "equivalent":
+        verdict = "inside the noise threshold, as identical configurations should be: this model's claims stand"
+    else:
+        verdict = (
+            "NOT inside the noise threshold: the machine was too noisy for it, so no speed claim of this model is "
+            "published (they show as unverified)"
+        )
+    stopped = f"; {claim['stopped']}" if claim.get("stopped") else ""
     return (
-        f"{parity} Interleaved with a second copy of itself ({claim['n']} ABBA pairs): "
-        f"{fmt(claim['ratio'], 3)}x, {percent(claim['confidence'])} interval [{fmt(claim['low'], 3)}, "
-        f"{fmt(claim['high'], 3)}] "
-        f"({verdict}). A variant's speedup is claimed only when its whole interval lies outside the noise band "
-        f"[{fmt(min(band[0], claim['low']), 3)}, {fmt(max(band[1], claim['high']), 3)}]; otherwise it is shown "
-        "as ≈1.0x."
+        f"{parity} Interleaved with a second copy of itself ({claim['n']} ABBA pairs{stopped}): "
+        f"{fmt(claim['ratio'], 3)}x, interval [{fmt(claim['low'], 3)}, {fmt(claim['high'], 3)}] against the "
+        f"noise threshold [{fmt(band[0], 3)}, {fmt(band[1], 3)}] ({verdict}). A variant's speedup is claimed "
+        "only when its whole interval lies outside that band, and shown as ≈1.0x when it lies inside it."
     )
 
 
@@ -291,24 +308,21 @@ def _speedup_method(profile: Profile) -> str:
             "baseline cell's warm median / variant's, cells timed one after the other (measure.timing: "
             "sequential): drift between cells is not controlled, so every speedup is unverified (shown `1.23x?`)"
         )
+    looks = look_schedule(m.pairs, m.max_pairs)
+    per_look = look_confidence(m.confidence, len(looks))
     return (
-        f"median of {m.pairs} ratios reference / variant, each from two adjacent calls of the variant and a freshly "
+        "median of the ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
-        f"alike), with its order-statistic interval ({_coverage_words(m.pairs, m.confidence)}): "
-        "`1.82x [1.61–2.03]` when the "
-        "interval lies "
-        f"outside the noise band (the noise floor's interval, at least 1 ± {m.min_effect}), `≈1.0x` when it "
-        "includes 1.0, `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (no "
-        "noise floor, too few pairs, engine or sequential timing)"
+        f"alike), drawn until decided: {m.pairs} pairs first, then more at looks {', '.join(map(str, looks[1:]))} "
+        f"while undecided (at most {m.max_pairs} pairs or {m.pair_budget_s:g} s per cell; the `pairs` column says "
+        "how many a cell drew). Its order-statistic interval has "
+        f"{percent(per_look, 2)} confidence at each of the {len(looks)} planned looks (at least "
+        f"{percent(m.confidence)} overall, Bonferroni). Against the noise threshold ±{m.min_effect:.0%} "
+        f"([{1 / (1 + m.min_effect):.3f}, {1 + m.min_effect:.2f}]): `1.82x [1.61–2.03]` when the interval lies "
+        "outside it (faster or slower), `≈1.0x` when it lies inside it (equivalent) or, undecided, includes 1.0 "
+        "(noise), `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (the "
+        "noise floor did not land inside the band, too few pairs, engine or sequential timing)"
     )
-
-
-def _coverage_words(pairs: int, confidence: float) -> str:
-    coverage = interval_coverage(pairs, confidence)
-    if coverage < confidence:
-        short = percent(confidence)
-        return f"the widest, min to max: {percent(coverage, 1)} coverage with {pairs} pairs, short of {short}"
-    return f"the narrowest of at least {percent(confidence)} coverage: {percent(coverage, 1)} with {pairs} pairs"
 
 
 def _adherence_section(records: list[dict[str, Any]]) -> list[str]:

@@ -334,10 +334,12 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
         alone = _measure_alone(spec, target, applied, requests)
         note_phase("the stage pass")
         stages = _stage_pass(target, applied, requests)
-        verdicts = applied.verdicts()
         if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
             note_phase("the interleaved pairs with a reference")
             paired = _measure_interleaved(spec, target, applied, requests)
+        # Judged over every call that produced a number (headline, stage pass, interleaved pairs): a cache that
+        # stopped caching or a recompile during the pairs that give the speedup shows here.
+        verdicts = applied.verdicts()
         note_phase("removing the features")
     note_phase("collecting the record (parity, outputs)")
     result = _collect(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
@@ -368,17 +370,31 @@ def _warm_up(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> 
     return first_call[0]
 
 
+def headline_meters(device: str, memory_in_region: bool) -> list[Any]:
+    """The context managers around a cell's headline (timed) calls, in order: what runs beside the pipeline
+    while it is timed. Each reads counters at the region's two ends only (no thread, no sampling):
+    ``PeakMemory`` with the kernel's high-water mark (only when ``memory_in_region``: without a kernel
+    high-water mark the memory is taken in an untimed call instead) and ``ContentionMeter``.
+    ``benchmarks/harness_overhead.py`` times calls inside exactly these (it calls ``_measure_alone``)."""
+    from accel.measure.contention import ContentionMeter
+    from accel.measure.memory import PeakMemory
+
+    return [PeakMemory(device), ContentionMeter()] if memory_in_region else [ContentionMeter()]
+
+
 def _measure_alone(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]:
     """``measure.repeats`` passes over every request, the pipeline alone in its process: the headline latency
-    (no stage hooks synchronising inside the call), peak memory and the outputs."""
-    from accel.measure.contention import ContentionMeter
-    from accel.measure.memory import PeakMemory, process_pss
+    (no stage hooks synchronising inside the call, nothing sampling beside it), peak memory and the outputs."""
+    from accel.measure.memory import PeakMemory, process_pss, region_peak_available
 
     samples: list[float] = []
     passes: list[list[np.ndarray]] = []
     native_calls: list[dict[str, Any]] = []
     explicit = getattr(target, "explicit_stages", False)  # native pipelines time their own stages
-    with PeakMemory(target.device) as memory, ContentionMeter() as contention:
+    meters = headline_meters(target.device, memory_in_region=region_peak_available())
+    with contextlib.ExitStack() as stack:
+        for meter in meters:
+            stack.enter_context(meter)
         for _ in range(spec.measure.repeats):
             outputs: list[np.ndarray] = []
             for request in requests:
@@ -386,6 +402,11 @@ def _measure_alone(spec: CellSpec, target: Any, applied: Any, requests: list[Any
                 if explicit:
                     native_calls.append(target.stage_report())
             passes.append(outputs)
+    memory = next((m for m in meters if isinstance(m, PeakMemory)), None)
+    if memory is None:  # no kernel high-water mark here: a sampled, untimed call of its own gives the peak
+        with PeakMemory(target.device, sample=True) as memory:
+            _generate(target, applied, requests[0])
+    contention = next(m for m in meters if not isinstance(m, PeakMemory))
     return {
         "samples": samples,
         "passes": passes,
@@ -419,52 +440,93 @@ def _stage_pass(target: Any, applied: Any, requests: list[Any]) -> dict[str, Any
     return {"calls": calls, "outer_s": outer}
 
 
+def draw_pair(index: int, reference_call: Any, variant_call: Any) -> tuple[float, float]:
+    """Pair ``index`` of an interleaved comparison in ABBA order (reference first on even pairs): each call
+    appends its seconds to the list it is given. Returns (reference seconds, variant seconds)."""
+    reference_s: list[float] = []
+    variant_s: list[float] = []
+    if index % 2 == 0:
+        reference_call(reference_s)
+    variant_call(variant_s)
+    if index % 2 == 1:
+        reference_call(reference_s)
+    return reference_s[0], variant_s[0]
+
+
+def run_reference(reference: Target, applied: Any, request: Any, sink: list[float] | None) -> list[np.ndarray]:
+    """One call of the unaccelerated reference, with the variant's process-global state paused around it;
+    with ``sink``, the call is timed into it."""
+    from accel.measure.timing import timed
+
+    with applied.global_state_paused():
+        if sink is None:
+            return reference.generate(request)
+        with timed(reference.device, sink):
+            return reference.generate(request)
+
+
+def pair_drawer(target: Any, reference: Any, applied: Any, requests: list[Any]) -> Any:
+    """``draw(index)`` for ``SequentialPairs``: pair ``index`` of the reference and the variant on the
+    ``index``-th request (cycling), in ABBA order. ``benchmarks/harness_overhead.py`` times these very calls."""
+
+    def draw(index: int) -> tuple[float, float]:
+        request = requests[index % len(requests)]
+        return draw_pair(
+            index,
+            lambda sink: run_reference(reference, applied, request, sink),
+            lambda sink: _generate(target, applied, request, sink),
+        )
+
+    return draw
+
+
+def interleaved_meters() -> list[Any]:
+    """The context managers around the interleaved pairs (read at the two ends only): ``ContentionMeter``."""
+    from accel.measure.contention import ContentionMeter
+
+    return [ContentionMeter()]
+
+
 def _measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]:
     """The variant's speedup measured side by side with a freshly loaded, unaccelerated reference pipeline in
-    this process: ``measure.pairs`` pairs of calls in ABBA order (reference first on even pairs), so drift and
-    background load hit both alike. The variant's calls keep their evidence windows (a cache resets its
-    per-call state in ``begin_run``: without it TeaCache computed every step); features that set
-    process-global state pause it around reference calls."""
+    this process: pairs of calls in ABBA order (``draw_pair``), so drift and background load hit both alike,
+    drawn until the comparison is decided against the noise threshold or its budget is spent
+    (``accel.measure.speedup.SequentialPairs``: ``measure.pairs`` first, at most ``measure.max_pairs``, within
+    ``measure.pair_budget_s``). The variant's calls keep their evidence windows (a cache resets its per-call
+    state in ``begin_run``: without it TeaCache computed every step); features that set process-global state
+    pause it around reference calls."""
     import gc
 
-    from accel.measure.contention import ContentionMeter
+    from accel.measure.speedup import SequentialPairs, noise_band
     from accel.measure.timing import timed
     from accel.targets.native import make_target
 
     reference = make_target(spec.model)
     load: list[float] = []
-
-    def run_reference(request: Any, sink: list[float] | None) -> list[np.ndarray]:
-        with applied.global_state_paused():
-            if sink is None:
-                return reference.generate(request)
-            with timed(target.device, sink):
-                return reference.generate(request)
-
     # The reference's load and warm-up see no accelerated global state either.
     with applied.global_state_paused(), timed(target.device, load):
         reference.load({})
-    reference_output = run_reference(requests[0], None)[0]
+    reference_output = run_reference(reference, applied, requests[0], None)[0]
     for _ in range(spec.measure.warmup):
-        run_reference(requests[0], None)
-    reference_s: list[float] = []
-    variant_s: list[float] = []
-    with ContentionMeter() as contention:
-        for index in range(spec.measure.pairs):
-            request = requests[index % len(requests)]
-            if index % 2 == 0:
-                run_reference(request, reference_s)
-            _generate(target, applied, request, variant_s)
-            if index % 2 == 1:
-                run_reference(request, reference_s)
+        run_reference(reference, applied, requests[0], None)
+    measure = spec.measure
+    sampler = SequentialPairs(
+        noise_band(measure.min_effect), measure.confidence, measure.pairs, measure.max_pairs, measure.pair_budget_s
+    )
+    meters = interleaved_meters()
+    with contextlib.ExitStack() as stack:
+        for meter in meters:
+            stack.enter_context(meter)
+        estimate = sampler.run(pair_drawer(target, reference, applied, requests))
     reference.pipeline = None  # free the reference's weights before the cell returns
     gc.collect()
     return {
-        "reference_s": reference_s,
-        "variant_s": variant_s,
+        "reference_s": sampler.reference_s,
+        "variant_s": sampler.variant_s,
+        "estimate": estimate,
         "reference_load_s": load[0],
         "reference_output": reference_output,
-        "contention": contention.result,
+        "contention": meters[0].result,
     }
 
 
@@ -482,7 +544,6 @@ def _collect(
     from accel.env import recorded_cpu_peak
     from accel.measure.contention import execution_context
     from accel.measure.flops import device_peak
-    from accel.measure.speedup import paired_speedup
     from accel.measure.timing import summarize
 
     samples = alone["samples"]
@@ -517,6 +578,7 @@ def _collect(
         "peak_host_rss_bytes": memory.host_rss_peak,
         "peak_device_allocated_bytes": memory.device_allocated_peak,
         "peak_device_reserved_bytes": memory.device_reserved_peak,
+        "memory_method": memory.method,
         "host_pss_bytes": alone["pss"],
         "modality": "video" if passes[-1][0].shape[0] > 1 else "image",
         "outputs_stable": all(np.array_equal(a, b) for a, b in zip(passes[0], passes[-1], strict=True)),
@@ -525,13 +587,15 @@ def _collect(
     }
     arrays = dict(zip(sample_keys(spec.workload), passes[-1], strict=True))
     if paired is not None:
-        estimate = paired_speedup(paired["reference_s"], paired["variant_s"], spec.measure.confidence)
+        estimate = paired["estimate"]
         timing["interleaved"] = paired["contention"].to_dict()
         result["paired"] = {
             "reference_s": paired["reference_s"],
             "variant_s": paired["variant_s"],
             "order": "ABBA",
             "reference_load_s": paired["reference_load_s"],
+            "pairs_drawn": estimate.n,
+            "stopped": estimate.stopped,
             "estimate": estimate.to_dict(),
         }
         arrays[REFERENCE_OUTPUT_KEY] = paired["reference_output"]

@@ -187,11 +187,19 @@ def attach_speedup(
 ) -> None:
     """The speedup with its interval, and what it may be published as (``speedup_ci``; ``speedup`` = its ratio).
 
-    Interleaved cells carry their own paired timings; others (engines, ``measure.timing: sequential``) are
-    compared with the baseline cell's samples and stay unverified. A variant is verified against the noise band
-    its model's noise-floor cell measured; the noise-floor cell itself against ``1 ± min_effect`` only.
+    Interleaved cells carry their own paired timings (drawn until decided: ``accel.measure.speedup``); others
+    (engines, ``measure.timing: sequential``) are compared with the baseline cell's samples and stay unverified.
+    Every interval is judged against the same noise threshold (``1 ± measure.min_effect``); a variant's claim
+    stands only when its model's noise-floor cell landed inside that band (never widened to fit).
     """
-    from accel.measure.speedup import SpeedupEstimate, classify, noise_band, sequential_speedup
+    from accel.measure.speedup import (
+        SpeedupClaim,
+        SpeedupEstimate,
+        against_noise_floor,
+        classify,
+        noise_band,
+        sequential_speedup,
+    )
 
     if record["variant"] == BASELINE or record.get("warm") is None or not baseline or baseline.get("warm") is None:
         return
@@ -201,15 +209,18 @@ def attach_speedup(
     else:
         estimate = sequential_speedup(baseline["warm_samples"], record["warm_samples"], measure.confidence)
     why_unverified = (_reference_problem(record, run_dir, keys) if paired else None) or shared_reason(record)
-    if record["variant"] == NOISE_FLOOR:
-        band: tuple[float, float] | None = noise_band(None, measure.min_effect)
-    else:
-        floor: Any = (noise_floor or {}).get("paired")
-        floor_usable = floor and not ((noise_floor or {}).get("speedup_ci") or {}).get("reference_problem")
-        band = noise_band(SpeedupEstimate(**floor["estimate"]), measure.min_effect) if floor_usable else None
+    band: tuple[float, float] | None = noise_band(measure.min_effect)
+    floor_claim: SpeedupClaim | None = None
+    if record["variant"] != NOISE_FLOOR:
+        floor_ci = (noise_floor or {}).get("speedup_ci") or {}
+        floor_usable = (noise_floor or {}).get("paired") and floor_ci and not floor_ci.get("reference_problem")
+        if not floor_usable:
+            band = None
+        else:
+            floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci["reason"], band)
         if floor_usable and shared_reason(noise_floor):  # its band is contaminated: no claim against it
             why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
-    claim = classify(estimate, band, measure.confidence, why_unverified)
+    claim = against_noise_floor(classify(estimate, band, measure.confidence, why_unverified), floor_claim)
     record["speedup"] = estimate.ratio
     record["speedup_ci"] = {
         **estimate.to_dict(),
