@@ -9,9 +9,10 @@
 - ``cli.md``: every ``omni-accel`` command and flag, from typer's command tree;
 - ``api.md``: mkdocstrings directives for ``apply`` and every feature's config class (rendered at build time
   from the docstrings);
-- ``modules.md``: the module map, from each module's docstring.
+- ``modules.md``: the module map, from each module's docstring;
 
-``python -m accel.docs_gen`` (``make docs-reference``) rewrites them; ``--check`` writes nothing and exits 1
+and the table blocks of ``docs/tables.md``, from the committed quickstart run (as ``omni-accel table --inject``).
+``python -m accel.docs_gen`` (``make docs-reference``) rewrites them all; ``--check`` writes nothing and exits 1
 naming the stale pages (``make test`` runs it, and ``tests/test_docs_gen.py`` checks the same), so a profile
 key or a feature option added without regenerating fails until the pages are regenerated.
 """
@@ -547,6 +548,27 @@ PAGES: dict[str, Callable[[], str]] = {
 }
 
 
+# Manual pages with ``omni-accel table`` blocks (``<!-- omni-accel:begin NAME -->``), and the committed run whose
+# tables fill them.
+INJECTED: tuple[tuple[str, str], ...] = (("docs/tables.md", "reports/quickstart"),)
+
+
+def injected_tables(write: bool) -> list[str]:
+    """Fill the table blocks of the ``INJECTED`` pages (or, without ``write``, only find the stale ones, as
+    ``omni-accel table --check`` does); returns ``page: block`` for each stale or rewritten block."""
+    from accel.gate import load_gate_data
+    from accel.report.inject import inject_file
+    from accel.report.tables import render_tables
+    from accel.results import load_results
+
+    data = load_gate_data()
+    stale = []
+    for page, run in INJECTED:
+        tables = render_tables(load_results(ROOT / run).records, data)
+        stale += [f"{page}: {name}" for name in inject_file(ROOT / page, tables, check=not write)]
+    return stale
+
+
 def generate() -> dict[str, str]:
     """Each reference page's file name -> its fresh content (ending in one newline)."""
     return {name: page().rstrip("\n") + "\n" for name, page in PAGES.items()}
@@ -582,11 +604,18 @@ def main(argv: list[str] | None = None) -> int:
         stale = stale_pages(args.out)
         if stale:
             print(f"error: {stale_message(stale, args.out)}", file=sys.stderr)
-            return 1
-        return 0
+        blocks = injected_tables(write=False) if args.out == REFERENCE_DIR else []
+        if blocks:
+            print(
+                f"error: stale table block(s): {', '.join(blocks)}; regenerate them with '{REGENERATE}'",
+                file=sys.stderr,
+            )
+        return 1 if stale or blocks else 0
     args.out.mkdir(parents=True, exist_ok=True)
     for name, text in generate().items():
         (args.out / name).write_text(text)
+    if args.out == REFERENCE_DIR:
+        injected_tables(write=True)
     return 0
 
 
