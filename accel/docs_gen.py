@@ -569,9 +569,13 @@ def injected_tables(write: bool) -> list[str]:
     return stale
 
 
-def generate() -> dict[str, str]:
-    """Each reference page's file name -> its fresh content (ending in one newline)."""
-    return {name: page().rstrip("\n") + "\n" for name, page in PAGES.items()}
+def generate(plugins: bool = False) -> dict[str, str]:
+    """Each reference page's file name -> its fresh content (ending in one newline); with ``plugins``,
+    ``features.md`` also lists the installed entry-point features."""
+    pages = dict(PAGES)
+    if plugins:
+        pages["features.md"] = lambda: features_page(plugins=True)
+    return {name: page().rstrip("\n") + "\n" for name, page in pages.items()}
 
 
 def stale_pages(directory: Path = REFERENCE_DIR) -> list[str]:
@@ -598,8 +602,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REFERENCE_DIR, help="where the pages go (default: docs/reference)")
     parser.add_argument("--plugins", action="store_true", help="features.md also lists installed plugin features")
     args = parser.parse_args(argv)
-    if args.plugins:
-        PAGES["features.md"] = lambda: features_page(plugins=True)
     if args.check:
         stale = stale_pages(args.out)
         if stale:
@@ -612,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return 1 if stale or blocks else 0
     args.out.mkdir(parents=True, exist_ok=True)
-    for name, text in generate().items():
+    for name, text in generate(plugins=args.plugins).items():
         (args.out / name).write_text(text)
     if args.out == REFERENCE_DIR:
         injected_tables(write=True)
