@@ -1,12 +1,13 @@
 # Two entry points, each doing its own setup in .venv (created and installed on first use, and again
 # whenever pyproject.toml changes):
 #   make sweep   run omni-accel sweep on the embedded default profile (profiles/quickstart.yaml)
-#   make test    ruff (lint + format check), mypy (strict, on accel/) and the test suite
+#   make test    ruff (lint + format check), mypy (strict, on accel/), the generated manual pages' staleness
+#                check, the manual's strict build and the test suite
 PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: sweep test setup clean report report-engines gpu-check gpu-wheels roofline
+.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline
 
 setup: $(STAMP)
 
@@ -24,10 +25,21 @@ test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy accel
+	$(VENV)/bin/python -m accel.docs_gen --check
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
 	$(VENV)/bin/python -m pytest -q
 
+# The manual (mkdocs.yml, pages under docs/) into site/ (ignored); offline, strict: a dead link, a missing
+# anchor or a page left out of the nav fails.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
+# Regenerate docs/reference/ (profile keys, features, results record, CLI, Python API, module map) from the code.
+docs-reference: $(STAMP)
+	$(VENV)/bin/python -m accel.docs_gen
+
 clean:
-	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) runs site .pytest_cache .ruff_cache .mypy_cache
 
 # Regenerate reports/quickstart (the default CPU profile's report, committed) and gate it.
 report: $(STAMP)

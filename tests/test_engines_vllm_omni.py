@@ -1,7 +1,7 @@
 """vLLM-Omni as a target, end to end on the CPU: its environment is built when missing (a few minutes,
 about 4 GB, from PyPI), then a reduced engines profile runs and is checked against the library.
 
-Each finding the README states about vLLM-Omni is asserted here from what vLLM-Omni itself printed or
+Each finding the manual (docs/engines.md) states about vLLM-Omni is asserted here from what vLLM-Omni itself printed or
 produced during the run (its error messages, its log lines, its images), never from the mapping's wording."""
 
 from __future__ import annotations

@@ -95,7 +95,7 @@ def test_aggregate_keeps_worst_case():
 def test_the_pinned_ssim_states_its_covariance_convention():
     """Population covariance (N), not scikit-image's default sample covariance (N - 1): on this pair the
     two conventions differ by more than the tolerance the scikit-image check uses, so the definition must
-    say which one it pins, in the code, the README and every report."""
+    say which one it pins, in the code, the manual (docs/measuring.md) and every report."""
     from pathlib import Path
 
     from accel.measure import parity
@@ -107,6 +107,6 @@ def test_the_pinned_ssim_states_its_covariance_convention():
     assert abs(ours - _skimage_ssim(a, b)) < 1e-3 and abs(ours - sample) > 1e-3
     assert "population covariance (as scikit-image with use_sample_covariance=False" in parity.PARITY_DEFINITION
     assert "use_sample_covariance=False" in parity.__doc__
-    readme = (Path(__file__).parent.parent / "README.md").read_text()
-    definition = readme.split("### Parity definition")[1].split("\n## ")[0]
+    manual = (Path(__file__).parent.parent / "docs" / "measuring.md").read_text()
+    definition = manual.split("## Parity definition")[1].split("\n## ")[0]
     assert "population" in definition and "use_sample_covariance=False" in definition

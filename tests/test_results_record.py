@@ -1,6 +1,6 @@
 """The cell record has one declared shape (``accel.results.CellRecord``): every key a sweep writes is declared
-with its section, type and description; every line carries its schema version; the README's table of keys
-is generated from the declaration and never stale."""
+with its section, type and description; every line carries its schema version; the manual's table of keys
+(docs/reference/results-record.md) is generated from the declaration and never stale."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from accel.results import (
     CellRecord,
     ResultsLog,
     load_results,
-    readme_with_record_fields,
     record_fields,
+    record_fields_markdown,
     record_version,
 )
 
@@ -26,10 +26,10 @@ ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ["identity", "timing", "memory", "stages", "parity", "roofline", "evidence", "errors"]
 
 
-def test_the_readme_table_of_record_keys_is_current():
-    readme = (ROOT / "README.md").read_text()
-    assert readme == readme_with_record_fields(readme), (
-        "README.md's results-record block is stale: regenerate it with 'python -m accel.results --write-readme'"
+def test_the_manual_table_of_record_keys_is_current():
+    page = (ROOT / "docs" / "reference" / "results-record.md").read_text()
+    assert record_fields_markdown() in page, (
+        "docs/reference/results-record.md is stale: regenerate it with 'python -m accel.docs_gen (make docs-reference)'"
     )
 
 

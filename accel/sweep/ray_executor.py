@@ -121,7 +121,7 @@ class RaySubmitter:
                 raise UnavailableError(
                     f"--ray-address {address}: cannot join the Ray cluster: {type(error).__name__}: {first} "
                     "(with token authentication every process needs RAY_AUTH_MODE=token and the cluster's "
-                    "RAY_AUTH_TOKEN; see README, Running on a Ray cluster)"
+                    "RAY_AUTH_TOKEN; see the manual, docs/ray.md: Running on a Ray cluster)"
                 ) from None
         self.ray = ray
         self.timeout_s = timeout_s
