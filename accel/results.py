@@ -67,7 +67,11 @@ class Timing(TypedDict, total=False):
     cold_s: Annotated[float, "load_s + first_call_s; engines: process start to the first image"]
     process_wall_s: Annotated[float, "engine cells: the engine process's wall time"]
     cell_wall_s: Annotated[float, "seconds the whole cell took in its worker"]
-    warm: Annotated[dict[str, float], "summary of the warm calls: median, mean, min, max, p90, cv, n"]
+    warm: Annotated[
+        dict[str, float],
+        "summary of the warm calls, timed alone (nothing hooked or sampling beside them): median, mean, min, max, "
+        "p90, cv, n",
+    ]
     warm_samples: Annotated[list[float], "seconds of each warm call, in order"]
     noisy: Annotated[bool, "the warm calls' cv is above measure.max_cv"]
     paired: Annotated[
@@ -83,7 +87,7 @@ class Timing(TypedDict, total=False):
 class Memory(TypedDict, total=False):
     """Peak memory while loading and while timed."""
 
-    peak_host_rss_bytes: Annotated[int, "peak host resident memory during the timed calls"]
+    peak_host_rss_bytes: Annotated[int, "peak host resident memory during the timed calls (see memory_method)"]
     memory_method: Annotated[
         str,
         "how the host peak was measured: the kernel's high-water mark around the timed calls (nothing sampled "

@@ -40,14 +40,14 @@ def _burn(stop: multiprocessing.synchronize.Event, seed: int) -> None:
         stop.wait(rng.uniform(0.0, 2.0))
 
 
-def _profile(model: str, variants: int, steps: int, pairs: int) -> dict:
+def _profile(model: str, variants: int, steps: int, pairs: int, max_pairs: int) -> dict:
     return {
         "name": "false-claims",
         "description": "Identical variants: every published speedup or slowdown is false.",
         "models": [{"name": model, "source": model}],
         "workload": {"prompts": ["a red fox in the snow"], "seeds": [0, 1], "steps": steps, "height": 64, "width": 64},
         "variants": [{"name": f"same-{i + 1}", "features": {}} for i in range(variants)],
-        "measure": {"warmup": 1, "repeats": 2, "pairs": pairs, "executor": "process"},
+        "measure": {"warmup": 1, "repeats": 2, "pairs": pairs, "max_pairs": max_pairs, "executor": "process"},
     }
 
 
@@ -57,19 +57,21 @@ def main() -> int:
     parser.add_argument("--variants", type=int, default=4, help="identical variants per sweep")
     parser.add_argument("--repeats", type=int, default=3, help="sweeps")
     parser.add_argument("--steps", type=int, default=4)
-    parser.add_argument("--pairs", type=int, default=10, help="measure.pairs")
+    parser.add_argument("--pairs", type=int, default=10, help="measure.pairs (before the first look)")
+    parser.add_argument("--max-pairs", type=int, default=60, help="measure.max_pairs (sequential sampling)")
     parser.add_argument("--load-cores", type=int, default=1, help="CPU load generator processes (0: none)")
     parser.add_argument("--out", default="runs/false-claims")
     args = parser.parse_args()
 
     import yaml
 
+    from accel.measure.speedup import format_speedup
     from accel.profile import parse_profile
     from accel.sweep.preload import quiet_libraries
     from accel.sweep.runner import run_sweep
 
     quiet_libraries()
-    raw = _profile(args.model, args.variants, args.steps, args.pairs)
+    raw = _profile(args.model, args.variants, args.steps, args.pairs, args.max_pairs)
     out = Path(args.out)
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
@@ -84,7 +86,7 @@ def main() -> int:
         f"{args.model}: {args.variants} identical variants x {args.repeats} sweeps, {args.load_cores} load "
         f"generator(s) beside, {os.cpu_count()} CPUs, host load average {os.getloadavg()[0]:.1f}"
     )
-    claims = naive_claims = total = 0
+    claims = naive_claims = total = shown_same = 0
     try:
         for repeat in range(args.repeats):
             result = run_sweep(parse_profile(raw), "false-claims", out / f"run-{repeat + 1}", show_progress=False)
@@ -100,11 +102,15 @@ def main() -> int:
                 naive_wrong = not (1 / (1 + min_effect) <= naive <= 1 + min_effect)
                 claims += wrong
                 naive_claims += naive_wrong
+                shown = format_speedup(claim)
+                shown_same += shown == "≈1.0x"
+                drawn = (record.get("paired") or {}).get("pairs_drawn")
                 beside = record["timing"].get("interleaved", {}).get("other_cores", float("nan"))
                 print(
                     f"  sweep {repeat + 1} {record['variant']}: {claim.get('ratio', float('nan')):.3f}x "
                     f"[{claim.get('low', float('nan')):.3f}, {claim.get('high', float('nan')):.3f}] -> "
-                    f"{claim.get('verdict')}{'  FALSE CLAIM' if wrong else ''}; cell-against-cell {naive:.3f}x"
+                    f"{claim.get('verdict')} (shown {shown}, {drawn} pairs){'  FALSE CLAIM' if wrong else ''}; "
+                    f"cell-against-cell {naive:.3f}x"
                     f"{' (would be claimed)' if naive_wrong else ''}; {beside:.2f} cores busy beside"
                 )
     finally:
@@ -112,6 +118,7 @@ def main() -> int:
         for burner in burners:
             burner.join(timeout=5)
     print(f"false claims (interleaved, noise band): {claims} / {total} ({claims / max(total, 1):.1%})")
+    print(f"shown as ≈1.0x: {shown_same} / {total}")
     share = naive_claims / max(total, 1)
     print(f"cell-against-cell ratios outside 1 ± {min_effect}: {naive_claims} / {total} ({share:.1%})")
     return 0 if claims == 0 else 1

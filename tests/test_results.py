@@ -62,7 +62,8 @@ BAD_LINES = {
     "recorded-twice": (_lines([GOOD[0]])[0], r":2: cell flux/baseline recorded twice \(first at line 1\)"),
     "speedup-without-verdict": (
         json.dumps({**GOOD[1], "speedup_ci": {"ratio": 1.3, "low": 1.1, "high": 1.5}}).encode() + b"\n",
-        r":2: speedup_ci.verdict should be one of faster, slower, noise, inconclusive, unverified, got None",
+        r":2: speedup_ci.verdict should be one of faster, slower, equivalent, noise, inconclusive, unverified, "
+        r"got None",
     ),
     "speedup-not-a-number": (
         json.dumps({**GOOD[1], "speedup_ci": {"ratio": "x", "low": 1, "high": 2}}).encode() + b"\n",

@@ -17,12 +17,14 @@ from accel.measure.speedup import (
     SpeedupEstimate,
     against_noise_floor,
     classify,
+    fewest_pairs,
     format_speedup,
     look_confidence,
     look_schedule,
     median_interval,
     noise_band,
     paired_speedup,
+    planned_looks,
     sequential_speedup,
 )
 
@@ -107,6 +109,18 @@ def test_the_look_schedule_grows_by_half_and_ends_at_the_most():
     assert look_schedule(10, 10) == [10]
     assert look_schedule(1, 3) == [1, 2, 3]
     assert look_confidence(0.95, 5) == pytest.approx(0.99)
+
+
+def test_looks_too_early_to_decide_are_dropped_before_the_confidence_is_split():
+    # Six looks from 6 pairs would need 99.17% each, which 6 ratios cannot reach (min..max covers 96.9%): the
+    # first look goes, and the five left need 99% each, which 9 pairs reach.
+    assert planned_looks(6, 40, 0.95) == ([9, 14, 21, 32, 40], pytest.approx(0.99))
+    assert planned_looks(6, 6, 0.95) == ([6], pytest.approx(0.95))
+    assert fewest_pairs(0.95) == 6 and fewest_pairs(0.99) == 8
+    sampler = SequentialPairs(noise_band(0.05), 0.95, 6, 40, budget_s=1e9)
+    estimate = sampler.run(_draws([0.2] * 40))
+    assert estimate.n == 9 and estimate.overall_confidence >= 0.95  # a decision it can publish
+    assert classify(estimate, noise_band(0.05), 0.95).verdict == SLOWER
 
 
 def _draws(ratios):

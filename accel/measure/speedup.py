@@ -151,6 +151,24 @@ def look_confidence(confidence: float, looks: int) -> float:
     return 1 - (1 - confidence) / max(1, looks)
 
 
+def fewest_pairs(confidence: float) -> int:
+    """The fewest ratios whose widest interval (min to max, coverage ``1 - 2 / 2**n``) reaches ``confidence``."""
+    return max(1, math.ceil(math.log2(2 / (1 - confidence)) - 1e-12))
+
+
+def planned_looks(first: int, most: int, confidence: float) -> tuple[list[int], float]:
+    """The looks a sequential comparison takes and each look's confidence: ``look_schedule(first, most)``
+    without the looks too early for any interval to reach the per-look confidence (they could never decide;
+    dropping them only raises the confidence the others need less). With ``most`` too small for even one
+    decisive look, the schedule is ``[most]`` (its verdict is then unverified for too few pairs)."""
+    schedule = look_schedule(first, most)
+    per_look = look_confidence(confidence, len(schedule))
+    useful = [n for n in schedule if n >= fewest_pairs(per_look)]
+    if not useful:
+        return [most], look_confidence(confidence, 1)
+    return useful, look_confidence(confidence, len(useful))
+
+
 @dataclass(frozen=True)
 class SpeedupClaim:
     """What a speedup may be published as: ``faster``/``slower``/``equivalent`` (a claim), ``noise``,
@@ -221,15 +239,14 @@ class SequentialPairs:
     """Draws interleaved pairs until the comparison is decided or the budget is spent.
 
     ``draw(index)`` runs pair ``index`` (ABBA order is the caller's) and returns ``(reference_s, variant_s)``.
-    The sampler looks at the pairs at ``look_schedule(first, most)``; each look's interval has
-    ``look_confidence``; it stops at the first decided look, after ``most`` pairs, or at the first look after
+    The sampler looks at the pairs at ``planned_looks(first, most, confidence)``, each look's interval with
+    that look confidence; it stops at the first decided look, after ``most`` pairs, or at the first look after
     ``budget_s`` seconds of drawing. ``estimate()`` gives the final estimate with the stop reason.
     """
 
     def __init__(self, band: tuple[float, float], confidence: float, first: int, most: int, budget_s: float):
         self.band = band
-        self.schedule = look_schedule(first, most)
-        self.per_look = look_confidence(confidence, len(self.schedule))
+        self.schedule, self.per_look = planned_looks(first, most, confidence)
         self.budget_s = budget_s
         self.reference_s: list[float] = []
         self.variant_s: list[float] = []

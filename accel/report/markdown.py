@@ -13,8 +13,7 @@ from accel.measure.speedup import (
     NOISE,
     UNVERIFIED,
     format_speedup,
-    look_confidence,
-    look_schedule,
+    planned_looks,
 )
 from accel.profile import Profile
 from accel.report.format import fmt, percent, table_lines
@@ -308,12 +307,11 @@ def _speedup_method(profile: Profile) -> str:
             "baseline cell's warm median / variant's, cells timed one after the other (measure.timing: "
             "sequential): drift between cells is not controlled, so every speedup is unverified (shown `1.23x?`)"
         )
-    looks = look_schedule(m.pairs, m.max_pairs)
-    per_look = look_confidence(m.confidence, len(looks))
+    looks, per_look = planned_looks(m.pairs, m.max_pairs, m.confidence)
     return (
         "median of the ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
-        f"alike), drawn until decided: {m.pairs} pairs first, then more at looks {', '.join(map(str, looks[1:]))} "
+        f"alike), drawn until decided: {looks[0]} pairs first, then more at looks {', '.join(map(str, looks[1:]))} "
         f"while undecided (at most {m.max_pairs} pairs or {m.pair_budget_s:g} s per cell; the `pairs` column says "
         "how many a cell drew). Its order-statistic interval has "
         f"{percent(per_look, 2)} confidence at each of the {len(looks)} planned looks (at least "

@@ -224,6 +224,7 @@ def attach_speedup(
     record["speedup"] = estimate.ratio
     record["speedup_ci"] = {
         **estimate.to_dict(),
+        "overall_confidence": estimate.overall_confidence,
         "verdict": claim.verdict,
         "reason": claim.reason,
         "band": list(claim.band) if claim.band else None,
