@@ -209,4 +209,7 @@ def test_gate_summary_publishes_the_same_claims(drifting_run):
     assert verdict in ("equivalent", "noise", "inconclusive")
     assert f"| {verdict} |" in same and ("x? |" if verdict == "inconclusive" else "≈1.0x") in same
     assert "| faster |" not in same and "| slower |" not in same
-    assert "| slower |" in slow and "[" in slow
+    if drifting_run["noise-floor"]["speedup_ci"]["verdict"] == "equivalent":
+        assert "| slower |" in slow and "[" in slow
+    else:  # the machine was too noisy for the threshold (see test_really_slower_variant_is_claimed_slower)
+        assert "| unverified |" in slow and "too noisy for this threshold" in slow
