@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: sweep test setup clean report report-engines gpu-check gpu-wheels roofline
+.PHONY: sweep test setup clean report report-engines gpu-check gpu-wheels roofline coverage
 
 setup: $(STAMP)
 
@@ -35,6 +35,14 @@ report: $(STAMP)
 	$(VENV)/bin/omni-accel sweep --out reports/quickstart
 	# The ladders are meant to break at their aggressive end: the gate's verdicts are committed in gate.md.
 	-$(VENV)/bin/omni-accel gate reports/quickstart
+
+# Regenerate reports/coverage: every zoo pipeline family x every feature family (profiles/coverage.yaml),
+# support and parity only (sequential timing, one repeat, no noise floor); the gate's verdicts go to gate.md.
+coverage: $(STAMP)
+	rm -rf reports/coverage
+	$(VENV)/bin/omni-accel sweep profiles/coverage.yaml --out reports/coverage
+	-$(VENV)/bin/omni-accel gate reports/coverage
+	$(VENV)/bin/omni-accel table reports/coverage > reports/coverage/tables.md
 
 # Regenerate reports/engines-flux (library vs adapter vs native vs vLLM-Omni; builds vLLM-Omni's
 # environment first when missing: a few minutes, ~4.4 GB).

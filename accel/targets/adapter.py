@@ -271,7 +271,9 @@ def normalise_output(output: Any) -> list[np.ndarray]:
     data = getattr(output, "frames", None)
     is_video = data is not None
     if data is None:
-        data = getattr(output, "images", output)
+        data = getattr(output, "images", None)
+    if data is None:  # Kandinsky 5's KandinskyImagePipelineOutput names it ``image``
+        data = getattr(output, "image", output)
     if isinstance(data, torch.Tensor):
         data = data.detach().float().cpu().numpy()
     if isinstance(data, list) and data and isinstance(data[0], Image.Image):

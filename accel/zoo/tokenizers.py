@@ -130,3 +130,34 @@ def glm_tokenizer() -> Qwen2Tokenizer:
         add_bos_token=True,
         unk_token=None,  # type: ignore[arg-type]  # as qwen2_tokenizer
     )
+
+
+# Qwen2-VL's vision tokens, at the ids the zoo's Qwen2.5-VL configs name (vision_start_token_id 290 ...).
+QWEN_VL_TOKENS = {
+    "<|vision_start|>": 290,
+    "<|vision_end|>": 291,
+    "<|vision_pad|>": 292,
+    "<|image_pad|>": 293,
+    "<|video_pad|>": 294,
+}
+
+
+def qwen_vl_tokenizer() -> Qwen2Tokenizer:
+    """``qwen2_tokenizer`` with Qwen2-VL's vision tokens (a processor expands ``<|image_pad|>`` to the
+    image's patch tokens), ids 259-289 left as unused fillers, and the ChatML template."""
+    vocab = qwen2_tokenizer().get_vocab()
+    for filler in range(len(vocab), min(QWEN_VL_TOKENS.values())):
+        vocab[f"<|extra_{filler}|>"] = filler
+    vocab.update(QWEN_VL_TOKENS)
+    tokenizer = Qwen2Tokenizer(
+        vocab=vocab,
+        merges=[],
+        model_max_length=1024,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        unk_token=None,  # type: ignore[arg-type]  # as qwen2_tokenizer
+        extra_special_tokens={"image_token": "<|image_pad|>", "video_token": "<|video_pad|>"},
+    )
+    tokenizer.add_special_tokens({"additional_special_tokens": [*QWEN_SPECIAL_TOKENS[1:], *QWEN_VL_TOKENS]})
+    tokenizer.chat_template = CHATML_TEMPLATE
+    return tokenizer

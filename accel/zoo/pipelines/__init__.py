@@ -8,10 +8,16 @@ turns both into entries, so every family is a ``source:`` name like ``tiny-sd15`
 
 from __future__ import annotations
 
-from accel.zoo.pipelines import image_clip_t5, image_llm, video_t5
+from accel.zoo.pipelines import image_clip_t5, image_llm, image_vl, video_llm, video_t5
 from accel.zoo.pipelines.base import INPUTS, Family, check_available, input_image, missing_classes
 
-FAMILIES: tuple[Family, ...] = (*image_clip_t5.FAMILIES, *image_llm.FAMILIES, *video_t5.FAMILIES)
+FAMILIES: tuple[Family, ...] = (
+    *image_clip_t5.FAMILIES,
+    *image_llm.FAMILIES,
+    *image_vl.FAMILIES,
+    *video_t5.FAMILIES,
+    *video_llm.FAMILIES,
+)
 
 # The family of each zoo entry built before this package (accel/zoo/families.py).
 CORE_FAMILIES: dict[str, str] = {

@@ -10,6 +10,7 @@ family *unavailable in this environment*, naming the missing class, while the ot
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,7 +35,8 @@ class Family:
     source: str  # where the config numbers come from
     config: dict[str, Any]
     builder: Callable[[dict[str, Any]], dict[str, Any]]
-    requires: tuple[str, ...]  # "diffusers.X" / "transformers.X": every class the builder instantiates
+    # "diffusers.X" / "transformers.X": every class the builder instantiates; a bare name: a package it needs
+    requires: tuple[str, ...]
     call_kwargs: dict[str, Any] = field(default_factory=dict)
     inputs: tuple[str, ...] = ("prompt",)
     # Attributes set on the loaded pipeline: what a pipeline hard-codes instead of reading a config.
@@ -42,16 +44,14 @@ class Family:
 
 
 def missing_classes(requires: tuple[str, ...]) -> list[str]:
-    """The ``package.Class`` names of ``requires`` that this environment lacks."""
+    """The ``package.Class`` names (or bare package names) of ``requires`` that this environment lacks."""
     missing = []
     for dotted in requires:
         package, _, name = dotted.partition(".")
-        try:
-            module = importlib.import_module(package)
-        except ImportError:
-            missing.append(dotted)
+        if importlib.util.find_spec(package) is None:
+            missing.append(f"package {package}" if not name else dotted)
             continue
-        if not hasattr(module, name):
+        if name and not hasattr(importlib.import_module(package), name):
             missing.append(dotted)
     return missing
 
