@@ -116,6 +116,54 @@ QWEN_IMAGE_EDIT_CONFIG: dict[str, Any] = {
 }
 
 
+# ---- HunyuanImage 2.1 ----
+HUNYUAN_IMAGE_CONFIG: dict[str, Any] = {
+    "transformer": {
+        "in_channels": 4,
+        "out_channels": 4,
+        "num_attention_heads": 2,
+        "attention_head_dim": 8,
+        "num_layers": 1,
+        "num_single_layers": 1,
+        "num_refiner_layers": 1,
+        "patch_size": [1, 1],
+        "guidance_embeds": False,
+        "text_embed_dim": 16,  # Qwen2.5-VL hidden size
+        "text_embed_2_dim": 32,  # ByT5 d_model
+        "rope_axes_dim": [4, 4],
+    },
+    # Four levels, 8x (the published VAE is 32x); GroupNorm(32) needs 32 channels at the last level.
+    "vae": {
+        "in_channels": 3,
+        "out_channels": 3,
+        "latent_channels": 4,
+        "block_out_channels": [32, 32, 32, 32],
+        "layers_per_block": 1,
+        "spatial_compression_ratio": 8,
+        "sample_size": 32,
+        "scaling_factor": 0.75289,
+    },
+    "text_encoder": _QWEN_VL_TEXT,
+    # ByT5: 256 bytes + 3 specials + 125 sentinel ids.
+    "byt5": {"vocab_size": 384, "d_model": 32, "d_kv": 8, "d_ff": 37, "num_layers": 2, "num_heads": 4},
+}
+
+
+def build_hunyuan_image(config: dict[str, Any]) -> dict[str, Any]:
+    """HunyuanImage 2.1 dual/single-stream DiT, Qwen2.5-VL + ByT5 (glyph) encoders, HunyuanImage VAE."""
+    return {
+        "transformer": seeded(0, D + "HunyuanImageTransformer2DModel", **config["transformer"]),
+        "vae": seeded(1, D + "AutoencoderKLHunyuanImage", **config["vae"]),
+        "text_encoder": hf(2, "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLConfig", config["text_encoder"]),
+        "tokenizer": tokenizers.qwen2_tokenizer(),
+        "text_encoder_2": hf(3, "T5EncoderModel", "T5Config", config["byt5"]),
+        "tokenizer_2": cls(T + "ByT5Tokenizer")(),
+        "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(shift=5.0),
+        "guider": None,  # the distilled call: one branch, no adaptive projected guidance
+        "ocr_guider": None,
+    }
+
+
 FAMILIES = (
     Family(
         name="tiny-flux2-klein",
@@ -123,8 +171,8 @@ FAMILIES = (
         pipeline_class="Flux2KleinPipeline",
         modality="image",
         description="FLUX.2 [klein] layout: FLUX.2 DiT, FLUX.2 VAE (latent batch-norm, 2x2 patchify), Qwen3",
-        source="diffusers tests/pipelines/flux2/test_pipeline_flux2_klein.py get_dummy_components (diffusers 0.42; "
-        "VAE with 4 levels for the 8x downsampling)",
+        source="derived from the diffusers 0.42 Flux2Transformer2DModel / AutoencoderKLFlux2 signatures "
+        "(joint_attention_dim = 3 stacked Qwen3 hidden states); VAE with 4 levels for the 8x downsampling",
         config=FLUX2_KLEIN_CONFIG,
         builder=build_flux2_klein,
         requires=(
@@ -141,8 +189,8 @@ FAMILIES = (
         pipeline_class="Kandinsky5T2IPipeline",
         modality="image",
         description="Kandinsky 5.0 T2I layout: cross-attention DiT, Qwen2.5-VL + CLIP, FLUX-style VAE, CFG",
-        source="diffusers tests/pipelines/kandinsky5/test_kandinsky5_t2i.py get_dummy_components (diffusers 0.42; "
-        "Qwen2.5-VL as accel/zoo/families.py QWEN_IMAGE_CONFIG)",
+        source="derived from the diffusers 0.42 Kandinsky5Transformer3DModel signature (head_dim = sum(axes_dims)); "
+        "Qwen2.5-VL as accel/zoo/families.py QWEN_IMAGE_CONFIG",
         config=KANDINSKY5_CONFIG,
         builder=build_kandinsky5,
         requires=(
@@ -162,7 +210,7 @@ FAMILIES = (
         pipeline_class="QwenImageEditPipeline",
         modality="image",
         description="Qwen-Image-Edit layout: tiny-qwen-image with the input image through the VL encoder and VAE",
-        source="accel/zoo/families.py QWEN_IMAGE_CONFIG (diffusers tests/pipelines/qwenimage/"
+        source="accel/zoo/families.py QWEN_IMAGE_CONFIG (after diffusers tests/pipelines/qwenimage/"
         "test_qwenimage_edit.py get_dummy_components, diffusers 0.42)",
         config=QWEN_IMAGE_EDIT_CONFIG,
         builder=build_qwen_image_edit,
@@ -177,5 +225,27 @@ FAMILIES = (
         ),
         call_kwargs={"max_sequence_length": 64},
         inputs=("prompt", "image"),
+    ),
+    Family(
+        name="tiny-hunyuan-image",
+        family="HunyuanImage 2.1",
+        pipeline_class="HunyuanImagePipeline",
+        modality="image",
+        description="HunyuanImage 2.1 layout: dual/single-stream DiT, Qwen2.5-VL + ByT5 glyph encoder, 8x VAE",
+        source="derived from the diffusers 0.42 class signatures (HunyuanImageTransformer2DModel, "
+        "AutoencoderKLHunyuanImage; VAE 8x, not the published 32x); Qwen2.5-VL as accel/zoo/families.py "
+        "QWEN_IMAGE_CONFIG",
+        config=HUNYUAN_IMAGE_CONFIG,
+        builder=build_hunyuan_image,
+        requires=(
+            D + "HunyuanImagePipeline",
+            D + "HunyuanImageTransformer2DModel",
+            D + "AutoencoderKLHunyuanImage",
+            T + "Qwen2_5_VLForConditionalGeneration",
+            T + "T5EncoderModel",
+            T + "ByT5Tokenizer",
+        ),
+        # The published prompt lengths (1000 Qwen tokens, 128 ByT5 bytes) pad every call far past a tiny model.
+        pipeline_attributes={"tokenizer_max_length": 32, "tokenizer_2_max_length": 16},
     ),
 )

@@ -106,7 +106,8 @@ FAMILIES = (
         pipeline_class="HunyuanVideoPipeline",
         modality="video",
         description="HunyuanVideo layout: dual/single-stream DiT, Llama + CLIP text encoders, causal 3D VAE",
-        source="diffusers tests/pipelines/hunyuan_video/test_hunyuan_video.py get_dummy_components (diffusers 0.42; "
+        source="after diffusers tests/pipelines/hunyuan_video/test_hunyuan_video.py get_dummy_components "
+        "(diffusers 0.42; "
         "VAE with 4 levels for the 8x downsampling)",
         config=HUNYUAN_VIDEO_CONFIG,
         builder=build_hunyuan_video,
@@ -126,7 +127,7 @@ FAMILIES = (
         pipeline_class="WanPipeline",
         modality="video",
         description="Wan 2.2 A14B layout: high-noise transformer and low-noise transformer_2, switched at 0.875",
-        source="accel/zoo/families.py WAN_CONFIG (diffusers tests/pipelines/wan/test_wan_22.py "
+        source="accel/zoo/families.py WAN_CONFIG (after diffusers tests/pipelines/wan/test_wan_22.py "
         "get_dummy_components, diffusers 0.42); boundary_ratio from Wan-AI/Wan2.2-T2V-A14B-Diffusers",
         config=WAN22_CONFIG,
         builder=build_wan22,
