@@ -236,6 +236,39 @@ def build_skyreels_v2(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+# ---- Cosmos-Predict2 text-to-image ----
+COSMOS2_CONFIG: dict[str, Any] = {
+    "transformer": {
+        "in_channels": 16,
+        "out_channels": 16,
+        "num_attention_heads": 2,
+        "attention_head_dim": 16,
+        "num_layers": 2,
+        "mlp_ratio": 2,
+        "text_embed_dim": 32,
+        "adaln_lora_dim": 4,
+        "max_size": [4, 32, 32],
+        "patch_size": [1, 2, 2],
+        "rope_scale": [2.0, 1.0, 1.0],
+        "concat_padding_mask": True,
+        "extra_pos_embed_type": "learnable",
+    },
+    "vae": WAN_CONFIG["vae"],
+    "t5": T5,
+}
+
+
+def build_cosmos2(config: dict[str, Any]) -> dict[str, Any]:
+    """Cosmos-Predict2 DiT, Wan VAE, T5; the safety checker is diffusers' own (it needs cosmos_guardrail)."""
+    return {
+        "transformer": seeded(0, D + "CosmosTransformer3DModel", **config["transformer"]),
+        "vae": seeded(1, D + "AutoencoderKLWan", **config["vae"]),
+        "text_encoder": _t5(2, config["t5"]),
+        "tokenizer": tokenizers.t5_tokenizer(),
+        "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(use_karras_sigmas=True),
+    }
+
+
 FAMILIES = (
     Family(
         name="tiny-wan-i2v",
@@ -335,5 +368,25 @@ FAMILIES = (
             T + "UMT5EncoderModel",
         ),
         call_kwargs={"max_sequence_length": 32},
+    ),
+    Family(
+        name="tiny-cosmos2",
+        family="Cosmos",
+        pipeline_class="Cosmos2TextToImagePipeline",
+        modality="image",
+        description="Cosmos-Predict2 text-to-image layout: Cosmos DiT, Wan VAE, T5, with NVIDIA's guardrail",
+        source="after diffusers tests/pipelines/cosmos/test_cosmos2_text2image.py get_dummy_components "
+        "(diffusers 0.42)",
+        config=COSMOS2_CONFIG,
+        builder=build_cosmos2,
+        requires=(
+            D + "Cosmos2TextToImagePipeline",
+            D + "CosmosTransformer3DModel",
+            D + "AutoencoderKLWan",
+            T + "T5EncoderModel",
+            # Cosmos pipelines build CosmosSafetyChecker whenever none is given; it needs this package.
+            "cosmos_guardrail",
+        ),
+        call_kwargs={"max_sequence_length": 16},
     ),
 )
