@@ -250,7 +250,7 @@ def zoo_list() -> None:
             built,
             row["description"],
         )
-    Console().print(table)
+    Console(width=240).print(table)  # 31 entries, seven columns: never truncate a name
     typer.echo(f"zoo directory: {zoo.zoo_root()}")
 
 

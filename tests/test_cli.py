@@ -41,8 +41,8 @@ def test_zoo_path_build_and_list(monkeypatch, capsys, tmp_path):
 
 def test_zoo_unknown_name_exits_2(monkeypatch, capsys):
     for command in (("build",), ("path",), ("path", "--allow-unbuilt")):
-        code, _, err = cli(monkeypatch, capsys, "zoo", *command, "tiny-sd3")
-        assert code == 2 and err.startswith("error: unknown zoo model 'tiny-sd3'")
+        code, _, err = cli(monkeypatch, capsys, "zoo", *command, "tiny-sd9")
+        assert code == 2 and err.startswith("error: unknown zoo model 'tiny-sd9'")
 
 
 def test_features_lists_support_on_this_machine(monkeypatch, capsys):
