@@ -102,3 +102,25 @@ def test_adding_repeated_blocks_flips_regional_compile_from_refused_to_supported
     monkeypatch.setattr(PixArtTransformer2DModel, "_repeated_blocks", ["BasicTransformerBlock"], raising=False)
     verdict, reason = _regional_compile_verdict(tmp_path, "with")
     assert verdict == SUPPORTED, reason
+
+
+def test_a_sweep_reports_an_unavailable_family_and_runs_the_others(tmp_path, monkeypatch):
+    import dataclasses
+
+    from accel import zoo
+
+    entry = zoo.ZOO["tiny-sd15"]
+    missing = dataclasses.replace(entry, requires=(*entry.requires, "diffusers.NoSuchUNet"))
+    monkeypatch.setitem(zoo.ZOO, "tiny-sd15", missing)
+    variants = [{"name": "model-offload", "features": {"enable_cpu_offload": True}}]
+    profile = small_profile(["tiny-sd15", "tiny-pixart-sigma"], variants, height=32, width=32)
+    profile["measure"].update(noise_floor=False, timing="sequential")
+    run = run_sweep(parse_profile(profile), "coverage.yaml", tmp_path / "run", show_progress=False)
+    by_cell = {(r["model"], r["variant"]): r for r in run.records}
+    for variant in ("baseline", "model-offload"):
+        record = by_cell[("tiny-sd15", variant)]
+        assert record["status"] == "unsupported" and record["unsupported_scope"] == "environment", record
+        assert "unavailable in this environment: diffusers.NoSuchUNet not found" in record["error"]
+        assert by_cell[("tiny-pixart-sigma", variant)]["status"] == "ok"
+    counts = {row[0]: row[1:] for row in _rows(_tables(run.records)["family-counts"])}
+    assert counts["**tiny-sd15**"][VERDICTS.index("refused by this device")] == "1"
