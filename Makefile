@@ -11,7 +11,7 @@ HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-dev-$(HASH)
 
-.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline
+.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline coverage
 
 setup: $(STAMP)
 
@@ -55,6 +55,14 @@ report: $(STAMP)
 	$(VENV)/bin/omni-accel sweep --out reports/quickstart
 	# The ladders are meant to break at their aggressive end: the gate's verdicts are committed in gate.md.
 	-$(VENV)/bin/omni-accel gate reports/quickstart
+
+# Regenerate reports/coverage: every zoo pipeline family x every feature family (profiles/coverage.yaml),
+# support and parity only (sequential timing, one repeat, no noise floor); the gate's verdicts go to gate.md.
+coverage: $(STAMP)
+	rm -rf reports/coverage
+	$(VENV)/bin/omni-accel sweep profiles/coverage.yaml --out reports/coverage
+	-$(VENV)/bin/omni-accel gate reports/coverage
+	$(VENV)/bin/omni-accel table reports/coverage > reports/coverage/tables.md
 
 # Regenerate reports/engines-flux (library vs adapter vs native vs vLLM-Omni; builds vLLM-Omni's
 # environment first when missing: a few minutes, ~4.4 GB).

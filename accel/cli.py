@@ -209,13 +209,25 @@ def zoo_build(
     names: list[str] | None = typer.Argument(None, help="Entries to build; default: all."),
     force: bool = typer.Option(False, "--force", help="Rebuild even when already built."),
 ) -> None:
-    """Build (idempotently) and save zoo pipelines; prints each checkpoint directory."""
+    """Build (idempotently) and save zoo pipelines; prints each checkpoint directory.
+
+    An entry whose classes this diffusers/transformers lacks is reported unavailable, naming them, and
+    the others are still built; the exit status is then 2.
+    """
     from accel import zoo
+    from accel.errors import UnavailableError
 
     _setup_logging(False)
+    unavailable = []
     for name in names or list(zoo.ZOO):
         zoo.get_entry(name)
-        typer.echo(f"{name}: {zoo.build(name, force=force)}")
+        try:
+            typer.echo(f"{name}: {zoo.build(name, force=force)}")
+        except UnavailableError as error:
+            unavailable.append(name)
+            typer.echo(f"{name}: {error}", err=True)
+    if unavailable:
+        raise typer.Exit(2)
 
 
 @zoo_app.command("list")
@@ -226,12 +238,19 @@ def zoo_list() -> None:
 
     from accel import zoo
 
-    table = Table("name", "pipeline", "modality", "built", "description")
+    table = Table("name", "family", "pipeline", "modality", "inputs", "built", "description")
     for row in zoo.list_entries():
+        built = "yes" if row["built"] else "no" if row["available"] else "unavailable here"
         table.add_row(
-            row["name"], row["pipeline_class"], row["modality"], "yes" if row["built"] else "no", row["description"]
+            row["name"],
+            row["family"],
+            row["pipeline_class"],
+            row["modality"],
+            " + ".join(row["inputs"]),
+            built,
+            row["description"],
         )
-    Console().print(table)
+    Console(width=240).print(table)  # 31 entries, seven columns: never truncate a name
     typer.echo(f"zoo directory: {zoo.zoo_root()}")
 
 

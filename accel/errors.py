@@ -39,6 +39,16 @@ class UnavailableError(AccelError):
     """Something requested cannot run here (missing package, no network, no GPU)."""
 
 
+class ModelUnavailable(UnavailableError):
+    """A model cannot run at all; ``scope`` says why: ``environment`` (this diffusers lacks one of its
+    classes) or ``model`` (its call needs an input the workload cannot give). A cell records it as
+    unsupported with that scope and reason, not as a failure."""
+
+    def __init__(self, scope: str, reason: str) -> None:
+        super().__init__(reason)
+        self.scope = scope
+
+
 def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """`` Did you mean 'x'?`` for the closest choice, or an empty string when nothing is close."""
     matches = difflib.get_close_matches(str(word), [str(c) for c in choices], n=1, cutoff=0.6)

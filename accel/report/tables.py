@@ -230,11 +230,98 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
     return "\n".join(lines) + f"\n\n{legend}\n"
 
 
+# What a single-feature cell says about its feature on its model, in the order the tables list them.
+SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_DEVICE, FAILED = (
+    "supported",
+    "engaged, no effect here",
+    "engaged, out of parity",
+    "refused by the model",
+    "refused by this device",
+    "failed",
+)
+VERDICTS = (SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_DEVICE, FAILED)
+
+
+def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
+    """(verdict, reason) of one single-feature cell, from the same marks as the support matrix: ✅ supported,
+    ⚪ engaged with no effect on this device, ⚠ out of parity, ➖ refused by this device; a ❌ is refused by
+    the model when the cell did not run for a reason of the model, else failed (or not engaged)."""
+    mark, note = _cell(record, verdict)
+    reason = note.split(": ", 1)[1] if note else None
+    if mark.startswith("✅"):
+        return SUPPORTED, None
+    if mark == "⚪":
+        return NO_EFFECT, reason
+    if mark == "⚠":
+        return OUT_OF_PARITY, reason
+    if mark == "➖":
+        return REFUSED_DEVICE, str(record.get("error"))
+    if record["status"] == "unsupported" and record.get("unsupported_scope") == "model":
+        return REFUSED_MODEL, str(record.get("error"))
+    return FAILED, reason
+
+
+def feature_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, str]:
+    """One table per feature (``feature-<name>``), as vLLM-Omni's per-feature docs pages list models: every
+    model the feature was measured on, the models it works on first, each with its verdict and reason."""
+    verdicts = _verdicts(records, data)
+    single = [r for r in _measured(records) if len(feature_options(r)) == 1]
+    tables = {}
+    for family, names in _families().items():
+        for name in names:
+            cells = [r for r in single if name in r["features"]]
+            if not cells:
+                continue
+            rows = []
+            for record in cells:
+                verdict_of, reason = classify(record, verdicts[(record["model"], record["variant"])])
+                ssim = parity_of(record).get("ssim") if verdict_of in (SUPPORTED, NO_EFFECT, OUT_OF_PARITY) else None
+                rows.append((VERDICTS.index(verdict_of), record, verdict_of, reason, ssim))
+            rows.sort(key=lambda row: row[0])
+            working = sorted({row[1]["model"] for row in rows if row[2] in (SUPPORTED, NO_EFFECT)})
+            models = {row[1]["model"] for row in rows}
+            lines = table_lines(
+                ("model", "variant", "verdict", "SSIM", "reason"),
+                ("left", "left", "center", "center", "left"),
+                [
+                    (f"**{r['model']}**", r["variant"], v, fmt(ssim, 3), (reason or "").replace("|", "/"))
+                    for _, r, v, reason, ssim in rows
+                ],
+            )
+            head = f"`{name}` ({family}) works on {len(working)} of {len(models)} models"
+            head += f": {', '.join(working)}." if working else "."
+            tables[f"feature-{name}"] = head + "\n\n" + "\n".join(lines) + "\n"
+    return tables
+
+
+def family_counts(records: list[dict[str, Any]], data: GateData) -> str:
+    """Per model: how many single-feature cells ended in each verdict (supported ... failed)."""
+    verdicts = _verdicts(records, data)
+    single = [r for r in _measured(records) if len(feature_options(r)) == 1]
+    rows = []
+    for model in dict.fromkeys(r["model"] for r in records):
+        counts = dict.fromkeys(VERDICTS, 0)
+        for record in (r for r in single if r["model"] == model):
+            counts[classify(record, verdicts[(model, record["variant"])])[0]] += 1
+        rows.append((f"**{model}**", *(str(counts[v]) for v in VERDICTS), str(sum(counts.values()))))
+    lines = table_lines(("model", *VERDICTS, "cells"), ("left", *("center",) * (len(VERDICTS) + 1)), rows)
+    legend = (
+        "Counts of single-feature cells per model, from the same records and verdicts as the support matrix: "
+        "supported (engaged, within parity), engaged with no effect on this device, engaged but out of parity, "
+        "refused by the model (a structural reason, e.g. no `_repeated_blocks`), refused by this device "
+        "(package or accelerator missing), failed (an error, or no engagement evidence)."
+    )
+    return "\n".join(lines) + f"\n\n{legend}\n"
+
+
 def render_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, str]:
-    """Every table by its injection name: support-matrix, compatibility, performance-<model>."""
+    """Every table by its injection name: support-matrix, compatibility, family-counts, feature-<name>,
+    performance-<model>."""
     tables = {
         "support-matrix": support_matrix(records, data),
         "compatibility": compatibility_matrix(records, data),
+        "family-counts": family_counts(records, data),
+        **feature_tables(records, data),
     }
     for model in dict.fromkeys(r["model"] for r in records):
         tables[f"performance-{model}"] = performance_table(records, model, data)

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from accel.errors import AccelError
+from accel.errors import AccelError, ModelUnavailable
 from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
 from accel.results import SCHEMA_VERSION, outputs_path
 from accel.targets.registry import Target, engine_targets
@@ -131,6 +131,8 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     record = record_head(spec)
     try:
         record.update(_measure(spec))
+    except ModelUnavailable as error:  # a family this diffusers lacks, an input the workload cannot give
+        record.update(status="unsupported", unsupported_scope=error.scope, error=str(error))
     except AccelError as error:
         record.update(status="failed", error=str(error))
     except Exception as error:  # a crash inside a pipeline or a feature: recorded, the sweep goes on

@@ -103,12 +103,16 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
 
 def check_inputs(profile: Profile, source: str) -> None:
     """Everything that can be checked without running: sources exist, resolution fits each model."""
+    from accel.errors import ModelUnavailable
     from accel.targets.adapter import resolution_factor, resolve_source
 
     image_models: list[str] = []
     for index, model in enumerate(profile.models):
         where = f"{source}: models[{index}]"
-        location = resolve_source(model, where)
+        try:
+            location = resolve_source(model, where)
+        except ModelUnavailable:  # a zoo family this diffusers lacks: its cells say so, the others run
+            continue
         if Path(location).is_dir() and check_model_files(profile, index, location, source) is False:
             image_models.append(model.name)
         factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None

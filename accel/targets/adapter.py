@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from accel import zoo
-from accel.errors import ConfigError, UnavailableError, did_you_mean
+from accel.errors import ConfigError, ModelUnavailable, UnavailableError, did_you_mean
 from accel.profile import ModelSpec
 from accel.zoo import synthetic
 
@@ -129,6 +129,10 @@ class AdapterTarget:
         self.device = resolve_device(spec.device)
         self.pipeline: Any = None
         self.default_call_kwargs = default_call_kwargs(spec.source)
+        entry = zoo.ZOO.get(spec.source) if zoo.is_zoo_name(spec.source) else None
+        # What the call needs beyond a prompt: the zoo entry says; for other sources, the signature does.
+        self.inputs: tuple[str, ...] = entry.inputs if entry is not None else ()
+        self.pipeline_attributes: dict[str, Any] = dict(entry.pipeline_attributes) if entry is not None else {}
 
     def load(self, extra_kwargs: dict[str, Any] | None = None) -> Any:
         """Load the pipeline onto its device; errors name the model and say what to do.
@@ -168,6 +172,8 @@ class AdapterTarget:
                 f"model '{self.spec.name}': cannot load '{self.spec.source}': {first_line}{hint}"
             ) from error
         pipeline.set_progress_bar_config(disable=True)
+        for attribute, value in self.pipeline_attributes.items():
+            setattr(pipeline, attribute, value)
         self.pipeline = pipeline.to(self.device)
         if self.device == "cpu":
             _own_cpu_weights(self.pipeline)
@@ -188,9 +194,29 @@ class AdapterTarget:
             "num_frames": request.num_frames,
             "num_images_per_prompt": request.num_images_per_prompt,
             "num_videos_per_prompt": request.num_images_per_prompt,
+            # FLUX.1 Kontext rescales to max_area (1024^2 by default): keep the requested size.
+            "max_area": request.height * request.width,
             "output_type": "np",
         }
         kwargs = {k: v for k, v in candidates.items() if k in parameters and v is not None}
+        image = parameters.get("image")
+        if "image" in self.inputs or (image is not None and image.default is inspect.Parameter.empty):
+            kwargs["image"] = input_image(request.height, request.width)
+        given = {*kwargs, *self.default_call_kwargs, *self.spec.call_kwargs}
+        needed = [
+            name
+            for name, parameter in parameters.items()
+            if parameter.default is inspect.Parameter.empty
+            and parameter.kind not in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+            and name not in given
+        ]
+        if needed:
+            raise ModelUnavailable(
+                "model",
+                f"model '{self.spec.name}': {type(self.pipeline).__name__} needs {', '.join(map(repr, needed))}, "
+                f"which the workload cannot give (it gives a prompt, sizes, steps, seeds and an input image); "
+                f"pass it under the model's call_kwargs",
+            )
         kwargs["generator"] = torch.Generator("cpu").manual_seed(request.seed)
         kwargs.update(self.default_call_kwargs)
         kwargs.update(self.spec.call_kwargs)
@@ -200,6 +226,14 @@ class AdapterTarget:
         """Run one request; one float32 array (frames, H, W, 3) in [0, 1] per generated image or video."""
         output = self.pipeline(**self.call_kwargs(request))
         return normalise_output(output)
+
+
+def input_image(height: int, width: int) -> Any:
+    """The deterministic input image of edit and image-to-video calls (``accel.zoo.pipelines``), at the
+    request's size: the same for the baseline and every variant."""
+    from accel.zoo.pipelines import input_image as make
+
+    return make(height, width)
 
 
 def default_call_kwargs(source: str) -> dict[str, Any]:
@@ -237,7 +271,9 @@ def normalise_output(output: Any) -> list[np.ndarray]:
     data = getattr(output, "frames", None)
     is_video = data is not None
     if data is None:
-        data = getattr(output, "images", output)
+        data = getattr(output, "images", None)
+    if data is None:  # Kandinsky 5's KandinskyImagePipelineOutput names it ``image``
+        data = getattr(output, "image", output)
     if isinstance(data, torch.Tensor):
         data = data.detach().float().cpu().numpy()
     if isinstance(data, list) and data and isinstance(data[0], Image.Image):

@@ -13,6 +13,7 @@ manifest each time it is built or used, and a built directory's files against it
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import json
 import os
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import ConfigError, unknown_choice
-from accel.zoo import families, mini_flux
+from accel.zoo import families, mini_flux, pipelines
 
 # 2: the marker records every file's SHA-256, checked each time a built checkpoint is used.
 # 3: the marker's fingerprint is the directory's (builders used to change the config they were given, so an
@@ -59,6 +60,15 @@ class ZooEntry:
     # For trained entries: checks the committed weights against their manifest (ConfigError otherwise); run
     # by every ``build``, also when the directory already exists.
     verify_weights: Callable[[], Any] | None = None
+    # The pipeline family as users name it ("Stable Diffusion XL") and where the config's numbers come from.
+    family: str = ""
+    config_source: str = ""
+    # What a call needs beyond the workload's prompt ("image": the adapter makes a deterministic one offline).
+    inputs: tuple[str, ...] = ("prompt",)
+    # ``package.Class`` names the builder instantiates: a missing one makes the entry unavailable here.
+    requires: tuple[str, ...] = ()
+    # Attributes the adapter sets on the loaded pipeline (what a pipeline hard-codes instead of configuring).
+    pipeline_attributes: dict[str, Any] = field(default_factory=dict)
 
     def fingerprint(self) -> str:
         """Hash of everything that determines the saved pipeline (for trained entries, ``weights_fingerprint``)."""
@@ -128,6 +138,34 @@ ZOO: dict[str, ZooEntry] = {
     )
 }
 
+# The entries defined above, which tests/test_zoo.py exercises in depth; the families below have their
+# own path test (tests/test_zoo_families.py).
+CORE_ENTRIES: tuple[str, ...] = tuple(ZOO)
+
+for _name, _family in pipelines.CORE_FAMILIES.items():
+    ZOO[_name] = dataclasses.replace(ZOO[_name], family=_family, config_source="accel/zoo/families.py")
+
+for _spec in pipelines.FAMILIES:
+    ZOO[_spec.name] = ZooEntry(
+        name=_spec.name,
+        pipeline_class=_spec.pipeline_class,
+        modality=_spec.modality,
+        description=_spec.description,
+        config=_spec.config,
+        builder=_spec.builder,
+        call_kwargs=_spec.call_kwargs,
+        family=_spec.family,
+        config_source=_spec.source,
+        inputs=_spec.inputs,
+        requires=_spec.requires,
+        pipeline_attributes=_spec.pipeline_attributes,
+    )
+
+
+def family_entries() -> list[ZooEntry]:
+    """Every entry that stands for a diffusers pipeline family (all but the trained mini-flux)."""
+    return [entry for entry in ZOO.values() if entry.family]
+
 
 def zoo_root() -> Path:
     """Directory holding built zoo pipelines: ``$OMNI_ACCEL_ZOO_DIR`` or the user cache dir."""
@@ -167,6 +205,7 @@ def build_pipeline_in_memory(name: str) -> Any:
     import diffusers
 
     entry = get_entry(name)
+    pipelines.check_available(name, (f"diffusers.{entry.pipeline_class}", *entry.requires))
     # A copy: builders hand parts of the config to library constructors that fill them in place (transformers
     # adds rope_theta to Qwen's rope_scaling), which changed the entry's fingerprint once it was built.
     components = entry.builder(copy.deepcopy(entry.config))
@@ -192,6 +231,8 @@ def build(name: str, force: bool = False) -> Path:
     entry = get_entry(name)
     if entry.verify_weights is not None:
         entry.verify_weights()
+    # A diffusers/transformers release without one of the entry's classes: unavailable, naming it.
+    pipelines.check_available(name, (f"diffusers.{entry.pipeline_class}", *entry.requires))
     target = entry_path(name)
     if is_built(name) and not force:
         return _verified(name, target)
@@ -285,6 +326,9 @@ def list_entries() -> list[dict[str, Any]]:
             "built": is_built(entry.name),
             "path": str(entry_path(entry.name)),
             "description": entry.description,
+            "family": entry.family,
+            "inputs": list(entry.inputs),
+            "available": not pipelines.missing_classes((f"diffusers.{entry.pipeline_class}", *entry.requires)),
         }
         for entry in ZOO.values()
     ]

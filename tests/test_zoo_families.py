@@ -1,0 +1,124 @@
+"""Every pipeline family of the zoo: built offline, loaded through from_pretrained, run through the adapter.
+
+One test per family (its id is the zoo name, so a family that stops loading after a diffusers upgrade is a
+red test naming it): build, a 2-step 32x32 baseline, then model CPU offload (a feature every pipeline takes:
+``enable_model_cpu_offload``) engaged, within lossless parity, and removed without a trace.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from accel import apply, zoo
+from accel.errors import ModelUnavailable
+from accel.features import FEATURES
+from accel.profile import ModelSpec
+from accel.targets.adapter import AdapterTarget, Request
+from accel.zoo import pipelines
+
+REQUEST = Request(prompt="a red fox", seed=0, steps=2, height=32, width=32, guidance_scale=3.5, num_frames=5)
+FAMILY_NAMES = [entry.name for entry in zoo.family_entries()]
+
+
+def test_the_zoo_has_at_least_24_families_each_naming_its_source_and_classes():
+    entries = zoo.family_entries()
+    assert len({entry.family for entry in entries}) >= 24
+    for entry in entries:
+        assert entry.config_source, entry.name
+        # Every class is in this diffusers/transformers; only an optional package may be missing (torchvision).
+        missing = pipelines.missing_classes((f"diffusers.{entry.pipeline_class}", *entry.requires))
+        assert all(name.startswith("package ") for name in missing), (entry.name, missing)
+
+
+def _skip_without_optional_packages(name: str) -> None:
+    """Skip (with the reason) a family that needs a package this environment lacks; a missing class is no
+    reason to skip: a diffusers upgrade that drops one must turn the family's test red."""
+    entry = zoo.ZOO[name]
+    missing = pipelines.missing_classes((f"diffusers.{entry.pipeline_class}", *entry.requires))
+    if missing and all(item.startswith("package ") for item in missing):
+        pytest.skip(f"{name} needs {', '.join(missing)} (not installed here)")
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_family_builds_runs_its_baseline_and_a_feature_through_the_adapter(name):
+    _skip_without_optional_packages(name)
+    target = AdapterTarget(ModelSpec(name=name, source=name))
+    pipeline = target.load()
+    assert type(pipeline).__name__ == zoo.ZOO[name].pipeline_class
+    baseline = target.generate(REQUEST)
+    assert len(baseline) == 1 and baseline[0].shape[1:] == (32, 32, 3), baseline[0].shape
+    assert np.isfinite(baseline[0]).all() and baseline[0].std() > 0, "a constant image: the pipeline decoded nothing"
+    config = FEATURES["enable_cpu_offload"].parse_options(True)
+    with apply(pipeline, config, num_inference_steps=REQUEST.steps) as applied:
+        offloaded = target.generate(REQUEST)
+        verdict = applied.verdicts()["enable_cpu_offload"]
+    assert verdict.engaged, verdict.summary
+    np.testing.assert_allclose(offloaded[0], baseline[0], atol=1e-5)
+    assert np.array_equal(target.generate(REQUEST)[0], baseline[0]), "removing the feature must restore the baseline"
+
+
+def test_edit_and_image_to_video_families_get_the_same_input_image_every_call(monkeypatch):
+    needing = [entry.name for entry in zoo.family_entries() if "image" in entry.inputs]
+    assert {"tiny-flux-kontext", "tiny-wan-i2v"} <= set(needing)
+    target = AdapterTarget(ModelSpec(name="tiny-wan-i2v", source="tiny-wan-i2v"))
+    target.load()
+    first, second = target.call_kwargs(REQUEST)["image"], target.call_kwargs(REQUEST)["image"]
+    assert first.size == (32, 32) and np.array_equal(np.asarray(first), np.asarray(second))
+    # A text-to-image family gets none.
+    plain = AdapterTarget(ModelSpec(name="tiny-sd15", source="tiny-sd15"))
+    plain.load()
+    assert "image" not in plain.call_kwargs(REQUEST)
+
+
+def test_a_call_needing_an_input_the_workload_cannot_give_is_refused_with_that_reason():
+    class NeedsAMask:
+        def __call__(self, prompt: str, mask_image: object, num_inference_steps: int = 2) -> None: ...
+
+    target = AdapterTarget(ModelSpec(name="masked", source="tiny-sd15"))
+    target.pipeline = NeedsAMask()
+    with pytest.raises(ModelUnavailable, match=r"NeedsAMask needs 'mask_image', which the workload cannot give") as e:
+        target.call_kwargs(REQUEST)
+    assert e.value.scope == "model"
+    # Given under call_kwargs, it is no longer missing.
+    target.spec = target.spec.model_copy(update={"call_kwargs": {"mask_image": None}})
+    assert target.call_kwargs(REQUEST)["mask_image"] is None
+
+
+def test_a_family_whose_class_this_diffusers_lacks_is_unavailable_naming_it_and_the_others_still_build(
+    monkeypatch, tmp_path
+):
+    from accel.sweep.cell import run_cell
+
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(tmp_path))
+    entry = zoo.ZOO["tiny-sd15"]
+    monkeypatch.setitem(
+        zoo.ZOO, "tiny-sd15", dataclasses.replace(entry, requires=(*entry.requires, "diffusers.NoSuchModel2D"))
+    )
+    with pytest.raises(ModelUnavailable, match=r"'tiny-sd15' is unavailable in this environment: diffusers\.NoSuch"):
+        zoo.build("tiny-sd15")
+    assert not any(row["available"] for row in zoo.list_entries() if row["name"] == "tiny-sd15")
+    assert zoo.build("tiny-sdxl").is_dir()  # the others go on
+    record = run_cell(_cell_spec("tiny-sd15"))
+    assert record["status"] == "unsupported" and record["unsupported_scope"] == "environment"
+    assert "diffusers.NoSuchModel2D not found" in record["error"]
+
+
+def _cell_spec(source: str):
+    from accel.profile import parse_profile
+    from accel.sweep.runner import plan
+
+    profile = parse_profile(
+        {
+            "name": "t",
+            "models": [{"name": source, "source": source}],
+            "workload": {"prompts": ["a red fox"], "seeds": [0], "steps": 2, "height": 32, "width": 32},
+            "variants": [],
+            "measure": {"warmup": 0, "repeats": 1, "executor": "inline"},
+        }
+    )
+    return plan(profile, Path(tempfile.mkdtemp()))[0]
