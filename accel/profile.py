@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 DEFAULT_PROFILE_NAME = "quickstart"
 # Frames a video model generates when the workload does not say (Wan wants 4k+1).
 DEFAULT_VIDEO_FRAMES = 5
+# torch.Generator.manual_seed takes 0 .. 2**64 - 1 (a negative seed wraps to the same generator as seed + 2**64).
+MAX_SEED = 2**64 - 1
+# Samplers are trained on 1000 timesteps; 10000 steps are far past any published schedule (FLUX: 28-50).
+MAX_STEPS = 10_000
 
 
 class StrictModel(BaseModel):
@@ -92,8 +96,10 @@ class Workload(StrictModel):
 
     prompts: list[str] = Field(min_length=1, description="At least one prompt.")
     negative_prompt: str | None = None
-    seeds: list[int] = Field(default=[0], min_length=1)
-    steps: int = Field(default=4, gt=0, description="Denoising steps; more steps, more time.")
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default=[0], min_length=1, description=f"Generator seeds, 0 to {MAX_SEED} (what torch.manual_seed takes)."
+    )
+    steps: int = Field(default=4, gt=0, le=MAX_STEPS, description="Denoising steps; more steps, more time.")
     height: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
     width: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
     num_frames: int | None = Field(
