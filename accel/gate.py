@@ -104,7 +104,7 @@ def _read_yaml(path: Path, what: str) -> dict[str, Any]:
     """A gate data file through the project's one YAML loader (UTF-8, no duplicate keys, no NaN, a mapping)."""
     from accel.yaml_bounds import load_yaml_file
 
-    data: dict[str, Any] = load_yaml_file(path, what)
+    data: dict[str, Any] = load_yaml_file(path, what, ranges_checked=True)
     return data
 
 

@@ -175,22 +175,23 @@ def parse_yaml(text: str, source: str) -> Any:
             loader.dispose()
 
 
-def check_plain(data: Any, source: str, where: str = "", what: str = "a profile") -> None:
+def check_plain(data: Any, source: str, where: str = "", what: str = "a profile", nan: bool = False) -> None:
     """Reject what JSON cannot hold the same way (dates, bytes, sets, non-string keys, NaN).
 
     The resolved profile is stored as JSON-compatible YAML and compared on ``--resume``: such a value would
     come back different and make every resume look like a changed profile. The gate's data files are held to
     the same: NaN compares false with everything, so a NaN limit or tolerance would decide nothing.
+    ``nan``: NaN is left to the caller, whose range check names the allowed values.
     """
     if isinstance(data, dict):
         for key, value in data.items():
             if not isinstance(key, str):
                 raise ConfigError(f"{source}: {where or '(top level)'}: key {key!r} is not a string; quote it")
-            check_plain(value, source, f"{where}.{key}" if where else key, what)
+            check_plain(value, source, f"{where}.{key}" if where else key, what, nan)
     elif isinstance(data, list):
         for index, value in enumerate(data):
-            check_plain(value, source, f"{where}[{index}]", what)
-    elif isinstance(data, float) and data != data:
+            check_plain(value, source, f"{where}[{index}]", what, nan)
+    elif isinstance(data, float) and data != data and not nan:
         raise ConfigError(f"{source}: {where or '(top level)'}: NaN is not a value {what} can hold")
     elif data is not None and not isinstance(data, (str, int, float, bool)):
         raise ConfigError(
@@ -199,11 +200,14 @@ def check_plain(data: Any, source: str, where: str = "", what: str = "a profile"
         )
 
 
-def load_yaml_file(path: Path, what: str, *, advice: str | None = None, mapping: bool = True) -> Any:
+def load_yaml_file(
+    path: Path, what: str, *, advice: str | None = None, mapping: bool = True, ranges_checked: bool = False
+) -> Any:
     """The document of the YAML file ``path``, checked as this module says (``what``: the file's kind, a noun
     such as "profile" or "thresholds"; ``advice``: how to mend a file that is not UTF-8). With ``mapping`` the
     document must be a mapping (an empty file is ``{}``). Every error is a one-line ConfigError naming the
-    file."""
+    file. ``ranges_checked``: the caller checks every number against its range, which refuses NaN naming the
+    allowed values (the gate's data files)."""
     path = Path(path)
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory, not a {what} file (give the YAML file itself)")
@@ -217,7 +221,7 @@ def load_yaml_file(path: Path, what: str, *, advice: str | None = None, mapping:
         raise ConfigError(f"{path}: {size} bytes; a {what} file is at most {MAX_FILE_BYTES} bytes")
     text = read_utf8_text(path, f"the {what}", advice or f"save the {what} file as UTF-8", ConfigError)
     data = parse_yaml(text, str(path))
-    check_plain(data, str(path), what=f"a {what} file")
+    check_plain(data, str(path), what=f"a {what} file", nan=ranges_checked)
     if mapping:
         if data is None:
             return {}

@@ -34,11 +34,11 @@ CASES = {
     ),
     "wrong-type": (
         _with(workload__steps="four"),
-        r"workload.steps: Input should be a valid integer, .*got 'four' \(allowed: a whole number > 0\)",
+        r"workload.steps: Input should be a valid integer, .*got 'four' \(allowed: a whole number > 0 and <= 10000\)",
     ),
     "zero-steps": (
         _with(workload__steps=0),
-        r"workload.steps: Input should be greater than 0, got 0 \(allowed: a whole number > 0\)",
+        r"workload.steps: Input should be greater than 0, got 0 \(allowed: a whole number > 0 and <= 10000\)",
     ),
     "negative-height": (_with(workload__height=-64), "workload.height: Input should be greater than 0, got -64"),
     "option-out-of-range": (

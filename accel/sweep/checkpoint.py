@@ -138,9 +138,13 @@ def is_video_pipeline(index: dict[str, Any]) -> bool | None:
         return None
 
 
-def check_entry(name: str, entry: Any, index_path: Path) -> tuple[str, str] | None:
+def check_entry(name: str, entry: Any, index_path: Path, component: bool = False) -> tuple[str, str] | None:
     """A ``model_index.json`` component entry: ``[library, class]`` (texts), or ``[null, null]`` for an
-    optional component left out (None). Anything else is refused: diffusers would fail on it in every cell."""
+    optional component left out (None). A list that is not such a pair is refused (diffusers would fail on
+    it in every cell); so is any other value when ``component`` says the pipeline class takes ``name`` as a
+    component. Other values are the pipeline's plain settings (``boundary_ratio: null``): None."""
+    if not isinstance(entry, list) and not component:
+        return None
     if isinstance(entry, list) and len(entry) == 2 and entry[0] is None and entry[1] is None:
         return None
     if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) and part for part in entry)):
@@ -172,7 +176,8 @@ def check_classes(directory: str | Path, index: dict[str, Any], where: str, pipe
     directory = Path(directory)
     index_path = directory / "model_index.json"
     class_name = str(index["_class_name"])
-    if pipeline_class and not isinstance(getattr(diffusers, class_name, None), type):
+    pipeline = getattr(diffusers, class_name, None)
+    if pipeline_class and not isinstance(pipeline, type):
         pipelines = [name for name in dir(diffusers) if name.endswith("Pipeline")]
         hint = did_you_mean(class_name, pipelines)
         raise ConfigError(
@@ -180,11 +185,15 @@ def check_classes(directory: str | Path, index: dict[str, Any], where: str, pipe
             f"{diffusers.__version__} has no such class).{hint} Name a diffusers pipeline class, or pass "
             "load_kwargs.custom_pipeline"
         )
+    components: set[str] = set()
+    if isinstance(pipeline, type) and hasattr(pipeline, "_get_signature_keys"):
+        required, _ = pipeline._get_signature_keys(pipeline)
+        components = {*required, *getattr(pipeline, "_optional_components", [])}
     for name, entry in index.items():
         if name.startswith("_"):
             continue
         try:
-            pair = check_entry(name, entry, index_path)
+            pair = check_entry(name, entry, index_path, component=name in components)
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from error
         if pair is None:
