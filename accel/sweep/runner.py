@@ -398,6 +398,9 @@ def run_sweep(
                     return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
             except KeyboardInterrupt:
                 cancel_pending()
+                from accel.sweep.workers import stop_helper_processes
+
+                stop_helper_processes()  # what they print on stopping comes before the --resume line
                 raise Interrupted(interrupted_message(run_dir)) from None
     except BaseException:
         if created:
