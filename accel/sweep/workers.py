@@ -134,9 +134,10 @@ def stop_helper_processes() -> None:
         return
     from multiprocessing import forkserver, resource_tracker
 
-    for helper in (forkserver._forkserver, resource_tracker._resource_tracker):  # private, stable since 3.8
+    helpers: tuple[Any, ...] = (forkserver._forkserver, resource_tracker._resource_tracker)
+    for helper in helpers:  # private, unannotated in typeshed; present since Python 3.8
         with contextlib.suppress(Exception):
-            helper._stop()  # type: ignore[attr-defined]
+            helper._stop()
 
 
 def _inject_fault(spec: CellSpec, fault: str) -> None:
