@@ -736,3 +736,38 @@ def test_after_ctrl_c_the_last_line_is_the_resume_command(tmp_path):
         f"interrupted: 1 cell(s) recorded in {results} are kept; continue with 'omni-accel sweep --resume {run_dir}'"
     ), stderr
     assert results.read_bytes() == measured
+
+
+RULE = "  - match: [{family: cache}, {family: cache}]\n    reason: one cache\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("rules:\n" + RULE + "rules: []\n", r"r\.yaml: \(top level\): duplicate key 'rules' \(lines 1 and 4\)"),
+        ("rules:\n" + RULE.replace("reason", "reson"), r"r\.yaml: rules\[0\]: unknown key 'reson'\. Did you mean"),
+        ("rules: {a: 1}\n", r"r\.yaml: rules: expected a list of rules"),
+        ("rules: [just text]\n", r"r\.yaml: rules\[0\]: expected a mapping with keys match, reason, source"),
+        ("rules:\n" + RULE.replace("{family: cache}]", "[cache]]"), r"r\.yaml: rules\[0\]\.match: \['cache'\] must"),
+        ("rulez: []\n", r"r\.yaml: unknown key 'rulez'\. Did you mean 'rules'\?"),
+    ],
+)
+def test_a_rules_file_is_read_strictly(tmp_path, text, pattern):
+    from accel.errors import ConfigError
+    from accel.features.rules import load_rules
+
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=pattern) as error:
+        load_rules(path)
+    assert "\n" not in str(error.value)
+
+
+def test_an_engine_mapping_with_a_duplicate_key_is_refused(tmp_path):
+    from accel.engines.mapping import load_mapping
+    from accel.errors import ConfigError
+
+    path = tmp_path / "m.yaml"
+    path.write_text("features:\n  compile: {}\nfeatures: {}\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml: \(top level\): duplicate key 'features' \(lines 1 and 3\)"):
+        load_mapping("vllm-omni", path)

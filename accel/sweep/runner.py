@@ -138,15 +138,13 @@ def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
 
 def _location(model: ModelSpec, where: str, build: bool) -> str | None:
     from accel import zoo
-    from accel.targets.adapter import resolve_source
+    from accel.targets.adapter import _looks_like_path, resolve_source
+    from accel.zoo import synthetic
 
     if not build and zoo.is_zoo_name(model.source) and not zoo.is_built(model.source):
         return None
-    if not build and not Path(model.source).expanduser().exists() and "/" in model.source:
-        from accel.zoo import synthetic
-
-        if not synthetic.is_synthetic(model.source):
-            return None  # a hub id (org/name): the sweep looks it up
+    if not build and not synthetic.is_synthetic(model.source) and not _looks_like_path(model.source):
+        return None  # a hub id (org/name): the sweep looks it up
     return resolve_source(model, where)
 
 
