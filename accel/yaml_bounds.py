@@ -106,8 +106,9 @@ class BoundedLoader(yaml.SafeLoader):
             first = seen.get((key.tag, key.value))
             seen.setdefault((key.tag, key.value), line)
             if first is not None:
+                lines = f"lines {first} and {line}" if first != line else f"twice on line {line}"
                 raise DuplicateKeyError(
-                    f"{self._where()}: duplicate key '{key.value}' (lines {first} and {line}): the second would "
+                    f"{self._where()}: duplicate key '{key.value}' ({lines}): the second would "
                     "silently replace the first; write each key once"
                 )
 

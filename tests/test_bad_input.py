@@ -102,13 +102,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_profile_exits_2_with_one_line(case, write_profile, tmp_path, monkeypatch, capsys):
+def test_bad_profile_exits_2_with_one_line(case, write_profile, tmp_path, monkeypatch, capsys, measured_run):
     content, pattern = CASES[case]
     path = write_profile(content)
+    before = {p.name: p.read_bytes() for p in measured_run.iterdir()}
     code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in measured_run.iterdir()} == before
+    assert not (tmp_path / "run").exists()  # refused before anything was written
     assert lines[0].startswith(f"error: {path}: ")
     import re
 
@@ -555,7 +558,7 @@ REVIEW_CASES = {
     ),
     "profile-duplicate-in-flow-mapping": (
         _profile_text(PROFILE_HEAD + "workload: {prompts: [x], steps: 2, steps: 200}\n"),
-        r"p\.yaml: workload: duplicate key 'steps' \(lines 3 and 3\)",
+        r"p\.yaml: workload: duplicate key 'steps' \(twice on line 3\)",
     ),
     "steps-1e23": (
         _profile_text(PROFILE_HEAD + "workload: {prompts: [x], steps: 100000000000000000000000}\n"),
@@ -592,7 +595,7 @@ REVIEW_CASES = {
                 )
             ),
         ],
-        r"p\.yaml: workload: .*ps\.yaml: prompts\[0\]\.expect: duplicate key 'colour' \(lines 3 and 3\)",
+        r"p\.yaml: workload: .*ps\.yaml: prompts\[0\]\.expect: duplicate key 'colour' \(twice on line 3\)",
     ),
     "resume-with-an-edited-resolved-profile": (
         lambda tmp, run: [
