@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -217,31 +218,65 @@ def check_classes(directory: str | Path, index: dict[str, Any], where: str, pipe
 
 
 def _check_model_config(cls: Any, folder: Path, where: str) -> None:
-    """``config.json`` values of the types ``cls.__init__``'s defaults have, and the model it builds (on the
-    meta device: nothing allocated) of the shapes the safetensors files hold."""
+    """``config.json`` values of the types ``cls.__init__`` annotates, and the model it builds (on the meta
+    device: nothing allocated) of the shapes the safetensors files hold."""
     import inspect
+    import typing
 
     config_path = folder / "config.json"
     if not config_path.is_file():
         return
     config = read_json_object(config_path, "the config")
+    parameters: Mapping[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
     try:
         parameters = inspect.signature(cls.__init__).parameters
-    except (TypeError, ValueError):
-        return
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that does not resolve: nothing to check types against
+        parameters, hints = {}, {}
     for key, value in config.items():
-        parameter = parameters.get(key)
-        if parameter is None or value is None:
+        if key not in parameters or value is None:
             continue
-        wanted = _json_kind(parameter.default)
+        wanted = _annotation_kinds(hints[key]) if key in hints else _json_kind(parameters[key].default)
         if wanted is not None and _given_kind(value) not in wanted:
             raise ConfigError(
                 f"{where}: {config_path}: {key}: {value!r} is not allowed: {cls.__name__} takes "
-                f"{' or '.join(sorted(wanted))} (its default is {parameter.default!r})"
+                f"{' or '.join(sorted(wanted))}"
             )
     if "quantization_config" in config:  # pre-quantized weights are packed: their shapes differ by design
         return
     _check_weight_shapes(cls, config, config_path, folder, where)
+
+
+def _annotation_kinds(annotation: Any) -> set[str] | None:
+    """The JSON kinds a parameter annotated so may take (``Union[int, Tuple[int]]``: a whole number or a list),
+    or None when the annotation leaves it open (``Any``, a class)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds: set[str] = set()
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                continue
+            inner = _annotation_kinds(arg)
+            if inner is None:
+                return None
+            kinds |= inner
+        return kinds or None
+    if origin in (list, tuple) or annotation in (list, tuple):
+        return {"a list"}
+    if origin is dict or annotation is dict:
+        return {"a mapping"}
+    if origin is typing.Literal:
+        return {kind for arg in typing.get_args(annotation) for kind in (_json_kind(arg) or ())} or None
+    return {
+        bool: {"true or false"},
+        int: {"a whole number"},
+        float: {"a number", "a whole number"},
+        str: {"a text"},
+    }.get(annotation)
 
 
 def _json_kind(value: Any) -> set[str] | None:
