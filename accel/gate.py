@@ -101,7 +101,8 @@ class GateData:
 
 
 def _read_yaml(path: Path, what: str) -> dict[str, Any]:
-    """A gate data file through the project's one YAML loader (UTF-8, no duplicate keys, no NaN, a mapping)."""
+    """A gate data file through the project's one YAML loader (UTF-8, no duplicate keys, a mapping); NaN is left
+    to the range checks, which name the allowed values."""
     from accel.yaml_bounds import load_yaml_file
 
     data: dict[str, Any] = load_yaml_file(path, what, ranges_checked=True)
@@ -168,6 +169,7 @@ def check_claims(data: dict[str, Any], source: str) -> None:
                     raise ConfigError(f"{where}.{feature}.note: expected a text, got {value!r}")
 
 
+# The defaults _perf_check uses when a baseline leaves a tolerance out.
 PERF_TOLERANCES = {"rel_tolerance": 0.15, "abs_tolerance_s": 0.005, "refresh_if_faster_by": 0.2}
 PERF_KEYS = (*PERF_TOLERANCES, "devices")
 
@@ -496,7 +498,9 @@ def _perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, s
     base = (devices[device] or {}).get(record["model"], {}).get(record["variant"])
     if base is None:
         return None, None
-    rel, absolute, refresh = (float(data.perf.get(key, default)) for key, default in PERF_TOLERANCES.items())
+    rel = float(data.perf.get("rel_tolerance", 0.15))
+    absolute = float(data.perf.get("abs_tolerance_s", 0.005))
+    refresh = float(data.perf.get("refresh_if_faster_by", 0.2))
     measured = record["warm"]["median"]
     limit = max(base * (1 + rel), base + absolute)
     check = Check(
