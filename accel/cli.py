@@ -95,9 +95,14 @@ def sweep(
 def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
     """Print the cells a sweep of PROFILE would run, without running anything."""
     from accel.profile import load_profile
+    from accel.sweep.runner import check_inputs
     from accel.sweep.runner import plan as plan_cells
 
     loaded = load_profile(profile)
+    # What the sweep would refuse before its first cell, for what is on this machine (local checkpoints,
+    # built zoo entries): a broken checkpoint or a misspelt component is found here, not cell by cell.
+    _setup_logging(False)  # the checks import torch and diffusers: keep their import-time logs quiet
+    check_inputs(loaded, str(profile), build=False)
     cells = plan_cells(loaded, Path("."))
     for cell in cells:
         features = ", ".join(f"{k}={v}" for k, v in cell.features.items()) or "(none)"
@@ -124,6 +129,24 @@ def _read_records(path: Path) -> list[dict[str, Any]]:
     return results.records
 
 
+def _refuse_directory(path: Path, option: str) -> None:
+    from accel.errors import ConfigError
+
+    if path.is_dir():
+        raise ConfigError(f"{path}: {option}: is a directory; give the path of the file to write")
+
+
+def _write_output(path: Path, text: str, option: str, what: str) -> None:
+    """Write a report file; a directory or an unwritable path is bad input (exit 2), not a traceback."""
+    from accel.errors import ConfigError
+
+    _refuse_directory(path, option)
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise ConfigError(f"{path}: {option}: cannot write {what}: {error.strerror or error}") from error
+
+
 @app.command()
 def gate(
     results: Path = typer.Argument(..., help="A run directory or its results.jsonl."),
@@ -137,12 +160,15 @@ def gate(
     from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
     from accel.sweep.runner import unmeasured_cells
 
-    records = _read_records(results)
     run_dir = results if results.is_dir() else results.parent
+    junit_path, summary_path = junit or run_dir / "gate.junit.xml", summary or run_dir / "gate.md"
+    for path, option in ((junit_path, "--junit"), (summary_path, "--summary")):
+        _refuse_directory(path, option)  # before any work: the gate writes nothing when one cannot be written
+    records = _read_records(results)
     report = gate_records(records, load_gate_data(thresholds, claims, baseline), unmeasured_cells(run_dir, records))
-    (junit or run_dir / "gate.junit.xml").write_text(junit_xml(report))
     text = markdown_summary(report)
-    (summary or run_dir / "gate.md").write_text(text)
+    _write_output(junit_path, junit_xml(report), "--junit", "the JUnit report")
+    _write_output(summary_path, text, "--summary", "the summary")
     typer.echo(text)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
@@ -261,7 +287,10 @@ def zoo_train(
         None, "--out", "-o", help="Where to write weights, manifest and log; default: <zoo dir>/<name>-training."
     ),
     threads: int | None = typer.Option(
-        None, "--threads", help="Fix the torch thread count; default: 1 or 2, re-chosen as the load changes."
+        None,
+        "--threads",
+        min=1,
+        help="Fix the torch thread count (>= 1); default: 1 or 2, re-chosen as the load changes.",
     ),
 ) -> None:
     """Train a zoo entry from its seed (mini-flux: text encoders, VAE, transformer); compare with committed losses."""

@@ -29,8 +29,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from accel.errors import ConfigError, did_you_mean, unknown_choice
 from accel.report.format import fmt, percent, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
@@ -103,30 +101,116 @@ class GateData:
 
 
 def _read_yaml(path: Path, what: str) -> dict[str, Any]:
-    if not path.is_file():
-        raise ConfigError(f"{path}: {what} file not found")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as error:
-        raise ConfigError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from error
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: expected a mapping")
+    """A gate data file through the project's one YAML loader (UTF-8, no duplicate keys, a mapping); NaN is left
+    to the range checks, which name the allowed values."""
+    from accel.yaml_bounds import load_yaml_file
+
+    data: dict[str, Any] = load_yaml_file(path, what, ranges_checked=True)
     return data
 
 
 def load_gate_data(
     thresholds: Path | None = None, claims: Path | None = None, baseline: Path | None = None
 ) -> GateData:
-    """Read the gate's data files (defaults: the shipped ``feature_matrix/`` files)."""
+    """Read the gate's data files (defaults: the shipped ``feature_matrix/`` files), each checked whole before
+    any cell is judged: a bad value is a one-line ConfigError naming the file, the key and what is allowed."""
     from accel.data import data_dir
 
     matrix = data_dir("feature_matrix")
     threshold_path = thresholds or matrix / "thresholds.yaml"
     threshold_data = _read_yaml(threshold_path, "thresholds")
     check_thresholds(threshold_data, str(threshold_path))
-    claims_data = _read_yaml(claims or matrix / "claims.yaml", "claims")
+    claims_path = claims or matrix / "claims.yaml"
+    claims_data = _read_yaml(claims_path, "claims")
+    check_claims(claims_data, str(claims_path))
     perf = _read_yaml(baseline, "performance baseline") if baseline else None
+    if perf is not None:
+        check_perf_baseline(perf, str(baseline))
     return GateData(threshold_data, claims_data.get("models") or {}, perf, str(threshold_path))
+
+
+CLAIM_KEYS = ("supported", "note")
+
+
+def check_claims(data: dict[str, Any], source: str) -> None:
+    """The claims file's shape: ``models.<model>.<feature>``, each ``true``/``false`` or ``{supported: bool,
+    note: text}``; the feature a registered one. ``supported: maybe`` used to count as claimed (any non-empty
+    text is true) and a misspelt feature claimed nothing, silently."""
+    from accel.features import FEATURES
+
+    for key in data:
+        if key != "models":
+            raise ConfigError(f"{source}: {unknown_choice('key', key, ['models'])}")
+    models = data.get("models")
+    if models is None:
+        return
+    if not isinstance(models, dict):
+        raise ConfigError(f"{source}: models: expected a mapping of model name to claims, got {models!r}")
+    for model, claims in models.items():
+        where = f"{source}: models.{model}"
+        if claims is None:
+            continue
+        if not isinstance(claims, dict):
+            raise ConfigError(f"{where}: expected a mapping of feature name to a claim, got {claims!r}")
+        for feature, claim in claims.items():
+            if feature not in FEATURES:
+                raise ConfigError(f"{where}: {unknown_choice('feature', feature, FEATURES)}")
+            if isinstance(claim, bool):
+                continue
+            allowed = "true, false or {supported: true|false, note: <text>}"
+            if not isinstance(claim, dict):
+                raise ConfigError(f"{where}.{feature}: {claim!r} is not a claim (allowed: {allowed})")
+            for key, value in claim.items():
+                if key not in CLAIM_KEYS:
+                    raise ConfigError(f"{where}.{feature}: {unknown_choice('key', key, CLAIM_KEYS)}")
+                if key == "supported" and not isinstance(value, bool):
+                    raise ConfigError(f"{where}.{feature}.supported: {value!r} is not allowed (allowed: true, false)")
+                if key == "note" and not isinstance(value, str):
+                    raise ConfigError(f"{where}.{feature}.note: expected a text, got {value!r}")
+
+
+# The defaults _perf_check uses when a baseline leaves a tolerance out.
+PERF_TOLERANCES = {"rel_tolerance": 0.15, "abs_tolerance_s": 0.005, "refresh_if_faster_by": 0.2}
+PERF_KEYS = (*PERF_TOLERANCES, "devices")
+
+
+def check_perf_baseline(data: dict[str, Any], source: str) -> None:
+    """A performance baseline's shape: the tolerances (finite numbers >= 0; ``refresh_if_faster_by`` below 1)
+    and ``devices.<device>.<model>.<variant>``: a warm median in seconds, a finite number > 0. A negative
+    tolerance, text or a list used to pass every cell or end in a traceback."""
+    import math
+
+    for key in data:
+        if key not in PERF_KEYS:
+            raise ConfigError(f"{source}: {unknown_choice('key', key, PERF_KEYS)}")
+    for key in PERF_TOLERANCES:
+        if key not in data:
+            continue
+        high = 1.0 if key == "refresh_if_faster_by" else math.inf
+        value = data[key]
+        if not _in_range(value, 0.0, high) or value == high:
+            upper = " and < 1" if key == "refresh_if_faster_by" else ""
+            raise ConfigError(f"{source}: {key}: {value!r} is not allowed: expected a number >= 0{upper}")
+    devices = data.get("devices")
+    if devices is None:
+        return
+    if not isinstance(devices, dict):
+        raise ConfigError(
+            f"{source}: devices: expected a mapping of device to model to variant to seconds, got {devices!r}"
+        )
+    for device, models in devices.items():
+        if not isinstance(models, dict):
+            raise ConfigError(f"{source}: devices.{device}: expected a mapping of model to variants, got {models!r}")
+        for model, variants in models.items():
+            where = f"{source}: devices.{device}.{model}"
+            if not isinstance(variants, dict):
+                raise ConfigError(f"{where}: expected a mapping of variant to seconds, got {variants!r}")
+            for variant, seconds in variants.items():
+                if not _in_range(seconds, 0.0, math.inf) or seconds == 0:
+                    raise ConfigError(
+                        f"{where}.{variant}: {seconds!r} is not allowed: expected the warm median latency in "
+                        "seconds, a number > 0"
+                    )
 
 
 def _in_range(value: Any, low: float, high: float = float("inf")) -> bool:

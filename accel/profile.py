@@ -13,7 +13,6 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-import yaml
 from pydantic import (
     BaseModel,
     ConfigDict,
@@ -29,7 +28,7 @@ from pydantic import (
 from accel.data import data_dir
 from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
 from accel.targets.registry import TARGETS, describe_targets
-from accel.yaml_bounds import read_utf8_text
+from accel.yaml_bounds import load_yaml_file
 
 if TYPE_CHECKING:
     from accel.features.variants import VariantPlan
@@ -37,12 +36,10 @@ if TYPE_CHECKING:
 DEFAULT_PROFILE_NAME = "quickstart"
 # Frames a video model generates when the workload does not say (Wan wants 4k+1).
 DEFAULT_VIDEO_FRAMES = 5
-# Bounds on what a profile file may expand to. A real profile has a few hundred YAML nodes; an alias bomb
-# (nine levels of nine aliases) expands to 9**9 nodes from 1 kB of text and exhausted 4 GB while hashing.
-MAX_PROFILE_BYTES = 4 * 2**20
-MAX_EXPANDED_NODES = 100_000
-MAX_EXPANDED_CHARS = 16 * 2**20
-MAX_NESTING = 64
+# torch.Generator.manual_seed takes 0 .. 2**64 - 1 (a negative seed wraps to the same generator as seed + 2**64).
+MAX_SEED = 2**64 - 1
+# Samplers are trained on 1000 timesteps; 10000 steps are far past any published schedule (FLUX: 28-50).
+MAX_STEPS = 10_000
 
 
 class StrictModel(BaseModel):
@@ -99,8 +96,10 @@ class Workload(StrictModel):
 
     prompts: list[str] = Field(min_length=1, description="At least one prompt.")
     negative_prompt: str | None = None
-    seeds: list[int] = Field(default=[0], min_length=1)
-    steps: int = Field(default=4, gt=0, description="Denoising steps; more steps, more time.")
+    seeds: list[Annotated[int, Field(ge=0, le=MAX_SEED)]] = Field(
+        default=[0], min_length=1, description=f"Generator seeds, 0 to {MAX_SEED} (what torch.manual_seed takes)."
+    )
+    steps: int = Field(default=4, gt=0, le=MAX_STEPS, description="Denoising steps; more steps, more time.")
     height: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
     width: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
     num_frames: int | None = Field(
@@ -413,24 +412,12 @@ def parse_profile(data: Any, source: str = "<profile>", base_dir: Path | None = 
 def load_profile(path: str | Path) -> Profile:
     """Read and validate a YAML profile file; every problem is a ConfigError naming the file and key.
 
-    The text must be UTF-8 and at most ``MAX_PROFILE_BYTES``; YAML aliases are expanded within a budget of
-    ``MAX_EXPANDED_NODES`` nodes and ``MAX_EXPANDED_CHARS`` characters (checked while composing, before
-    anything is built from the document), and values are plain JSON types (no dates, bytes or sets).
+    The file is read by the project's one YAML loader (``accel.yaml_bounds.load_yaml_file``): UTF-8, at most
+    ``MAX_FILE_BYTES``, no key written twice, YAML aliases expanded within a budget (checked while composing,
+    before anything is built from the document), and values plain JSON types (no dates, bytes or sets).
     """
     path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a directory, not a profile file (give the YAML file itself)")
-    if not path.is_file():
-        raise ConfigError(f"{path}: profile file not found")
-    try:
-        size = path.stat().st_size
-        if size > MAX_PROFILE_BYTES:
-            raise ConfigError(f"{path}: {size} bytes; a profile is at most {MAX_PROFILE_BYTES} bytes")
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot read the profile: {error.strerror or error}") from error
-    text = read_utf8_text(path, "the profile", "save the profile as UTF-8", ConfigError)
-    data = parse_yaml(text, str(path))
-    check_plain(data, str(path))
+    data = load_yaml_file(path, "profile", advice="save the profile as UTF-8", mapping=False)
     return parse_profile(data, str(path), base_dir=path.parent)
 
 
@@ -481,56 +468,6 @@ def _with_local_source(model: Any, base_dir: Path) -> Any:
     if zoo.is_zoo_name(source) or synthetic.is_synthetic(source):
         return model
     return {**model, "source": _absolute_under(base_dir, source)}
-
-
-def parse_yaml(text: str, source: str) -> Any:
-    """One YAML document, composed within the expansion budget; errors are ConfigErrors naming ``source``."""
-    from accel.yaml_bounds import BoundedLoader, ExpansionError
-
-    loader = None
-    try:
-        loader = BoundedLoader(text, MAX_EXPANDED_NODES, MAX_EXPANDED_CHARS, MAX_NESTING)
-        return loader.get_single_data()
-    except ExpansionError as error:
-        raise ConfigError(f"{source}: {error}") from error
-    except yaml.reader.ReaderError as error:  # a control character YAML does not allow
-        line = text[: error.position].count("\n") + 1
-        raise ConfigError(
-            f"{source}:{line}: malformed YAML: character #x{error.character:04x} is not allowed"
-        ) from error
-    except yaml.YAMLError as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        problem = getattr(error, "problem", None) or "invalid YAML"
-        raise ConfigError(f"{source}: malformed YAML{where}: {problem}") from error
-    except (ValueError, TypeError, OverflowError) as error:  # e.g. a timestamp like 2024-13-45
-        raise ConfigError(f"{source}: malformed YAML: a value cannot be read: {error}") from error
-    finally:
-        if loader is not None:
-            loader.dispose()
-
-
-def check_plain(data: Any, source: str, where: str = "") -> None:
-    """Reject what JSON cannot hold the same way (dates, bytes, sets, non-string keys, NaN).
-
-    The resolved profile is stored as JSON-compatible YAML and compared on ``--resume``: such a value would
-    come back different and make every resume look like a changed profile.
-    """
-    if isinstance(data, dict):
-        for key, value in data.items():
-            if not isinstance(key, str):
-                raise ConfigError(f"{source}: {where or '(top level)'}: key {key!r} is not a string; quote it")
-            check_plain(value, source, f"{where}.{key}" if where else key)
-    elif isinstance(data, list):
-        for index, value in enumerate(data):
-            check_plain(value, source, f"{where}[{index}]")
-    elif isinstance(data, float) and data != data:
-        raise ConfigError(f"{source}: {where}: NaN is not a value a profile can hold")
-    elif data is not None and not isinstance(data, (str, int, float, bool)):
-        raise ConfigError(
-            f"{source}: {where or '(top level)'}: a YAML {type(data).__name__} value is not allowed "
-            "(use strings, numbers, booleans, lists and mappings; quote dates)"
-        )
 
 
 def default_profile_path() -> Path:

@@ -34,11 +34,11 @@ CASES = {
     ),
     "wrong-type": (
         _with(workload__steps="four"),
-        r"workload.steps: Input should be a valid integer, .*got 'four' \(allowed: a whole number > 0\)",
+        r"workload.steps: Input should be a valid integer, .*got 'four' \(allowed: a whole number > 0 and <= 10000\)",
     ),
     "zero-steps": (
         _with(workload__steps=0),
-        r"workload.steps: Input should be greater than 0, got 0 \(allowed: a whole number > 0\)",
+        r"workload.steps: Input should be greater than 0, got 0 \(allowed: a whole number > 0 and <= 10000\)",
     ),
     "negative-height": (_with(workload__height=-64), "workload.height: Input should be greater than 0, got -64"),
     "option-out-of-range": (
@@ -102,13 +102,16 @@ CASES = {
 
 
 @pytest.mark.parametrize("case", list(CASES))
-def test_bad_profile_exits_2_with_one_line(case, write_profile, tmp_path, monkeypatch, capsys):
+def test_bad_profile_exits_2_with_one_line(case, write_profile, tmp_path, monkeypatch, capsys, measured_run):
     content, pattern = CASES[case]
     path = write_profile(content)
+    before = {p.name: p.read_bytes() for p in measured_run.iterdir()}
     code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
     assert code == 2
     lines = err.strip().splitlines()
-    assert len(lines) == 1, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert {p.name: p.read_bytes() for p in measured_run.iterdir()} == before
+    assert not (tmp_path / "run").exists()  # refused before anything was written
     assert lines[0].startswith(f"error: {path}: ")
     import re
 
@@ -343,3 +346,431 @@ def test_a_relative_checkpoint_source_is_read_from_the_profiles_folder(tmp_path,
     code, err = cli(monkeypatch, capsys, "sweep", str(path), "--out", str(tmp_path / "run"))
     assert code == 2 and err.count("\n") == 1, err
     assert f"models[0].source: path '{folder / 'missing'}' is not a zoo name" in err
+
+
+# Issue 25 (hostile review, part B): every YAML through one strict loader, and every bad input found before any
+# work. Each case is (setup, pattern): setup(tmp_path, run) writes what the case needs and returns the command
+# line; ``run`` is a run directory that already holds measured results, which no case may change.
+THRESHOLDS_TEXT = "lossy:\n  cache: {ssim: 0.9, psnr: 25.0}\n"
+
+
+def _shipped_thresholds(tmp_path, edit=None, text: str | None = None):
+    import yaml
+
+    from accel.data import data_dir
+
+    data = yaml.safe_load((data_dir("feature_matrix") / "thresholds.yaml").read_text())
+    if edit is not None:
+        edit(data)
+    path = tmp_path / "t.yaml"
+    path.write_text(text if text is not None else yaml.safe_dump(data))
+    return path
+
+
+def _file(tmp_path, name: str, content: str | bytes):
+    path = tmp_path / name
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+def _gate(run, option: str, path) -> list[str]:
+    return ["gate", str(run), option, str(path)]
+
+
+def _set(data, dotted: str, value):
+    *parents, last = dotted.split(".")
+    for key in parents:
+        data = data[key]
+    data[last] = value
+
+
+def _ckpt_case(kind: str):
+    """A copy of tiny-flux broken one way, planned (``omni-accel plan``) before any cell."""
+
+    def setup(tmp_path, run):
+        import json
+
+        ckpt = _checkpoint(tmp_path)
+
+        def edit(file, change):
+            data = json.loads((ckpt / file).read_text())
+            change(data)
+            (ckpt / file).write_text(json.dumps(data))
+
+        variants = []
+        if kind == "pair":
+            edit("model_index.json", lambda d: d.__setitem__("vae", "AutoencoderKL"))
+        elif kind == "short-pair":
+            edit("model_index.json", lambda d: d.__setitem__("vae", ["diffusers"]))
+        elif kind == "pipeline-class":
+            edit("model_index.json", lambda d: d.__setitem__("_class_name", "FluxPipelin"))
+        elif kind == "component-class":
+            edit("model_index.json", lambda d: d.__setitem__("vae", ["diffusers", "AutoencoderKLL"]))
+        elif kind == "config-type":
+            edit("transformer/config.json", lambda d: d.__setitem__("num_layers", "two"))
+        elif kind == "heads":
+            edit("transformer/config.json", lambda d: d.__setitem__("num_attention_heads", 3))
+        elif kind == "components":
+            variants = [{"name": "q", "features": {"quantization": {"components": ["transformr"]}}}]
+        profile = tmp_path / "p.yaml"
+        import yaml
+
+        profile.write_text(yaml.safe_dump(_with(models=[{"name": "m", "source": str(ckpt)}], variants=variants)))
+        return ["plan", str(profile)]
+
+    return setup
+
+
+def _profile_text(text: str):
+    def setup(tmp_path, run):
+        return ["plan", str(_file(tmp_path, "p.yaml", text))]
+
+    return setup
+
+
+PROFILE_HEAD = "name: x\nmodels: [{name: m, source: tiny-flux}]\n"
+
+REVIEW_CASES = {
+    # thresholds
+    "thresholds-not-utf8": (
+        lambda tmp, run: _gate(run, "--thresholds", _file(tmp, "t.yaml", b"lossy:\n  cache: {note: caf\xe9}\n")),
+        r"t\.yaml:2: not UTF-8 text \(byte 0xe9\); save the thresholds file as UTF-8$",
+    ),
+    "thresholds-duplicate-key": (
+        lambda tmp, run: _gate(run, "--thresholds", _file(tmp, "t.yaml", THRESHOLDS_TEXT * 2)),
+        r"t\.yaml: \(top level\): duplicate key 'lossy' \(lines 1 and 3\)",
+    ),
+    "thresholds-text-limit": (
+        lambda tmp, run: _gate(
+            run, "--thresholds", _shipped_thresholds(tmp, lambda d: _set(d, "lossless_minimum.image.ssim", "NAN"))
+        ),
+        r"t\.yaml: lossless_minimum\.image\.ssim: 'NAN' is not allowed: expected a number from 0 to 1",
+    ),
+    "thresholds-yaml-nan": (
+        lambda tmp, run: _gate(
+            run,
+            "--thresholds",
+            _shipped_thresholds(tmp, text=_shipped_thresholds(tmp).read_text().replace("ssim: 0.9\n", "ssim: .nan\n")),
+        ),
+        r"t\.yaml: lossy\.\w+\.ssim: nan is not allowed: expected a number from 0 to 1$",
+    ),
+    "thresholds-negative": (
+        lambda tmp, run: _gate(
+            run, "--thresholds", _shipped_thresholds(tmp, lambda d: _set(d, "lossy.cache.psnr", -5))
+        ),
+        r"t\.yaml: lossy\.cache\.psnr: -5 is not allowed: expected a number of dB >= 0",
+    ),
+    "thresholds-a-directory": (
+        lambda tmp, run: _gate(run, "--thresholds", tmp),
+        r"is a directory, not a thresholds file \(give the YAML file itself\)$",
+    ),
+    # performance baseline
+    "perf-rel-tolerance-text": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "rel_tolerance: x\n")),
+        r"perf\.yaml: rel_tolerance: 'x' is not allowed: expected a number >= 0$",
+    ),
+    "perf-negative-tolerance": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "abs_tolerance_s: -1\n")),
+        r"perf\.yaml: abs_tolerance_s: -1 is not allowed: expected a number >= 0$",
+    ),
+    "perf-refresh-of-one": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "refresh_if_faster_by: 1.0\n")),
+        r"perf\.yaml: refresh_if_faster_by: 1\.0 is not allowed: expected a number >= 0 and < 1$",
+    ),
+    "perf-nan-tolerance": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "rel_tolerance: .nan\n")),
+        r"perf\.yaml: rel_tolerance: nan is not allowed: expected a number >= 0$",
+    ),
+    "perf-devices-a-list": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "devices: [1, 2]\n")),
+        r"perf\.yaml: devices: expected a mapping of device to model to variant to seconds, got \[1, 2\]$",
+    ),
+    "perf-string-latency": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "devices: {cpu: {wan: {compile: fast}}}\n")),
+        r"perf\.yaml: devices\.cpu\.wan\.compile: 'fast' is not allowed: expected the warm median latency in "
+        r"seconds, a number > 0$",
+    ),
+    "perf-unknown-key": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "rel_tolerence: 0.1\n")),
+        r"perf\.yaml: unknown key 'rel_tolerence'\. Did you mean 'rel_tolerance'\? Allowed: ",
+    ),
+    "perf-not-utf8": (
+        lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", b"devices:\n  caf\xe9: {}\n")),
+        r"perf\.yaml:2: not UTF-8 text \(byte 0xe9\)",
+    ),
+    # claims
+    "claims-models-a-list": (
+        lambda tmp, run: _gate(run, "--claims", _file(tmp, "c.yaml", "models: [1, 2]\n")),
+        r"c\.yaml: models: expected a mapping of model name to claims, got \[1, 2\]$",
+    ),
+    "claims-maybe": (
+        lambda tmp, run: _gate(run, "--claims", _file(tmp, "c.yaml", "models: {flux: {attention_backend: maybe}}\n")),
+        r"c\.yaml: models\.flux\.attention_backend: 'maybe' is not a claim \(allowed: true, false or "
+        r"\{supported: true\|false, note: <text>\}\)$",
+    ),
+    "claims-supported-maybe": (
+        lambda tmp, run: _gate(
+            run, "--claims", _file(tmp, "c.yaml", "models: {flux: {attention_backend: {supported: maybe}}}\n")
+        ),
+        r"c\.yaml: models\.flux\.attention_backend\.supported: 'maybe' is not allowed \(allowed: true, false\)$",
+    ),
+    "claims-unknown-feature": (
+        lambda tmp, run: _gate(run, "--claims", _file(tmp, "c.yaml", "models: {flux: {tea_cach: false}}\n")),
+        r"c\.yaml: models\.flux: unknown feature 'tea_cach'\. Did you mean 'tea_cache'\? Allowed: ",
+    ),
+    "claims-duplicate-model": (
+        lambda tmp, run: _gate(
+            run, "--claims", _file(tmp, "c.yaml", "models:\n  flux: {compile: true}\n  flux: {compile: false}\n")
+        ),
+        r"c\.yaml: models: duplicate key 'flux' \(lines 2 and 3\)",
+    ),
+    "claims-not-utf8": (
+        lambda tmp, run: _gate(run, "--claims", _file(tmp, "c.yaml", b"models:\n  flux: {compile: {note: \xff}}\n")),
+        r"c\.yaml:2: not UTF-8 text \(byte 0xff\)",
+    ),
+    # gate and table outputs
+    "gate-junit-a-directory": (
+        lambda tmp, run: ["gate", str(run), "--junit", str(tmp)],
+        r"--junit: is a directory; give the path of the file to write$",
+    ),
+    "gate-summary-a-directory": (
+        lambda tmp, run: ["gate", str(run), "--summary", str(tmp)],
+        r"--summary: is a directory; give the path of the file to write$",
+    ),
+    "table-inject-binary": (
+        lambda tmp, run: ["table", str(run), "--inject", str(_file(tmp, "doc.md", b"\x89PNG\r\n\x1a\n\x00\xff"))],
+        r"doc\.md:1: not UTF-8 text \(byte 0x89\); --inject fills markdown files, UTF-8 text$",
+    ),
+    # profiles and prompt sets
+    "profile-two-measure-sections": (
+        _profile_text(PROFILE_HEAD + "workload: {prompts: [x]}\nmeasure: {warmup: 0}\nmeasure: {repeats: 1}\n"),
+        r"p\.yaml: \(top level\): duplicate key 'measure' \(lines 4 and 5\)",
+    ),
+    "profile-duplicate-feature": (
+        _profile_text(
+            PROFILE_HEAD + "workload: {prompts: [x]}\nvariants:\n  - name: v\n    features:\n"
+            "      tea_cache: {rel_l1_thresh: 0.2}\n      tea_cache: {rel_l1_thresh: 0.6}\n"
+        ),
+        r"p\.yaml: variants\[0\]\.features: duplicate key 'tea_cache' \(lines 7 and 8\)",
+    ),
+    "profile-duplicate-in-flow-mapping": (
+        _profile_text(PROFILE_HEAD + "workload: {prompts: [x], steps: 2, steps: 200}\n"),
+        r"p\.yaml: workload: duplicate key 'steps' \(twice on line 3\)",
+    ),
+    "steps-1e23": (
+        _profile_text(PROFILE_HEAD + "workload: {prompts: [x], steps: 100000000000000000000000}\n"),
+        r"workload\.steps: Input should be less than or equal to 10000, got 100000000000000000000000 "
+        r"\(allowed: a whole number > 0 and <= 10000\)$",
+    ),
+    "seed-1e23": (
+        _profile_text(PROFILE_HEAD + "workload: {prompts: [x], seeds: [0, 100000000000000000000000]}\n"),
+        r"workload\.seeds\[1\]: Input should be less than or equal to 18446744073709551615, got "
+        r"100000000000000000000000 \(allowed: a whole number >= 0 and <= 18446744073709551615\)$",
+    ),
+    "seed-negative": (
+        _profile_text(PROFILE_HEAD + "workload: {prompts: [x], seeds: [-1]}\n"),
+        r"workload\.seeds\[0\]: Input should be greater than or equal to 0, got -1",
+    ),
+    "prompt-set-duplicate-key": (
+        lambda tmp, run: [
+            "plan",
+            str(
+                _file(
+                    tmp,
+                    "p.yaml",
+                    PROFILE_HEAD
+                    + "workload: {prompt_set: "
+                    + str(
+                        _file(
+                            tmp,
+                            "ps.yaml",
+                            "prompts:\n  - prompt: a red square\n    expect: {background: white, colour: red, "
+                            "shape: square, colour: blue}\n",
+                        )
+                    )
+                    + "}\n",
+                )
+            ),
+        ],
+        r"p\.yaml: workload: .*ps\.yaml: prompts\[0\]\.expect: duplicate key 'colour' \(twice on line 3\)",
+    ),
+    "resume-with-an-edited-resolved-profile": (
+        lambda tmp, run: [
+            "sweep",
+            "--resume",
+            str(run),
+        ],
+        r"profile\.resolved\.yaml: workload: duplicate key 'steps' \(lines \d+ and \d+\)",
+    ),
+    # checkpoints, at plan time
+    "model-index-entry-not-a-pair": (
+        _ckpt_case("pair"),
+        r"model_index\.json: 'vae': 'AutoencoderKL' is not a component entry: expected \[library, class\]",
+    ),
+    "model-index-entry-one-item": (
+        _ckpt_case("short-pair"),
+        r"model_index\.json: 'vae': \['diffusers'\] is not a component entry",
+    ),
+    "unknown-pipeline-class": (
+        _ckpt_case("pipeline-class"),
+        r"model_index\.json: _class_name: unknown pipeline class 'FluxPipelin' \(diffusers .* has no such class\)\. "
+        r"Did you mean 'FluxPipeline'\?",
+    ),
+    "unknown-component-class": (
+        _ckpt_case("component-class"),
+        r"model_index\.json: 'vae': library 'diffusers' has no class 'AutoencoderKLL' .*Did you mean 'AutoencoderKL'\?",
+    ),
+    "config-value-of-the-wrong-type": (
+        _ckpt_case("config-type"),
+        r"component 'transformer' \(FluxTransformer2DModel\): .*transformer/config\.json: num_layers: 'two' is not "
+        r"allowed: FluxTransformer2DModel takes a whole number",
+    ),
+    "head-count-not-matching-the-weights": (
+        _ckpt_case("heads"),
+        r"component 'transformer' \(FluxTransformer2DModel\): .*diffusion_pytorch_model\.safetensors: '.*' has shape "
+        r"\[32, \d+\] but config\.json builds \[48, \d+\]: the config does not describe these weights "
+        r"\(.*num_attention_heads 3",
+    ),
+    "misspelt-quantization-component": (
+        _ckpt_case("components"),
+        r"p\.yaml: variant 'q': quantization\.components: model 'm' has no component 'transformr'\. "
+        r"Did you mean 'transformer'\? Components with weights: text_encoder, text_encoder_2, transformer, vae$",
+    ),
+    # command line
+    "zoo-train-zero-threads": (
+        lambda tmp, run: ["zoo", "train", "mini-flux", "--threads", "0", "--out", str(tmp / "training")],
+        r"--threads.*(greater than or equal to 1|>=1)",
+    ),
+}
+
+
+@pytest.fixture
+def measured_run(tmp_path):
+    """A run directory holding measured results (and its resolved profile, edited to hold a duplicate key)."""
+    import json
+
+    from synthetic import results
+
+    run = tmp_path / "measured"
+    run.mkdir()
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results()))
+    resolved = "name: x\nmodels: [{name: m, source: tiny-flux}]\nworkload:\n  prompts: [x]\n  steps: 2\n  steps: 3\n"
+    (run / "profile.resolved.yaml").write_text(resolved)
+    return run
+
+
+@pytest.mark.parametrize("case", list(REVIEW_CASES))
+def test_review_bad_inputs_exit_2_with_one_line_and_keep_results(case, measured_run, tmp_path, monkeypatch, capsys):
+    import re
+
+    setup, pattern = REVIEW_CASES[case]
+    work = tmp_path / "case"
+    work.mkdir()
+    before = {p.name: p.read_bytes() for p in measured_run.iterdir()}
+    args = setup(work, measured_run)
+    code, err = cli(monkeypatch, capsys, *args)
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: ") and re.search(pattern, lines[0]), lines[0]
+    assert {p.name: p.read_bytes() for p in measured_run.iterdir()} == before  # nothing measured changed
+    assert not (work / "training").exists()
+
+
+def _holding_a_semaphore(scratch) -> bool:
+    import contextlib
+
+    for phase in scratch.glob("*.phase"):
+        with contextlib.suppress(OSError):  # the baseline's phase file is removed when its cell ends
+            if "holding a semaphore" in phase.read_text():
+                return True
+    return False
+
+
+def test_after_ctrl_c_the_last_line_is_the_resume_command(tmp_path):
+    """A worker killed by the interrupt leaves a named semaphore (as a library's multiprocessing lock does); the
+    resource tracker's warning about it came after the promised ``--resume`` line. A subprocess: Ctrl-C goes
+    to the whole process group, forkserver and tracker included."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+
+    profile = small_profile(["tiny-flux"], [{"name": "v", "features": {"vae_use_slicing": True}}])
+    profile["measure"] = {"warmup": 0, "repeats": 1, "executor": "process", "noise_floor": False}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    run_dir = tmp_path / "run"
+    scratch = tmp_path / "tmp"  # the sweep's temporary files, among them each worker's phase file
+    scratch.mkdir()
+    env = {**os.environ, "OMNI_ACCEL_FAULT": "hang-holding-a-semaphore:tiny-flux/v", "TMPDIR": str(scratch)}
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # see test_resilience: not ignored
+    try:
+        sweep = subprocess.Popen(
+            [sys.executable, "-m", "accel", "sweep", str(path), "--out", str(run_dir)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+            env=env,
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    results = run_dir / "results.jsonl"
+    deadline = time.monotonic() + 600  # generous: the machine may be shared
+    while time.monotonic() < deadline and not _holding_a_semaphore(scratch):  # the variant's worker, hanging
+        assert sweep.poll() is None, sweep.communicate()[1]
+        time.sleep(0.1)
+    measured = results.read_bytes()
+    os.killpg(sweep.pid, signal.SIGINT)
+    try:
+        _, stderr = sweep.communicate(timeout=120)  # a hang guard, not a speed requirement
+    except subprocess.TimeoutExpired:
+        os.killpg(sweep.pid, signal.SIGKILL)
+        raise
+    assert sweep.returncode == 130 and "Traceback" not in stderr, stderr
+    assert stderr.strip().splitlines()[-1] == (
+        f"interrupted: 1 cell(s) recorded in {results} are kept; continue with 'omni-accel sweep --resume {run_dir}'"
+    ), stderr
+    assert results.read_bytes() == measured
+
+
+RULE = "  - match: [{family: cache}, {family: cache}]\n    reason: one cache\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "pattern"),
+    [
+        ("rules:\n" + RULE + "rules: []\n", r"r\.yaml: \(top level\): duplicate key 'rules' \(lines 1 and 4\)"),
+        ("rules:\n" + RULE.replace("reason", "reson"), r"r\.yaml: rules\[0\]: unknown key 'reson'\. Did you mean"),
+        ("rules: {a: 1}\n", r"r\.yaml: rules: expected a list of rules"),
+        ("rules: [just text]\n", r"r\.yaml: rules\[0\]: expected a mapping with keys match, reason, source"),
+        ("rules:\n" + RULE.replace("{family: cache}]", "[cache]]"), r"r\.yaml: rules\[0\]\.match: \['cache'\] must"),
+        ("rulez: []\n", r"r\.yaml: unknown key 'rulez'\. Did you mean 'rules'\?"),
+    ],
+)
+def test_a_rules_file_is_read_strictly(tmp_path, text, pattern):
+    from accel.errors import ConfigError
+    from accel.features.rules import load_rules
+
+    path = tmp_path / "r.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=pattern) as error:
+        load_rules(path)
+    assert "\n" not in str(error.value)
+
+
+def test_an_engine_mapping_with_a_duplicate_key_is_refused(tmp_path):
+    from accel.engines.mapping import load_mapping
+    from accel.errors import ConfigError
+
+    path = tmp_path / "m.yaml"
+    path.write_text("features:\n  compile: {}\nfeatures: {}\n")
+    with pytest.raises(ConfigError, match=r"m\.yaml: \(top level\): duplicate key 'features' \(lines 1 and 3\)"):
+        load_mapping("vllm-omni", path)

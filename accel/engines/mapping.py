@@ -18,8 +18,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from accel.errors import ConfigError
 from accel.targets.registry import engine_targets
 
@@ -59,7 +57,9 @@ def load_mapping(engine: str = "vllm-omni", path: Path | None = None) -> dict[st
     path = path or _mapping_file(engine)
     if not path.is_file():
         raise ConfigError(f"{path}: no feature mapping for engine '{engine}'")
-    mapping: dict[str, Any] = yaml.safe_load(path.read_text())
+    from accel.yaml_bounds import load_yaml_file
+
+    mapping: dict[str, Any] = load_yaml_file(path, "engine mapping")
     for name, entry in (mapping.get("features") or {}).items():
         values = (entry or {}).get("values") or {}
         seen: dict[Any, str] = {}

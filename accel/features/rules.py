@@ -13,9 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from accel.errors import ConfigError
+from accel.errors import ConfigError, unknown_choice
 
 
 @dataclass(frozen=True)
@@ -59,31 +57,58 @@ class ConflictRule:
 
 
 def parse_rules(data: dict[str, Any], where: str) -> list[ConflictRule]:
-    """Rules from the YAML document ``data``; every named feature and family must be registered."""
+    """Rules from the YAML document ``data``; every named feature and family must be registered, and every
+    key known (a misspelt ``reason`` or ``options`` would silently weaken a rule)."""
     from accel.features.registry import FEATURES
 
     families = {f.family for f in FEATURES.values()}
+    unknown = [key for key in data if key != "rules"]
+    if unknown:
+        raise ConfigError(f"{where}: {unknown_choice('key', unknown[0], ['rules'])}")
+    raws = data.get("rules") or []
+    if not isinstance(raws, list):
+        raise ConfigError(f"{where}: rules: expected a list of rules, got {raws!r}")
     rules = []
-    for index, raw in enumerate(data.get("rules") or []):
+    for index, raw in enumerate(raws):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: rules[{index}]: expected a mapping with keys {', '.join(RULE_KEYS)}")
+        for key in raw:
+            if key not in RULE_KEYS:
+                raise ConfigError(f"{where}: rules[{index}]: {unknown_choice('key', key, RULE_KEYS)}")
+        match = raw.get("match") or []
+        if not isinstance(match, list):
+            raise ConfigError(f"{where}: rules[{index}].match: expected a list of {{feature|family, options}}")
         items = []
-        for item in raw.get("match") or []:
+        for item in match:
+            if not isinstance(item, dict) or set(item) - set(MATCH_KEYS):
+                raise ConfigError(
+                    f"{where}: rules[{index}].match: {item!r} must be a mapping with keys {', '.join(MATCH_KEYS)}"
+                )
             feature, family = item.get("feature"), item.get("family")
             known = (feature in FEATURES) if feature else (family in families)
-            if bool(feature) == bool(family) or not known:
+            options = item.get("options") or {}
+            if bool(feature) == bool(family) or not known or not isinstance(options, dict):
                 raise ConfigError(
                     f"{where}: rules[{index}].match: {item} must name one registered feature or family "
                     f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
                 )
-            items.append(MatchItem(feature, family, tuple(sorted((item.get("options") or {}).items()))))
-        if len(items) < 2 or not raw.get("reason"):
-            raise ConfigError(f"{where}: rules[{index}]: needs at least two match items and a reason")
-        rules.append(ConflictRule(tuple(items), raw["reason"], raw.get("source", "")))
+            items.append(MatchItem(feature, family, tuple(sorted(options.items()))))
+        reason, source = raw.get("reason"), raw.get("source", "")
+        if len(items) < 2 or not isinstance(reason, str) or not reason or not isinstance(source, str):
+            raise ConfigError(f"{where}: rules[{index}]: needs at least two match items and a reason (text)")
+        rules.append(ConflictRule(tuple(items), reason, source))
     return rules
+
+
+RULE_KEYS = ("match", "reason", "source")
+MATCH_KEYS = ("feature", "family", "options")
 
 
 @functools.cache
 def _file_rules(path: Path) -> tuple[ConflictRule, ...]:
-    return tuple(parse_rules(yaml.safe_load(path.read_text()) or {}, str(path)))
+    from accel.yaml_bounds import load_yaml_file
+
+    return tuple(parse_rules(load_yaml_file(path, "rules"), str(path)))
 
 
 def declared_rules() -> tuple[ConflictRule, ...]:

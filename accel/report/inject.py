@@ -37,10 +37,18 @@ def inject(text: str, tables: dict[str, str], source: str = "<text>") -> tuple[s
 
 def inject_file(path: Path, tables: dict[str, str], check: bool = False) -> list[str]:
     """Fill the blocks of ``path`` (or, with ``check``, only report the stale ones); returns those names."""
+    from accel.yaml_bounds import read_utf8_text
+
+    if path.is_dir():
+        raise ConfigError(f"{path}: --inject: is a directory; give the markdown file to fill")
     if not path.is_file():
         raise ConfigError(f"{path}: file to inject into not found")
-    text = path.read_text()
+    # A binary file (or another encoding) is refused before anything is written; it was a UnicodeDecodeError.
+    text = read_utf8_text(path, "the file to inject into", "--inject fills markdown files, UTF-8 text", ConfigError)
     new_text, changed = inject(text, tables, str(path))
     if changed and not check:
-        path.write_text(new_text)
+        try:
+            path.write_text(new_text)
+        except OSError as error:
+            raise ConfigError(f"{path}: cannot write the filled blocks: {error.strerror or error}") from error
     return changed

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from accel.errors import ConfigError
+from accel.errors import ConfigError, did_you_mean
 
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack")
 # Component classes that carry no weights and no config.json of their own.
-_WEIGHTLESS = ("Tokenizer", "TokenizerFast", "Scheduler", "Processor", "FeatureExtractor")
+WEIGHTLESS_SUFFIXES = ("Tokenizer", "TokenizerFast", "Scheduler", "Processor", "FeatureExtractor")
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -79,9 +80,14 @@ def check_checkpoint(directory: str | Path, where: str) -> dict[str, Any]:
     if not isinstance(index.get("_class_name"), str):
         raise ConfigError(f"{where}: {directory / 'model_index.json'}: no '_class_name' naming the pipeline class")
     for name, entry in index.items():
-        if name.startswith("_") or not (isinstance(entry, list) and len(entry) == 2 and all(entry)):
-            continue  # metadata, a plain setting, or an optional component left out ([null, null])
-        _check_component(directory / name, f"{where}: component '{name}' ({entry[1]})", str(entry[1]))
+        if name.startswith("_"):
+            continue  # metadata (_class_name, _diffusers_version, _name_or_path)
+        try:
+            pair = check_entry(name, entry, directory / "model_index.json")
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from error
+        if pair is not None:  # None: an optional component left out ([null, null])
+            _check_component(directory / name, f"{where}: component '{name}' ({pair[1]})", pair[1])
     return index
 
 
@@ -93,7 +99,7 @@ def _check_component(folder: Path, where: str, class_name: str) -> None:
             read_json_object(config, "the config")
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from error
-    if class_name.endswith(_WEIGHTLESS):
+    if class_name.endswith(WEIGHTLESS_SUFFIXES):
         return
     if not (folder / "config.json").is_file():
         raise ConfigError(f"{where}: {folder / 'config.json'} is missing")
@@ -131,3 +137,206 @@ def is_video_pipeline(index: dict[str, Any]) -> bool | None:
         return "num_frames" in inspect.signature(cls.__call__).parameters
     except (TypeError, ValueError):
         return None
+
+
+def check_entry(name: str, entry: Any, index_path: Path, component: bool = False) -> tuple[str, str] | None:
+    """A ``model_index.json`` component entry: ``[library, class]`` (texts), or ``[null, null]`` for an
+    optional component left out (None). A list that is not such a pair is refused (diffusers would fail on
+    it in every cell); so is any other value when ``component`` says the pipeline class takes ``name`` as a
+    component. Other values are the pipeline's plain settings (``boundary_ratio: null``): None."""
+    if not isinstance(entry, list) and not component:
+        return None
+    if isinstance(entry, list) and len(entry) == 2 and entry[0] is None and entry[1] is None:
+        return None
+    if not (isinstance(entry, list) and len(entry) == 2 and all(isinstance(part, str) and part for part in entry)):
+        raise ConfigError(
+            f"{index_path}: '{name}': {entry!r} is not a component entry: expected [library, class] "
+            '(e.g. ["diffusers", "AutoencoderKL"]) or [null, null] for a component left out'
+        )
+    return entry[0], entry[1]
+
+
+def _library_class(library: str, class_name: str) -> Any:
+    """The class ``class_name`` of ``library`` (diffusers, transformers, ...), or None when it has none."""
+    import importlib
+
+    try:
+        module = importlib.import_module(library)
+    except (ImportError, ValueError):  # ValueError: an empty or relative module name
+        return None
+    return getattr(module, class_name, None)
+
+
+def check_classes(directory: str | Path, index: dict[str, Any], where: str, pipeline_class: bool = True) -> None:
+    """Before the first cell, what every cell would trip on while loading: each component entry a
+    ``[library, class]`` pair naming a class that library has, the pipeline's ``_class_name`` a diffusers
+    class (``pipeline_class``: false for a custom pipeline, which diffusers does not name), and each diffusers
+    model's ``config.json`` of the types its class takes and matching the shapes of its weights."""
+    import diffusers
+
+    directory = Path(directory)
+    index_path = directory / "model_index.json"
+    class_name = str(index["_class_name"])
+    pipeline = getattr(diffusers, class_name, None)
+    if pipeline_class and not isinstance(pipeline, type):
+        pipelines = [name for name in dir(diffusers) if name.endswith("Pipeline")]
+        hint = did_you_mean(class_name, pipelines)
+        raise ConfigError(
+            f"{where}: {index_path}: _class_name: unknown pipeline class '{class_name}' (diffusers "
+            f"{diffusers.__version__} has no such class).{hint} Name a diffusers pipeline class, or pass "
+            "load_kwargs.custom_pipeline"
+        )
+    components: set[str] = set()
+    if isinstance(pipeline, type) and hasattr(pipeline, "_get_signature_keys"):
+        required, _ = pipeline._get_signature_keys(pipeline)
+        components = {*required, *getattr(pipeline, "_optional_components", [])}
+    for name, entry in index.items():
+        if name.startswith("_"):
+            continue
+        try:
+            pair = check_entry(name, entry, index_path, component=name in components)
+        except ConfigError as error:
+            raise ConfigError(f"{where}: {error}") from error
+        if pair is None:
+            continue
+        library, component_class = pair
+        cls = _library_class(library, component_class)
+        if cls is None:
+            import importlib
+
+            try:
+                names = dir(importlib.import_module(library))
+            except (ImportError, ValueError):  # a library that is not installed, or no module name at all
+                names = []
+            hint = did_you_mean(component_class, names)
+            raise ConfigError(
+                f"{where}: {index_path}: '{name}': library '{library}' has no class '{component_class}' "
+                f"(a typo, or a newer version of that library wrote the checkpoint).{hint}"
+            )
+        if library == "diffusers" and hasattr(cls, "from_config") and hasattr(cls, "state_dict"):
+            _check_model_config(cls, directory / name, f"{where}: component '{name}' ({component_class})")
+
+
+def _check_model_config(cls: Any, folder: Path, where: str) -> None:
+    """``config.json`` values of the types ``cls.__init__`` annotates, and the model it builds (on the meta
+    device: nothing allocated) of the shapes the safetensors files hold."""
+    import inspect
+    import typing
+
+    config_path = folder / "config.json"
+    if not config_path.is_file():
+        return
+    config = read_json_object(config_path, "the config")
+    parameters: Mapping[str, inspect.Parameter] = {}
+    hints: dict[str, Any] = {}
+    try:
+        parameters = inspect.signature(cls.__init__).parameters
+        hints = typing.get_type_hints(cls.__init__)
+    except Exception:  # an annotation that does not resolve: nothing to check types against
+        parameters, hints = {}, {}
+    for key, value in config.items():
+        if key not in parameters or value is None:
+            continue
+        wanted = _annotation_kinds(hints[key]) if key in hints else _json_kind(parameters[key].default)
+        if wanted is not None and _given_kind(value) not in wanted:
+            raise ConfigError(
+                f"{where}: {config_path}: {key}: {value!r} is not allowed: {cls.__name__} takes "
+                f"{' or '.join(sorted(wanted))}"
+            )
+    if "quantization_config" in config:  # pre-quantized weights are packed: their shapes differ by design
+        return
+    _check_weight_shapes(cls, config, config_path, folder, where)
+
+
+def _annotation_kinds(annotation: Any) -> set[str] | None:
+    """The JSON kinds a parameter annotated so may take (``Union[int, Tuple[int]]``: a whole number or a list),
+    or None when the annotation leaves it open (``Any``, a class)."""
+    import types
+    import typing
+
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        kinds: set[str] = set()
+        for arg in typing.get_args(annotation):
+            if arg is type(None):
+                continue
+            inner = _annotation_kinds(arg)
+            if inner is None:
+                return None
+            kinds |= inner
+        return kinds or None
+    if origin in (list, tuple) or annotation in (list, tuple):
+        return {"a list"}
+    if origin is dict or annotation is dict:
+        return {"a mapping"}
+    if origin is typing.Literal:
+        return {kind for arg in typing.get_args(annotation) for kind in (_json_kind(arg) or ())} or None
+    return {
+        bool: {"true or false"},
+        int: {"a whole number"},
+        float: {"a number", "a whole number"},
+        str: {"a text"},
+    }.get(annotation)
+
+
+def _json_kind(value: Any) -> set[str] | None:
+    """The JSON kinds a value of this default's type may have (an int default takes a whole number; a float
+    default also a whole number), or None when the default says nothing (None, an object)."""
+    if isinstance(value, bool):
+        return {"true or false"}
+    if isinstance(value, int):
+        return {"a whole number"}
+    if isinstance(value, float):
+        return {"a number", "a whole number"}
+    if isinstance(value, str):
+        return {"a text"}
+    if isinstance(value, (list, tuple)):
+        return {"a list"}
+    return None if not isinstance(value, dict) else {"a mapping"}
+
+
+def _given_kind(value: Any) -> str:
+    kinds = _json_kind(value)
+    return min(kinds) if kinds else "null"
+
+
+def _check_weight_shapes(cls: Any, config: dict[str, Any], config_path: Path, folder: Path, where: str) -> None:
+    import torch
+
+    stored: dict[str, tuple[tuple[int, ...], Path]] = {}
+    for weight in sorted(folder.glob("*.safetensors")):
+        stored.update({key: (shape, weight) for key, shape in _safetensors_shapes(weight).items()})
+    if not stored:
+        return
+    try:
+        with torch.device("meta"):
+            model = cls.from_config(config)
+    except Exception as error:  # a class refusing its own config: what every cell would hit first
+        reason = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+        raise ConfigError(
+            f"{where}: {config_path}: {cls.__name__} cannot be built from this config: {reason}"
+        ) from error
+    sizes = ", ".join(
+        f"{key} {value}" for key, value in config.items() if isinstance(value, int) and ("head" in key or "dim" in key)
+    )
+    for key, tensor in model.state_dict().items():
+        if key not in stored:
+            continue
+        shape, weight = stored[key]
+        if tuple(tensor.shape) != shape:
+            raise ConfigError(
+                f"{where}: {weight}: '{key}' has shape {list(shape)} but {config_path.name} builds "
+                f"{list(tensor.shape)}: the config does not describe these weights ({sizes or 'check its sizes'})"
+            )
+
+
+def _safetensors_shapes(path: Path) -> dict[str, tuple[int, ...]]:
+    """Tensor name -> shape, from a safetensors file's header (checked complete by ``check_safetensors``)."""
+    with path.open("rb") as handle:
+        (length,) = struct.unpack("<Q", handle.read(8))
+        header = json.loads(handle.read(length).decode("utf-8"))
+    return {
+        key: tuple(int(n) for n in entry["shape"])
+        for key, entry in header.items()
+        if key != "__metadata__" and isinstance(entry, dict) and isinstance(entry.get("shape"), list)
+    }

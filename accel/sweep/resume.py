@@ -10,11 +10,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from accel.errors import ConfigError
 from accel.profile import Profile, fingerprint_of, load_profile
 from accel.results import RESULTS_FILE, load_results
+from accel.yaml_bounds import load_yaml_file
 
 RESOLVED_PROFILE_FILE = "profile.resolved.yaml"
 # The (model, variant) cells the run's profile planned, written when the sweep starts: what the gate counts
@@ -55,8 +54,8 @@ def check_same_profile(run_dir: Path, profile: Profile) -> None:
     resume plans its variants once, when the CLI loads the profile."""
     path = run_dir / RESOLVED_PROFILE_FILE
     try:
-        written = yaml.safe_load(path.read_text()) if path.is_file() else None
-    except yaml.YAMLError:
+        written = load_yaml_file(path, "profile", mapping=False) if path.is_file() else None
+    except ConfigError:
         written = None
     if written is not None and fingerprint_of(written) == profile.fingerprint():
         return

@@ -20,9 +20,9 @@ from typing import Any
 import numpy as np
 import yaml
 
-from accel.errors import ConfigError
+from accel.errors import ConfigError, did_you_mean
 from accel.measure.overlap import attach_overlap, placements, running_spans, shared_reason, span
-from accel.profile import Profile
+from accel.profile import ModelSpec, Profile
 from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, outputs_path, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, sample_keys
@@ -101,20 +101,29 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
     return [(model, variant) for model, variant in planned if (model, variant) not in measured]
 
 
-def check_inputs(profile: Profile, source: str) -> None:
-    """Everything that can be checked without running: sources exist, resolution fits each model."""
+def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
+    """Everything that can be checked without running: sources exist, resolution fits each model, and each
+    local checkpoint's files, classes, configs and weight shapes and the variants' components agree.
+
+    ``build`` false (``omni-accel plan``): only what is already on this machine is checked; a zoo entry not
+    built yet and a hub id are left to the sweep (building or looking up costs time or the network)."""
     from accel.errors import ModelUnavailable
-    from accel.targets.adapter import resolution_factor, resolve_source
+    from accel.targets.adapter import resolution_factor
 
     image_models: list[str] = []
+    indexes: dict[str, dict[str, Any]] = {}
     for index, model in enumerate(profile.models):
         where = f"{source}: models[{index}]"
         try:
-            location = resolve_source(model, where)
+            location = _location(model, where, build)
         except ModelUnavailable:  # a zoo family this diffusers lacks: its cells say so, the others run
             continue
-        if Path(location).is_dir() and check_model_files(profile, index, location, source) is False:
-            image_models.append(model.name)
+        if location is None:
+            continue
+        if Path(location).is_dir():
+            makes_video, indexes[model.name] = check_model_files(profile, index, location, source)
+            if makes_video is False:
+                image_models.append(model.name)
         factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None
         for key in ("height", "width"):
             value = getattr(profile.workload, key)
@@ -128,12 +137,60 @@ def check_inputs(profile: Profile, source: str) -> None:
             f"{source}: workload.num_frames: no model of this profile makes videos ({', '.join(image_models)}: "
             "images); num_frames applies to video models only: remove it, or add a video model"
         )
+    check_components(profile, indexes, source)
 
 
-def check_model_files(profile: Profile, position: int, location: str, source: str) -> bool | None:
-    """Model ``position``'s checkpoint is complete and ``target: native`` has a pipeline for it; errors name
-    the model, the component and the file. Returns whether it makes videos (None: cannot tell)."""
-    from accel.sweep.checkpoint import check_checkpoint, is_video_pipeline
+def _location(model: ModelSpec, where: str, build: bool) -> str | None:
+    from accel import zoo
+    from accel.targets.adapter import _looks_like_path, resolve_source
+    from accel.zoo import synthetic
+
+    if not build and zoo.is_zoo_name(model.source) and not zoo.is_built(model.source):
+        return None
+    if not build and not synthetic.is_synthetic(model.source) and not _looks_like_path(model.source):
+        return None  # a hub id (org/name): the sweep looks it up
+    return resolve_source(model, where)
+
+
+def check_components(profile: Profile, indexes: dict[str, dict[str, Any]], source: str) -> None:
+    """Every ``components`` a variant's feature names (quantization's) is a component with weights of each
+    local model the variant runs on. A misspelt one used to become an unsupported, skipped cell and a green
+    gate."""
+    from accel.sweep.checkpoint import WEIGHTLESS_SUFFIXES
+
+    for variant in profile.variant_plan().variants:
+        for feature, config in variant.configs.items():
+            wanted = getattr(config, "components", None)
+            if not wanted:
+                continue
+            for model_name, index in indexes.items():
+                if variant.models is not None and model_name not in variant.models:
+                    continue
+                present = sorted(
+                    name
+                    for name, entry in index.items()
+                    if not name.startswith("_")
+                    and isinstance(entry, list)
+                    and len(entry) == 2
+                    and isinstance(entry[1], str)
+                    and not entry[1].endswith(WEIGHTLESS_SUFFIXES)
+                )
+                for component in wanted:
+                    if component not in present:
+                        raise ConfigError(
+                            f"{source}: variant '{variant.name}': {feature}.components: model '{model_name}' has "
+                            f"no component '{component}'.{did_you_mean(component, present)} Components with "
+                            f"weights: {', '.join(present)}"
+                        )
+
+
+def check_model_files(
+    profile: Profile, position: int, location: str, source: str
+) -> tuple[bool | None, dict[str, Any]]:
+    """Model ``position``'s checkpoint is complete, its classes, configs and weights agree, and ``target:
+    native`` has a pipeline for it; errors name the model, the component and the file. Returns whether it
+    makes videos (None: cannot tell) and its ``model_index.json``."""
+    from accel.sweep.checkpoint import check_checkpoint, check_classes, is_video_pipeline
 
     model = profile.models[position]
     where = f"{source}: models[{position}]"
@@ -145,7 +202,9 @@ def check_model_files(profile: Profile, position: int, location: str, source: st
             native_for(location, model.native_pipeline)
         except ConfigError as error:
             raise ConfigError(f"{where}.target: model '{model.name}': {error}") from error
-    return False if model.target != "adapter" else is_video_pipeline(index)
+    custom = model.target != "adapter" or "custom_pipeline" in model.load_kwargs
+    check_classes(location, index, f"{where} ('{model.name}')", pipeline_class=not custom)
+    return (False if model.target != "adapter" else is_video_pipeline(index)), index
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -353,6 +412,9 @@ def run_sweep(
                     return _run_sweep(profile, source, run_dir, executor, show_progress, resume, ray_address)
             except KeyboardInterrupt:
                 cancel_pending()
+                from accel.sweep.workers import stop_helper_processes
+
+                stop_helper_processes()  # what they print on stopping comes before the --resume line
                 raise Interrupted(interrupted_message(run_dir)) from None
     except BaseException:
         if created:

@@ -126,16 +126,35 @@ def _forkserver_context() -> Any:
     return _context
 
 
+def stop_helper_processes() -> None:
+    """Stop the forkserver, then the resource tracker, now rather than at exit: the tracker warns on stopping
+    of the semaphores a killed worker left (a library's lock), and at exit that warning came after the
+    sweep's last line, the ``--resume`` command an interrupted sweep promises. The tracker unlinks them."""
+    if _context is None:  # no worker was ever started: neither helper runs
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    helpers: tuple[Any, ...] = (forkserver._forkserver, resource_tracker._resource_tracker)
+    for helper in helpers:  # private, unannotated in typeshed; present since Python 3.8
+        with contextlib.suppress(Exception):
+            helper._stop()
+
+
 def _inject_fault(spec: CellSpec, fault: str) -> None:
     """``segfault:<model>/<variant>`` kills the cell with SIGSEGV; ``hang:<model>/<variant>`` makes it outlive
-    any timeout (tests of the crash and timeout paths, on every executor but inline)."""
+    any timeout, ``hang-holding-a-semaphore:...`` too, holding a named semaphore that a killed worker leaks
+    (tests of the crash, timeout and interrupt paths, on every executor but inline)."""
     if fault == f"segfault:{spec.key}":
         import signal
 
         os.kill(os.getpid(), signal.SIGSEGV)
-    if fault == f"hang:{spec.key}":
+    if fault in (f"hang:{spec.key}", f"hang-holding-a-semaphore:{spec.key}"):
         import time
 
+        if fault.startswith("hang-holding"):  # as a library's multiprocessing lock (tqdm's) would
+            held = multiprocessing.get_context("forkserver").Lock()
+            held.acquire()
+            note_phase("a test fault holding a semaphore")
         time.sleep(24 * 3600)
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from accel.errors import did_you_mean
-from accel.yaml_bounds import read_utf8_text
+from accel.errors import ConfigError, did_you_mean
+from accel.yaml_bounds import load_yaml_file
 from accel.zoo import world as shapes_world
 
 _ALLOWED = {
@@ -32,8 +32,6 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
 
     Raises ValueError naming the file or the allowed names (the profile turns it into a ConfigError).
     """
-    import yaml
-
     if name == "shapes-held-out":
         return [
             {"prompt": prompt, "expect": expected.attributes()}
@@ -46,11 +44,10 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
             f"prompt set '{name}' is neither a file nor a built-in set.{hint} "
             f"Built-in: {', '.join(BUILTIN_PROMPT_SETS)}"
         )
-    text = read_utf8_text(path, "the prompt set", "a prompt set is a UTF-8 YAML file")
     try:
-        data = yaml.safe_load(text) or {}
-    except yaml.YAMLError as error:
-        raise ValueError(f"{path}: malformed YAML: {getattr(error, 'problem', error)}") from error
+        data = load_yaml_file(path, "prompt set", advice="a prompt set is a UTF-8 YAML file", mapping=False) or {}
+    except ConfigError as error:
+        raise ValueError(str(error)) from error
     entries = data.get("prompts") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"{path}: expected a mapping with a non-empty list 'prompts'")
