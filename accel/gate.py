@@ -63,8 +63,9 @@ class CellVerdict:
 
     ``skip_kind`` says why a skipped cell is skipped (``environment``, ``unsupported``: it did not run;
     ``expected``: it failed the way the model's claims say). ``feature_states`` holds each feature's own
-    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device), ``not engaged``,
-    ``excused`` (did not engage or broke parity, as claimed unsupported) or ``not run``.
+    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device, or a setting the
+    pipeline already had), ``not engaged``, ``excused`` (did not engage or broke parity, as claimed
+    unsupported) or ``not run``.
     """
 
     model: str
