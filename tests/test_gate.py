@@ -474,6 +474,11 @@ def test_evidence_of_another_type_is_not_engagement():
     # The sweep's own judgement: a feature that left no evidence at all fails its cell.
     assert not_engaged_error({}, ["compile"]) == "compile: no evidence recorded"
     assert not_engaged_error({"compile": {"engaged": True}}, ["compile"]) is None
+    from accel.gate import judge_measured_cell
+
+    silent = {"model": "m", "variant": "v", "status": "ok", "features": {"compile": "regional"}, "evidence": {}}
+    judge_measured_cell(silent)
+    assert silent["status"] == "failed" and "compile: no evidence recorded" in silent["error"]
 
 
 def test_a_no_op_setting_is_labelled_no_effect():
