@@ -2,11 +2,12 @@
 # whenever pyproject.toml changes):
 #   make sweep   run omni-accel sweep on the embedded default profile (profiles/quickstart.yaml)
 #   make test    ruff (lint + format check), mypy (strict, on accel/) and the test suite
+#   make mutation  the curated mutations of the judging code, each expected to fail its named tests
 PYTHON ?= python3
 VENV ?= .venv
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
-.PHONY: sweep test setup clean report report-engines gpu-check gpu-wheels roofline
+.PHONY: sweep test setup clean report report-engines gpu-check gpu-wheels roofline mutation
 
 setup: $(STAMP)
 
@@ -25,6 +26,11 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy accel
 	$(VENV)/bin/python -m pytest -q
+
+# The curated fault-injection check (tests/mutations/mutations.yaml): each mutation of the judging code applied
+# to a scratch copy of the tree, its named tests run there; score and survivors in reports/mutation/curated.md.
+mutation: $(STAMP)
+	$(VENV)/bin/python benchmarks/mutation.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache .ruff_cache .mypy_cache
