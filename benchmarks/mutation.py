@@ -15,7 +15,7 @@ Before the mutations, the union of the named tests runs once on the unmutated co
 already would "kill" every mutation, so the run stops with an error instead.
 
     python benchmarks/mutation.py                    # every entry; writes reports/mutation/curated.md
-    python benchmarks/mutation.py --only F1 F3       # some entries, report not written
+    python benchmarks/mutation.py --only F1 F3       # these entries again: their rows of the report updated
     python benchmarks/mutation.py --list             # names and files
 
 Exit status: 0 when every mutation was killed, 1 when one survived, 2 on an error.
@@ -24,6 +24,7 @@ Exit status: 0 when every mutation was killed, 1 when one survived, 2 on an erro
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -32,12 +33,15 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MUTATIONS = ROOT / "tests" / "mutations" / "mutations.yaml"
 REPORT = ROOT / "reports" / "mutation" / "curated.md"
+# Each entry's last outcome (the report is rendered from it, so --only can update some rows).
+OUTCOMES_FILE = "curated.json"
 KEYS = ("name", "file", "old", "new", "tests", "why")
 KILLED, SURVIVED, ERROR = "killed", "survived", "error"
 
@@ -61,6 +65,11 @@ class Outcome:
     seconds: float = 0.0
     detail: str = ""
     failed: list[str] = field(default_factory=list)
+    run_at: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        fields = ("status", "seconds", "detail", "failed", "run_at")
+        return {"old": self.mutation.old, "new": self.mutation.new, **{k: getattr(self, k) for k in fields}}
 
 
 def load_mutations(path: Path = MUTATIONS) -> list[Mutation]:
@@ -143,16 +152,32 @@ def apply_mutation(scratch: Path, mutation: Mutation, timeout_s: float) -> Outco
     return Outcome(mutation, ERROR, seconds, detail=f"pytest exit {code}: {tail}")
 
 
-def markdown(outcomes: list[Outcome], wall_s: float) -> str:
+def load_outcomes(path: Path, mutations: list[Mutation]) -> dict[str, Outcome]:
+    """The outcomes stored by earlier runs, for the entries whose texts are still the same."""
+    if not path.is_file():
+        return {}
+    stored = json.loads(path.read_text(encoding="utf-8"))
+    known = {}
+    for m in mutations:
+        entry = stored.get(m.name)
+        if entry and (entry["old"], entry["new"]) == (m.old, m.new):
+            fields = {k: entry[k] for k in ("status", "seconds", "detail", "failed", "run_at")}
+            known[m.name] = Outcome(m, **fields)
+    return known
+
+
+def markdown(outcomes: list[Outcome]) -> str:
     """The committed report: score, survivors and errors first, then every entry."""
     killed = sum(o.status == KILLED for o in outcomes)
+    minutes = sum(o.seconds for o in outcomes) / 60
     lines = [
         "# Curated mutations",
         "",
         "Written by `make mutation` (`benchmarks/mutation.py` over `tests/mutations/mutations.yaml`): each",
         "mutation applied in turn to a scratch copy of the tree, only its named tests run there.",
         "",
-        f"**Score: {killed} of {len(outcomes)} killed** ({wall_s / 60:.1f} min on this machine, one torch thread).",
+        f"**Score: {killed} of {len(outcomes)} killed** ({minutes:.1f} min of tests on a shared 2-core machine,",
+        "one torch thread; the `run at` column says when each entry last ran).",
         "",
     ]
     survivors = [o for o in outcomes if o.status == SURVIVED]
@@ -161,18 +186,21 @@ def markdown(outcomes: list[Outcome], wall_s: float) -> str:
     lines += [f"- **{o.mutation.name}** ({o.mutation.file}): {o.mutation.why}" for o in survivors] or ["none"]
     lines += ["", "## Errors", ""]
     lines += [f"- **{o.mutation.name}** ({o.mutation.file}): {o.detail}" for o in errors] or ["none"]
-    lines += ["", "## Every mutation", "", "| mutation | file | status | failed tests | what it breaks |"]
-    lines.append("|---|---|---|---|---|")
+    lines += ["", "## Every mutation", "", "| mutation | file | status | failed tests | what it breaks | run at |"]
+    lines.append("|---|---|---|---|---|---|")
     for o in outcomes:
         failed = ", ".join(f"`{t.split('::')[-1]}`" for t in o.failed) or o.detail or "–"
         why = o.mutation.why.replace("|", "/")
-        lines.append(f"| {o.mutation.name} | `{o.mutation.file}` | {o.status} | {failed.replace('|', '/')} | {why} |")
+        failed = failed.replace("|", "/")
+        lines.append(f"| {o.mutation.name} | `{o.mutation.file}` | {o.status} | {failed} | {why} | {o.run_at} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="+", metavar="NAME", help="Run these entries only (no report written).")
+    parser.add_argument(
+        "--only", nargs="+", metavar="NAME", help="Run these entries only; the others keep their stored outcome."
+    )
     parser.add_argument("--list", action="store_true", help="List the entries and exit.")
     parser.add_argument("--timeout", type=float, default=600, help="Seconds per mutation's tests (default 600).")
     parser.add_argument(
@@ -190,7 +218,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: unknown mutation(s) {', '.join(unknown)}", file=sys.stderr)
             return 2
         mutations = [m for m in mutations if m.name in args.only]
-    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="omni-accel-mutation-") as directory:
         scratch = Path(directory)
         scratch_copy(scratch)
@@ -203,13 +230,19 @@ def main(argv: list[str] | None = None) -> int:
         outcomes = []
         for mutation in mutations:
             outcome = apply_mutation(scratch, mutation, args.timeout)
+            outcome.run_at = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
             outcomes.append(outcome)
             print(f"{outcome.status:9} {mutation.name:28} {outcome.seconds:6.1f} s  {outcome.detail}", flush=True)
-    wall_s = time.perf_counter() - started
-    if not args.only:
-        args.report.parent.mkdir(parents=True, exist_ok=True)
-        args.report.write_text(markdown(outcomes, wall_s), encoding="utf-8")
-        print(f"wrote {args.report}")
+    # The report: this run's outcomes, and (with --only) the stored ones of the other entries.
+    store = args.report.parent / OUTCOMES_FILE
+    every = load_mutations()
+    known = load_outcomes(store, every) if args.only else {}
+    known.update({o.mutation.name: o for o in outcomes})
+    rows = [known.get(m.name) or Outcome(m, ERROR, detail="not run since its text changed: run it") for m in every]
+    args.report.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text(json.dumps({o.mutation.name: o.to_dict() for o in rows}, indent=1) + "\n", encoding="utf-8")
+    args.report.write_text(markdown(rows), encoding="utf-8")
+    print(f"wrote {args.report}")
     killed = sum(o.status == KILLED for o in outcomes)
     print(f"{killed} of {len(outcomes)} killed")
     if any(o.status == ERROR for o in outcomes):
