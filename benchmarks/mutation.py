@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -196,6 +197,10 @@ def markdown(outcomes: list[Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -207,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
         "--report", type=Path, default=REPORT, help=f"Report path (default {REPORT.relative_to(ROOT)})."
     )
     args = parser.parse_args(argv)
+    # A SIGTERM unwinds like Ctrl-C: the mutated scratch file is put back and the scratch copy removed.
+    signal.signal(signal.SIGTERM, _interrupt)
     mutations = load_mutations()
     if args.list:
         for m in mutations:
