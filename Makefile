@@ -3,6 +3,7 @@
 #   make sweep   run omni-accel sweep on the embedded default profile (profiles/quickstart.yaml)
 #   make test    ruff (lint + format check), mypy (strict, on accel/), the generated manual pages' staleness
 #                check, the manual's strict build and the test suite
+#   make mutation  the curated mutations of the judging code, each expected to fail its named tests
 PYTHON ?= python3
 VENV ?= .venv
 HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
@@ -11,7 +12,7 @@ HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-dev-$(HASH)
 
-.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline coverage
+.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline coverage mutation
 
 setup: $(STAMP)
 
@@ -45,6 +46,11 @@ docs: $(STAMP)
 # Regenerate docs/reference/ (profile keys, features, results record, CLI, Python API, module map) from the code.
 docs-reference: $(STAMP)
 	$(VENV)/bin/python -m accel.docs_gen
+
+# The curated fault-injection check (tests/mutations/mutations.yaml): each mutation of the judging code applied
+# to a scratch copy of the tree, its named tests run there; score and survivors in reports/mutation/curated.md.
+mutation: $(STAMP)
+	$(VENV)/bin/python benchmarks/mutation.py
 
 clean:
 	rm -rf $(VENV) runs site .pytest_cache .ruff_cache .mypy_cache

@@ -25,6 +25,7 @@ never runs a pipeline. Each measured cell (not the baseline or its noise-floor r
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,8 +61,9 @@ class CellVerdict:
 
     ``skip_kind`` says why a skipped cell is skipped (``environment``, ``unsupported``: it did not run;
     ``expected``: it failed the way the model's claims say). ``feature_states`` holds each feature's own
-    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device), ``not engaged``,
-    ``excused`` (did not engage or broke parity, as claimed unsupported) or ``not run``.
+    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device, or a setting the
+    pipeline already had), ``not engaged``, ``excused`` (did not engage or broke parity, as claimed
+    unsupported) or ``not run``.
     """
 
     model: str
@@ -399,9 +401,8 @@ def required_parity(
 ) -> tuple[float, float, str]:
     """(SSIM, PSNR, description) a cell must reach.
 
-    Lossy: the loosest of the lossy families in the cell. Lossless: the dtype's threshold (for an engine's
-    8-bit output, no stricter than ``uint8``'s), loosened by a measured noise floor but never below
-    ``lossless_minimum`` (nor below the dtype's own threshold when that is lower).
+    Lossy: the loosest of the lossy families in the cell. Lossless: ``lossless_limits``. A lossless feature
+    beside lossy ones is held to its own class as well (``combined_lossless_checks``).
     """
     overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
     lossy = {**declared_lossy_limits(), **data.thresholds["lossy"], **(overrides.get("lossy") or {})}
@@ -418,6 +419,16 @@ def required_parity(
         ssim = min(float(x["ssim"]) for x in limits)
         psnr = min(float(x["psnr"]) for x in limits)
         return ssim, psnr, f"lossy ({', '.join(lossy_families)})"
+    return lossless_limits(data, record, noise_floor, modality)
+
+
+def lossless_limits(
+    data: GateData, record: dict[str, Any], noise_floor: dict[str, Any] | None, modality: str
+) -> tuple[float, float, str]:
+    """(SSIM, PSNR, description) of the lossless class for this cell: the dtype's threshold (for an engine's
+    8-bit output, no stricter than ``uint8``'s), loosened by a measured noise floor but never below
+    ``lossless_minimum`` (nor below the dtype's own threshold when that is lower)."""
+    overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
     lossless = data.thresholds["lossless"]
     own = overrides.get("lossless") or {}
     precision = output_precision(record)
@@ -441,6 +452,69 @@ def required_parity(
         ssim = max(floor_ssim, min(ssim, float(minimum["ssim"])))
         psnr = max(floor_psnr, min(psnr, float(minimum["psnr"])))
     return ssim, psnr, kind
+
+
+def limit_text(value: float) -> str:
+    """A required value as the gate prints it: enough digits to show the real limit (0.99999, not 1)."""
+    return fmt(float(value), 6, significant=True)
+
+
+def _parity_pair(name: str, parity: dict[str, Any], ssim_min: float, psnr_min: float) -> list[Check]:
+    """SSIM and PSNR of ``parity`` against their limits (a missing value is never in parity)."""
+    ssim, psnr = parity.get("ssim"), parity.get("psnr")
+    return [
+        Check(f"SSIM, {name}", ssim is not None and ssim >= ssim_min, ssim, f">= {limit_text(ssim_min)}"),
+        Check(f"PSNR dB, {name}", psnr is not None and psnr >= psnr_min, psnr, f">= {limit_text(psnr_min)}"),
+    ]
+
+
+def lossy_part(record: dict[str, Any], peers: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The measured cell of the same model whose features are exactly this cell's lossy ones, with the same
+    options (``int8wo`` for ``int8wo + _native_math``), or None."""
+    lossy = set(lossy_features(record))
+    wanted = {name: value for name, value in feature_options(record).items() if name in lossy}
+    for peer in peers:
+        if peer is record or peer["model"] != record["model"] or peer["variant"] == record["variant"]:
+            continue
+        if feature_options(peer) == wanted and peer.get("status") == "ok" and parity_of(peer):
+            return peer
+    return None
+
+
+def combined_lossless_checks(
+    data: GateData,
+    record: dict[str, Any],
+    noise_floor: dict[str, Any] | None,
+    modality: str,
+    peers: list[dict[str, Any]],
+) -> list[Check]:
+    """A lossless feature beside lossy ones is held to its own class, not to the lossy limits of the cell.
+
+    With a cell of the lossy features alone (``lossy_part``) the lossless features may add no more error than
+    their class allows: RMS errors add at most (triangle inequality), so the cell's PSNR must reach
+    ``-20 log10(10^(-P_part/20) + 10^(-P_lossless/20))`` and its SSIM ``S_part - (1 - S_lossless)``. Without
+    one nothing separates the features: the cell is held to the lossless limits against the baseline."""
+    lossy = set(lossy_features(record))
+    lossless = [name for name in feature_options(record) if name not in lossy]
+    if not lossy or not lossless:
+        return []
+    ssim_ll, psnr_ll, kind = lossless_limits(data, record, noise_floor, modality)
+    names = ", ".join(lossless)
+    part = lossy_part(record, peers)
+    if part is None:
+        beside = ", ".join(sorted(lossy))
+        return _parity_pair(
+            f"{names} {kind} (no cell of {beside} alone to separate it: against the baseline)",
+            parity_of(record),
+            ssim_ll,
+            psnr_ll,
+        )
+    reached = parity_of(part)
+    part_psnr, part_ssim = float(reached["psnr"]), float(reached["ssim"])
+    rms = 10 ** (-part_psnr / 20) + 10 ** (-psnr_ll / 20)
+    psnr_min = -20 * math.log10(rms) if rms > 0 else math.inf
+    ssim_min = part_ssim - (1 - ssim_ll)
+    return _parity_pair(f"{names} {kind} beside {part['variant']}", parity_of(record), ssim_min, psnr_min)
 
 
 def baseline_device(record: dict[str, Any], devices: dict[str, Any]) -> str | None:
@@ -611,11 +685,30 @@ def _gate_crashed(verdict: CellVerdict, record: dict[str, Any], claims: dict[str
     return verdict
 
 
-def not_engaged_error(evidence: dict[str, dict[str, Any]]) -> str | None:
+def evidence_problem(entry: Any) -> str | None:
+    """Why one feature's evidence entry does not show engagement, or None when it does.
+
+    Only ``engaged: true`` (a JSON boolean) is engagement: a missing entry, ``false``, or a value of another
+    type (``"no"``, ``1``: a hand-edited or foreign record) is not."""
+    if entry is None:
+        return "no evidence recorded"
+    if not isinstance(entry, dict):
+        return f"malformed evidence: expected an object, got {entry!r}"
+    engaged = entry.get("engaged")
+    if not isinstance(engaged, bool):
+        return f"malformed evidence: engaged should be true or false, got {engaged!r}"
+    if not engaged:
+        return str(entry.get("summary") or "not engaged")
+    return None
+
+
+def not_engaged_error(evidence: dict[str, Any], features: list[str] | None = None) -> str | None:
     """A measured cell's error when a feature's own verdict says it did not engage (``summary`` of each), or
-    None: the cell records it as failed (its run does not show the feature)."""
-    not_engaged = [f"{name}: {entry.get('summary')}" for name, entry in evidence.items() if not entry.get("engaged")]
-    return "; ".join(not_engaged) or None
+    left no evidence at all (each of ``features`` needs an entry), or None: the cell records it as failed
+    (its run does not show the feature)."""
+    names = list(dict.fromkeys([*(features or []), *evidence]))
+    problems = [(name, evidence_problem(evidence.get(name))) for name in names]
+    return "; ".join(f"{name}: {problem}" for name, problem in problems if problem) or None
 
 
 def judge_engine_engagement(record: dict[str, Any]) -> None:
@@ -680,8 +773,8 @@ def judge_measured_cell(record: dict[str, Any]) -> None:
     and the gate agree. An in-process cell whose feature's own ``verify()`` found no engagement fails
     (``not_engaged_error``); an engine cell engages only on evidence (``judge_engine_engagement``); a step
     below its floor marks the timing invalid (``judge_timing_validity``)."""
-    if record.get("status") == "ok" and not record.get("engine"):
-        not_engaged = not_engaged_error(record.get("evidence") or {})
+    if record.get("status") == "ok" and not record.get("engine") and not is_reference(record):
+        not_engaged = not_engaged_error(record.get("evidence") or {}, list(feature_options(record)))
         if not_engaged:
             record.update(status="failed", error=not_engaged)
     judge_engine_engagement(record)
@@ -694,8 +787,11 @@ def gate_cell(
     noise_floor: dict[str, Any] | None,
     modality: str,
     baseline: dict[str, Any] | None = None,
+    peers: list[dict[str, Any]] | None = None,
 ) -> CellVerdict:
-    """The verdict on one measured cell (``baseline``: the model's baseline record, for its stability)."""
+    """The verdict on one measured cell. ``baseline``: the model's baseline record (a failed or unstable one
+    fails what is judged against it); ``peers``: the other records of the results, where a combined cell's
+    lossless features find the cell of its lossy features alone. ``judge_records`` passes both."""
     from accel.features import FEATURES
 
     verdict = CellVerdict(record["model"], record["variant"], PASS)
@@ -715,11 +811,9 @@ def gate_cell(
     evidence = record.get("evidence") or {}
     broken: dict[str, str] = {}
     for name in features:
-        entry = evidence.get(name)
-        if entry is None:
-            broken[name] = "no evidence recorded"
-        elif not entry.get("engaged"):
-            broken[name] = entry.get("summary") or "not engaged"
+        problem = evidence_problem(evidence.get(name))
+        if problem:
+            broken[name] = problem
     if record["status"] != "ok" and not broken:  # a failure the evidence does not explain
         for name in _named_features(record.get("error"), features) or features:
             broken[name] = f"{record['status']}: {record.get('error')}"
@@ -730,6 +824,9 @@ def gate_cell(
         elif on_cpu and FEATURES[name].no_effect_on_cpu:
             verdict.feature_states[name] = "no effect"
             verdict.notes.append(f"{name} engaged, no effect on cpu: {FEATURES[name].no_effect_on_cpu}")
+        elif isinstance(evidence[name].get("no_effect"), str):  # a no-op setting: what the pipeline already did
+            verdict.feature_states[name] = "no effect"
+            verdict.notes.append(f"{name} engaged, no effect: {evidence[name]['no_effect']}")
         else:
             verdict.feature_states[name] = "engaged"
     unexcused_engagement = [name for name in broken if claims[name] is not False]
@@ -740,26 +837,26 @@ def gate_cell(
 
     parity = parity_of(record)
     ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
-    parity_checks = [
-        Check(
-            f"SSIM, {kind}",
-            (parity.get("ssim") or 0) >= ssim_min,
-            parity.get("ssim"),
-            f">= {fmt(ssim_min, 4, significant=True)}",
-        ),
-        Check(
-            f"PSNR dB, {kind}",
-            (parity.get("psnr") or 0) >= psnr_min,
-            parity.get("psnr"),
-            f">= {fmt(psnr_min, 4, significant=True)}",
-        ),
-    ]
-    baseline_stable = (baseline or {}).get("outputs_stable") is not False
+    parity_checks = _parity_pair(kind, parity, ssim_min, psnr_min)
+    parity_checks += combined_lossless_checks(data, record, noise_floor, modality, peers or [])
     lossy = set(lossy_features(record))  # once: an older record's options are parsed to find it
     lossless = [name for name in features if name not in lossy]
-    if lossless and record.get("outputs_stable") is False and baseline_stable:  # a lossless feature must be stable
+    if lossless and record.get("outputs_stable") is False:  # a lossless feature must be stable
         parity_checks.append(
             Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")
+        )
+    if baseline is not None and baseline.get("status") != "ok":
+        parity_checks.append(
+            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
+        )
+    elif lossless and (baseline or {}).get("outputs_stable") is False:  # nothing to be lossless against
+        parity_checks.append(
+            Check(
+                "output stability of the baseline, lossless",
+                False,
+                "the baseline's outputs differ between its own calls",
+                "a baseline identical every pass",
+            )
         )
     verdict.in_parity = all(c.ok for c in parity_checks)
     claimed = [name for name in features if claims[name] is False]
@@ -794,7 +891,7 @@ def gate_cell(
     excused = [name for name in broken if claims[name] is False]
     if any(not c.ok for c in verdict.checks):
         verdict.outcome = FAIL
-        judged = ("SSIM", "PSNR", "output stability", "engagement")
+        judged = ("SSIM", "PSNR", "output stability", "engagement", "baseline")
         if any(claims[name] for name in features) and any(
             not c.ok and c.name.startswith(judged) for c in verdict.checks
         ):
@@ -848,20 +945,74 @@ def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["model"]: r["parity"] for r in records if is_noise_floor(r) and r.get("parity")}
 
 
-def gate_records(
+BASELINE = "baseline"
+# What a model's cells are judged against when its baseline record is missing from the results.
+NO_BASELINE = {"status": "missing", "error": "no baseline record in these results"}
+
+
+def is_reference(record: dict[str, Any]) -> bool:
+    """The baseline or its noise-floor re-run: the cells every variant of the model is measured against."""
+    return record["variant"] == BASELINE or is_noise_floor(record)
+
+
+def gate_reference(record: dict[str, Any], data: GateData, modality: str) -> CellVerdict:
+    """The verdict on a model's baseline or its noise-floor re-run: every variant is measured against them.
+
+    A reference that did not run (failed, crashed, timed out, or without timed outputs) fails: nothing of
+    its model can be judged (one not runnable in this environment is skipped, as a variant would be). A
+    baseline whose outputs differ between its own calls passes itself, with a finding; the lossless
+    verdicts judged against it fail (``gate_cell``). A noise floor below ``lossless_minimum``: the baseline
+    does not reproduce itself from a fresh load, which no threshold can absorb.
+    """
+    verdict = CellVerdict(record["model"], record["variant"], PASS)
+    role = "noise-floor re-run of the baseline" if is_noise_floor(record) else "baseline"
+    status = record["status"]
+    if status == "unsupported" and record.get("unsupported_scope") == "environment":
+        verdict.outcome, verdict.skip_kind = SKIP, ENVIRONMENT
+        verdict.reasons.append(f"not run, unsupported here: {record.get('error')}")
+        return verdict
+    if status != "ok" or record.get("warm") is None:
+        verdict.outcome = FAIL
+        why = f"{status}: {record.get('error')}" if status != "ok" else "no timed outputs"
+        verdict.reasons.append(f"{role} {why}: every cell of {record['model']} is measured against it")
+        return verdict
+    if record.get("outputs_stable") is False:
+        verdict.findings.append(
+            f"{verdict.key}: outputs differ between the {role}'s own calls: lossless verdicts against it fail"
+        )
+    if is_noise_floor(record):
+        parity = parity_of(record)
+        minimum = data.thresholds["lossless_minimum"][modality]
+        verdict.checks += _parity_pair(
+            f"{role} vs the baseline (lossless_minimum, {modality})",
+            parity,
+            float(minimum["ssim"]),
+            float(minimum["psnr"]),
+        )
+        if any(not c.ok for c in verdict.checks):
+            verdict.outcome = FAIL
+            verdict.reasons.append("the baseline does not reproduce itself from a fresh load")
+    verdict.in_parity = all(c.ok for c in verdict.checks)
+    return verdict
+
+
+def judge_records(
     records: list[dict[str, Any]], data: GateData, unmeasured: list[tuple[str, str]] | None = None
 ) -> GateReport:
-    """Verdicts on every measured cell of a results file; ``unmeasured`` cells (planned by the run's profile,
-    missing from its results) fail: an interrupted sweep or a lost record never passes a gate."""
+    """The one judgement of a results file, shared by ``omni-accel gate``, the pytest plugin and the tables:
+    a verdict on every record (the baselines and noise floors too: a failed reference fails the run) and
+    on every ``unmeasured`` cell (planned by the run's profile, missing from its results: an interrupted
+    sweep or a lost record never passes a gate)."""
     floors = noise_floors(records)
-    baselines = {r["model"]: r for r in records if r["variant"] == "baseline"}
+    baselines = {r["model"]: r for r in records if r["variant"] == BASELINE}
     verdicts = []
     for record in records:
-        if record["variant"] == "baseline" or is_noise_floor(record):
+        modality = _modality(record)
+        if is_reference(record):
+            verdicts.append(gate_reference(record, data, modality))
             continue
-        verdicts.append(
-            gate_cell(record, data, floors.get(record["model"]), _modality(record), baselines.get(record["model"]))
-        )
+        baseline = baselines.get(record["model"], NO_BASELINE)
+        verdicts.append(gate_cell(record, data, floors.get(record["model"]), modality, baseline, records))
     for model, variant in unmeasured or []:
         missing = CellVerdict(model, variant, FAIL)
         missing.reasons.append(
@@ -876,6 +1027,10 @@ def gate_records(
     ]
     notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
     return GateReport(verdicts, notices, claims)
+
+
+# The name the CLI, tables and older callers know.
+gate_records = judge_records
 
 
 def _modality(record: dict[str, Any]) -> str:

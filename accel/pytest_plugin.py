@@ -2,8 +2,9 @@
 
 Registered through the ``pytest11`` entry point, active only when ``--accel-profile`` or
 ``--accel-results`` is given. Items are planned at collection time without running anything; the
-first item to run measures the whole profile once (in ``--accel-out``, default a temporary directory),
-then every item applies the same gate as ``omni-accel gate`` (``accel.gate``) to its cell. A failure
+first item to run measures the whole profile once (in ``--accel-out``, default a temporary directory) and
+judges it once with ``omni-accel gate``'s own judgement (``accel.gate.judge_records``); every item (the
+baselines and noise floors too) reports its cell's verdict, so the two cannot disagree. A failure
 shows the measured and required values; a cell that did not run (unsupported here or on the model) or
 failed exactly as the claims say is skipped with its reason, never passed.
 """
@@ -19,6 +20,7 @@ import pytest
 if TYPE_CHECKING:
     from _pytest._code.code import TerminalRepr
 
+    from accel.gate import CellVerdict, GateReport
     from accel.profile import Profile
 
 
@@ -49,6 +51,7 @@ class AccelCells:
             _path(option("accel_thresholds")), _path(option("accel_claims")), _path(option("accel_baseline"))
         )
         self.records: list[dict[str, Any]] | None = None
+        self.report: GateReport | None = None
         self.profile: Profile | None = None  # None when the records were read (--accel-results)
         results = option("accel_results")
         if results:
@@ -64,14 +67,11 @@ class AccelCells:
 
     def cell_keys(self) -> list[tuple[str, str]]:
         if self.records is not None:
-            from accel.results import is_noise_floor
-
-            return [(r["model"], r["variant"]) for r in self.records if not is_noise_floor(r)]
-        from accel.sweep.cell import NOISE_FLOOR
+            return [(r["model"], r["variant"]) for r in self.records]
         from accel.sweep.runner import plan
 
         assert self.profile is not None  # no records: a profile was loaded
-        return [(c.model.name, c.variant) for c in plan(self.profile, self.run_dir) if c.variant != NOISE_FLOOR]
+        return [(c.model.name, c.variant) for c in plan(self.profile, self.run_dir)]
 
     def measured(self) -> list[dict[str, Any]]:
         if self.records is None:
@@ -80,6 +80,18 @@ class AccelCells:
             assert self.profile is not None  # no records: a profile was loaded
             self.records = run_sweep(self.profile, self.profile_path, self.run_dir, show_progress=False).records
         return self.records
+
+    def verdict(self, cell: tuple[str, str]) -> CellVerdict:
+        """The gate's verdict on ``cell``: the whole run judged once, as ``omni-accel gate`` judges it (a planned
+        cell without a record fails as never measured)."""
+        if self.report is None:
+            from accel.gate import judge_records
+
+            records = self.measured()
+            recorded = {(r["model"], r["variant"]) for r in records}
+            unmeasured = [key for key in self.cell_keys() if key not in recorded]
+            self.report = judge_records(records, self.data, unmeasured)
+        return next(v for v in self.report.verdicts if (v.model, v.variant) == cell)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         for model, variant in self.cell_keys():
@@ -105,20 +117,9 @@ class AccelItem(pytest.Item):
         self.cell = cell
 
     def runtest(self) -> None:
-        from accel.gate import FAIL, SKIP, gate_cell, noise_floors
+        from accel.gate import FAIL, SKIP
 
-        records = self.cells.measured()
-        model, variant = self.cell
-        record = next((r for r in records if (r["model"], r["variant"]) == self.cell), None)
-        if record is None:
-            raise AccelGateFailure(f"{model}/{variant}: no result recorded")
-        if variant == "baseline":
-            if record["status"] != "ok":
-                raise AccelGateFailure(f"baseline {record['status']}: {record.get('error')}")
-            return
-        modality = record.get("modality") or "image"
-        baseline = next((r for r in records if (r["model"], r["variant"]) == (model, "baseline")), None)
-        verdict = gate_cell(record, self.cells.data, noise_floors(records).get(model), modality, baseline)
+        verdict = self.cells.verdict(self.cell)
         if verdict.outcome == SKIP:
             pytest.skip(verdict.message())
         if verdict.outcome == FAIL:

@@ -413,6 +413,13 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
     for name, evidence in (record.get("evidence") or {}).items():
         if not isinstance(evidence, dict):
             raise ConfigError(f"{where}: evidence.{name} should be an object, got {_json_type(evidence)}")
+        if not isinstance(evidence.get("engaged"), bool):  # "no" would count as engaged by truth value
+            raise ConfigError(
+                f"{where}: evidence.{name}.engaged should be true or false, got {evidence.get('engaged')!r}"
+            )
+        for key in ("summary", "no_effect"):
+            if evidence.get(key) is not None and not isinstance(evidence[key], str):
+                raise ConfigError(f"{where}: evidence.{name}.{key} should be a string, got {_json_type(evidence[key])}")
     for key in ("parity", "parity_vs_reference"):
         parity = record.get(key)
         if parity:

@@ -104,6 +104,16 @@ def test_a_call_with_other_steps_than_a_step_planning_feature_was_set_up_for_is_
         pytest.raises(ConfigError, match=expected),
     ):
         generate(target, steps=4)
+    # A call that leaves the steps out runs the pipeline's default (28 here), not the 8 TeaCache planned.
+    default = (
+        "tea_cache were set up for num_inference_steps=8, the call leaves num_inference_steps out: "
+        "the pipeline's default is 28"
+    )
+    with (
+        apply(target.pipeline, TeaCacheConfig(rel_l1_thresh=0.4), num_inference_steps=STEPS),
+        pytest.raises(ConfigError, match=default),
+    ):
+        target.pipeline("a red fox", height=64, width=64, output_type="np")
 
 
 def test_apply_is_the_package_level_api_and_every_feature_has_an_exported_config():

@@ -8,7 +8,7 @@ from features_helpers import CONTEXT, applied_runs, generate, loaded
 from pydantic import ValidationError
 
 from accel.features import FEATURES
-from accel.features.attention import AttentionBackendConfig
+from accel.features.attention import AttentionBackendConfig, _NativeAttentionHandle
 
 
 def _active_backend():
@@ -28,6 +28,37 @@ def test_math_backend_dispatches_matches_and_restores(model):
     assert np.abs(output[0] - baseline[0]).max() < 1e-4
     assert _active_backend() == before
     assert np.array_equal(generate(target)[0], baseline[0])
+
+
+def test_the_backend_the_pipeline_already_uses_is_no_effect_in_the_evidence_and_the_support_matrix():
+    """``attention_backend: native`` (diffusers' default) engages but tests nothing: shown as no effect (⚪),
+    like offload on a CPU, never as a measured ✅ ~1.0x."""
+    from synthetic import record
+
+    from accel.gate import load_gate_data
+    from accel.report.tables import support_matrix
+
+    target = loaded("tiny-flux")
+    same, _ = applied_runs(target, "attention_backend", "native")
+    assert same.engaged and "already used the native backend" in same.evidence["no_effect"], same.evidence
+    other, _ = applied_runs(target, "attention_backend", "_native_math")
+    assert other.engaged and "no_effect" not in other.evidence
+    evidence = {"attention_backend": {"engaged": True, "summary": same.summary, **same.evidence}}
+    records = [
+        record("m", "baseline", {}, device="cpu", dtype="float32"),
+        record("m", "attn-native", {"attention_backend": "native"}, evidence=evidence, device="cpu", dtype="float32"),
+    ]
+    matrix = support_matrix(records, load_gate_data())
+    assert "⚪" in matrix and "attention_backend engaged, no effect: the pipeline already used" in matrix, matrix
+    assert "| **m** | ⚪<sup>1</sup> |" in matrix, matrix  # not ✅ ≈1.0x: nothing was tested
+
+
+def test_native_attention_layers_already_on_the_backend_are_no_effect():
+    from accel.native.attention import Attention
+
+    handle = _NativeAttentionHandle([Attention(), Attention()], "native")
+    assert handle.already_in_use
+    assert not _NativeAttentionHandle([Attention()], "_native_math").already_in_use
 
 
 def test_requested_backend_never_reached_fails():

@@ -81,6 +81,17 @@ def test_unknown_component_is_unsupported_with_the_components_listed():
     assert not support.supported and "no component 'unet'" in support.reason and "transformer" in support.reason
 
 
+def test_a_bare_module_is_refused_with_a_clear_reason():
+    import torch
+
+    from accel import apply
+    from accel.features import QuantizationConfig
+    from accel.features.applied import FeatureUnavailable
+
+    with pytest.raises(FeatureUnavailable, match=r"Linear is not a pipeline: quantization quantizes a pipeline's"):
+        apply(torch.nn.Linear(2, 2), QuantizationConfig())
+
+
 def _toy_pipeline(*shapes):
     import types
 

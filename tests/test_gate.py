@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import xml.etree.ElementTree as ET
 
@@ -34,7 +35,8 @@ def test_verdicts_follow_class_thresholds_claims_and_scope():
     assert outcomes["flux/flash"] == SKIP  # this environment cannot run it
     assert outcomes["wan/tea"] == SKIP and outcomes["wan/taylorseer"] == SKIP  # claimed unsupported
     assert outcomes["wan/compile"] == PASS  # lossless float32 at 131 dB
-    assert "flux/baseline" not in outcomes and "flux/noise-floor" not in outcomes
+    # The references are judged too: every variant is measured against them.
+    assert outcomes["flux/baseline"] == PASS and outcomes["flux/noise-floor"] == PASS
 
 
 def _verdict(key, records=None, data=None):
@@ -82,7 +84,17 @@ def test_unstable_outputs_fail_lossless_parity():
     assert verdict.outcome == FAIL and "output stability, lossless" in verdict.message()
     records = results()
     next(r for r in records if r["variant"] == "baseline" and r["model"] == "wan")["outputs_stable"] = False
-    assert _verdict("wan/slicing", records).outcome == PASS  # the baseline itself is unstable: nothing to blame
+    for r in records:
+        if r["variant"] == "slicing":
+            r["outputs_stable"] = True
+    # An unstable baseline: no lossless verdict can be judged against it, however stable the cell.
+    unstable = _verdict("wan/slicing", records)
+    assert unstable.outcome == FAIL and "output stability of the baseline, lossless" in unstable.message()
+    assert _verdict("wan/compile", records).outcome == FAIL  # every lossless cell of the model
+    assert _verdict("wan/baseline", records).outcome == PASS  # the baseline itself ran; the finding says why
+    assert any(
+        "outputs differ between the baseline's own calls" in f for f in _verdict("wan/baseline", records).findings
+    )
     records = results()
     for r in records:
         if r["variant"] in ("tea", "tea+offload"):
@@ -108,7 +120,7 @@ def test_cells_that_did_not_run_are_skipped_with_their_reason():
     claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "compile": {"supported": True}}}
     assert _verdict("flux/compile-full", data=_data(claims)).outcome == FAIL  # claimed supported
     summary = markdown_summary(report)
-    assert "6 passed, 5 failed, 5 skipped (1 not run: unsupported in this environment; 2 not run: " in summary
+    assert "10 passed, 5 failed, 5 skipped (1 not run: unsupported in this environment; 2 not run: " in summary
     assert "- **flux/compile-full**: not run, unsupported on this model" in summary
     suite = ET.fromstring(junit_xml(report))
     skipped = suite.find(".//testcase[@name='compile-full']/skipped")
@@ -357,3 +369,153 @@ def test_cli_bad_input_exits_2(run_dir, monkeypatch, capsys):
     with pytest.raises(SystemExit) as done:
         main()
     assert done.value.code == 2 and "bad.yaml: malformed YAML" in capsys.readouterr().err
+
+
+def _without(records, model, variant):
+    return [r for r in records if (r["model"], r["variant"]) != (model, variant)]
+
+
+def _crash(record, status="failed", error="segfault: the worker died (signal 11)"):
+    for key in ("warm", "parity", "evidence", "speedup_ci", "outputs_stable"):
+        record.pop(key, None)
+    record.update(status=status, error=error)
+
+
+def test_a_crashed_baseline_fails_the_run_and_every_cell_measured_against_it():
+    records = results()
+    _crash(next(r for r in records if (r["model"], r["variant"]) == ("flux", "baseline")))
+    for r in records:
+        if r["model"] == "flux" and r["variant"] != "baseline":
+            r.pop("parity", None)  # the runner compares nothing with a baseline that did not run
+    report = gate_records(records, _data())
+    baseline = next(v for v in report.verdicts if v.key == "flux/baseline")
+    assert baseline.outcome == FAIL and report.exit_code == 1
+    assert "baseline failed: segfault" in baseline.message() and "every cell of flux" in baseline.message()
+    compile_ = next(v for v in report.verdicts if v.key == "flux/compile")
+    assert compile_.outcome == FAIL and "baseline: measured failed: segfault" in compile_.message()
+    # The review's run: a crashed baseline beside a cell that could not run here: never a green gate.
+    alone = [r for r in records if r["model"] == "flux" and r["variant"] in ("baseline", "flash")]
+    report = gate_records(alone, _data())
+    assert report.exit_code == 1 and "0 passed, 1 failed, 1 skipped" in markdown_summary(report)
+    # A results file without any baseline of the model: nothing to judge the variants against.
+    missing = next(
+        v for v in gate_records(_without(results(), "wan", "baseline"), _data()).verdicts if v.key == "wan/compile"
+    )
+    assert missing.outcome == FAIL and "no baseline record in these results" in missing.message()
+
+
+def test_a_failed_or_irreproducible_noise_floor_fails():
+    records = results()
+    _crash(next(r for r in records if r.get("role") == "noise_floor" and r["model"] == "wan"), "timeout", "timed out")
+    verdict = _verdict("wan/noise-floor", records)
+    assert verdict.outcome == FAIL and "noise-floor re-run of the baseline timeout: timed out" in verdict.message()
+    records = results()
+    next(r for r in records if r.get("role") == "noise_floor" and r["model"] == "wan")["parity"] = {
+        "ssim": 0.5,
+        "psnr": 12.0,
+    }
+    verdict = _verdict("wan/noise-floor", records)
+    assert verdict.outcome == FAIL and "does not reproduce itself" in verdict.message()
+    assert (
+        "SSIM, noise-floor re-run of the baseline vs the baseline (lossless_minimum, video): "
+        "measured 0.5, required >= 0.95" in verdict.message()
+    )
+
+
+def _combined(ssim, psnr, partner=None):
+    """``wan`` (float32 on a CPU) with int8wo beside _native_math, and optionally int8wo alone."""
+    from synthetic import record
+
+    cpu = {"device": "cpu", "dtype": "float32", "modality": "image"}
+    features = {"quantization": "int8wo", "attention_backend": "_native_math"}
+    records = [
+        record("m", "baseline", {}, latency=0.3, **cpu),
+        record("m", "int8+math", features, speedup=1.1, ssim=ssim, psnr=psnr, **cpu),
+        record("m", "math", {"attention_backend": "_native_math"}, speedup=1.0, ssim=ssim, psnr=psnr, **cpu),
+    ]
+    if partner:
+        records.append(
+            record("m", "int8", {"quantization": "int8wo"}, speedup=1.1, ssim=partner[0], psnr=partner[1], **cpu)
+        )
+    return records
+
+
+def test_a_lossless_feature_beside_a_lossy_one_is_held_to_its_own_class():
+    # The review's case: int8wo + _native_math at SSIM 0.93 / 27 dB passed on the lossy limits, math alone failed.
+    records = _combined(0.93, 27.0)
+    assert _verdict("m/math", records).outcome == FAIL
+    combined = _verdict("m/int8+math", records)
+    assert combined.outcome == FAIL
+    message = combined.message()
+    assert "attention_backend lossless (image, float32) (no cell of quantization alone" in message
+    assert "required >= 0.99999" in message and "required >= 100" in message  # the real limit, not "1"
+    # With int8wo measured alone at 0.99 / 40 dB the lossless feature may add only its own class's error.
+    worse = _verdict("m/int8+math", _combined(0.93, 27.0, partner=(0.99, 40.0)))
+    assert worse.outcome == FAIL and "attention_backend lossless (image, float32) beside int8" in worse.message()
+    same = _verdict("m/int8+math", _combined(0.99, 40.0, partner=(0.99, 40.0)))
+    assert same.outcome == PASS, same.message()
+    # An added error at the lossless class's edge (about 100 dB) still passes; one at 60 dB does not.
+    assert _verdict("m/int8+math", _combined(0.99, 39.99999, partner=(0.99, 40.0))).outcome == PASS
+    records = _combined(0.99, 40.0, partner=(0.99, 40.0))
+    records[1]["parity"]["psnr"] = -20 * __import__("math").log10(10 ** (-40 / 20) + 10 ** (-60 / 20))
+    assert _verdict("m/int8+math", records).outcome == FAIL
+
+
+def test_evidence_of_another_type_is_not_engagement():
+    from accel.gate import not_engaged_error
+
+    records = results()
+    cell = next(r for r in records if r["variant"] == "compile" and r["model"] == "wan")
+    cell["evidence"] = {"compile": {"engaged": "no", "summary": "hand-edited"}}  # bool("no") is True
+    verdict = _verdict("wan/compile", records)
+    assert verdict.outcome == FAIL and "engaged should be true or false, got 'no'" in verdict.message()
+    cell["evidence"] = {"compile": {"engaged": 1}}
+    assert _verdict("wan/compile", records).outcome == FAIL
+    # The sweep's own judgement: a feature that left no evidence at all fails its cell.
+    assert not_engaged_error({}, ["compile"]) == "compile: no evidence recorded"
+    assert not_engaged_error({"compile": {"engaged": True}}, ["compile"]) is None
+    from accel.gate import judge_measured_cell
+
+    silent = {"model": "m", "variant": "v", "status": "ok", "features": {"compile": "regional"}, "evidence": {}}
+    judge_measured_cell(silent)
+    assert silent["status"] == "failed" and "compile: no evidence recorded" in silent["error"]
+
+
+def test_a_no_op_setting_is_labelled_no_effect():
+    records = results()
+    cell = next(r for r in records if r["variant"] == "attn-math")
+    cell["parity"] = {"ssim": 1.0, "psnr": float("inf"), "max_abs_diff": 0.0, "bit_identical": True}
+    cell["evidence"]["attention_backend"]["no_effect"] = "the pipeline already used the native backend"
+    verdict = _verdict("wan/attn-math", records)
+    assert verdict.outcome == PASS and verdict.no_effect == ["attention_backend"]
+    assert any("attention_backend engaged, no effect: the pipeline already used" in f for f in verdict.findings)
+
+
+def test_gate_and_pytest_plugin_agree_on_every_fixture(pytester):
+    """One judgement: the plugin's item outcomes are exactly the gate's verdicts, on every fixture."""
+    import json
+
+    from accel.gate import judge_records
+
+    fixtures = {"synthetic": results()}
+    crashed = results()
+    _crash(next(r for r in crashed if (r["model"], r["variant"]) == ("flux", "baseline")))
+    fixtures["crashed-baseline"] = crashed
+    unstable = results()
+    next(r for r in unstable if (r["model"], r["variant"]) == ("wan", "baseline"))["outputs_stable"] = False
+    fixtures["unstable-baseline"] = unstable
+    fixtures["combined"] = _combined(0.93, 27.0)
+    fixtures["no-baseline"] = _without(results(), "wan", "baseline")
+    words = {PASS: "PASSED", FAIL: "FAILED", SKIP: "SKIPPED"}
+    for name, records in fixtures.items():
+        path = pytester.path / f"{name}.jsonl"
+        path.write_text("".join(json.dumps(r) + "\n" for r in records))
+        gate = {f"accel[{v.key}]": words[v.outcome] for v in judge_records(records, load_gate_data()).verdicts}
+        result = pytester.runpytest_subprocess("--accel-results", str(path), "-v", "-p", "no:cacheprovider")
+        plugin = {}
+        for line in result.stdout.lines:  # "::accel[flux/compile] PASSED    [ 15%]"
+            found = re.match(r"::(accel\[[^\]]+\]) (PASSED|FAILED|SKIPPED)", line)
+            if found:
+                plugin[found.group(1)] = found.group(2)
+        assert len(plugin) == len(records), (name, result.stdout.lines[-5:])
+        assert plugin == gate, name

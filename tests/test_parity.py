@@ -88,6 +88,7 @@ def test_aggregate_keeps_worst_case():
     diff = compare(b[None], a[None])
     total = aggregate([same, diff])
     assert total.ssim_min == diff.ssim_min
+    assert total.psnr_min == diff.psnr_min  # the worst sample's, not the best's (inf)
     assert total.max_abs_diff == diff.max_abs_diff
     assert not total.bit_identical
 

@@ -269,3 +269,19 @@ def test_the_warmup_never_reruns_a_failed_cell_and_a_dead_model_exits_non_zero(t
             "error: every cell of tiny-flux failed, nothing was measured there (tiny-flux: timeout: the cell ran"
         )
     )
+
+
+def test_a_crashed_baseline_fails_the_gate_although_the_sweep_completes(tmp_path, monkeypatch, capsys):
+    """The review's run: the baseline segfaults, the only variant cannot run here. The sweep completes (exit
+    0: one cell was not a failure), but the gate judges the baseline and fails the run, as the plugin does."""
+    from conftest import invoke
+
+    monkeypatch.setenv("OMNI_ACCEL_FAULT", "segfault:tiny-flux/baseline")
+    profile = small_profile(["tiny-flux"], [{"name": "flash", "features": {"attention_backend": "flash"}}], steps=2)
+    profile["measure"] = {"warmup": 0, "repeats": 1, "executor": "process", "noise_floor": False}
+    run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    monkeypatch.delenv("OMNI_ACCEL_FAULT")
+    code, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path))
+    assert code == 1, out
+    assert "0 passed, 1 failed, 1 skipped" in out and "**tiny-flux/baseline**" in out
+    assert "baseline failed: worker died with signal SIGSEGV" in out

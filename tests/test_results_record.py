@@ -141,6 +141,22 @@ def test_a_declared_key_of_the_wrong_type_names_it(tmp_path):
         load_results(path)
 
 
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"engaged": "no", "summary": "hand-edited"}, r"evidence.compile.engaged should be true or false, got 'no'"),
+        ({"summary": "no verdict"}, r"evidence.compile.engaged should be true or false, got None"),
+        ({"engaged": True, "summary": 3}, r"evidence.compile.summary should be a string, got a number"),
+    ],
+)
+def test_evidence_fields_are_type_checked_on_read(tmp_path, entry, message):
+    path = tmp_path / "results.jsonl"
+    cell = {**record("flux", "compile", {"compile": "regional"}), "evidence": {"compile": entry}}
+    path.write_text(json.dumps(cell) + "\n")
+    with pytest.raises(ConfigError, match=message):
+        load_results(path)
+
+
 def test_the_cell_builds_a_versioned_record(tmp_path):
     from accel.profile import Measure, ModelSpec, Workload
     from accel.sweep.cell import CellSpec
@@ -236,7 +252,7 @@ def test_the_gate_reads_each_features_class_from_the_record_not_its_options(monk
     monkeypatch.setattr(accel.features, "parse_feature_options", parsed_again)
     assert check_record(cache, "r:1") is cache and lossy_features(cache) == []
     data = GateData(load_gate_data().thresholds, {})
-    verdict = gate_records([baseline, cache], data).verdicts[0]
+    verdict = gate_records([baseline, cache], data).verdicts[1]  # [0]: the baseline's own verdict
     # A lossless cell's thresholds, as its record said (the options alone would make it lossy).
     assert [check.name for check in verdict.checks][:2] == [
         "SSIM, lossless (image, float32)",

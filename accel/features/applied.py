@@ -157,10 +157,13 @@ class Applied:
 
     def _check_steps(self, steps: Any) -> None:
         needing = [f.name for f in self.features if f.needs_steps]
+        asks = "asks for"
+        if steps is None:  # a call that leaves the steps out runs the pipeline's default
+            steps, asks = default_steps(self.pipeline), "leaves num_inference_steps out: the pipeline's default is"
         if needing and steps is not None and steps != self.context.steps:
             raise ConfigError(
                 f"apply(): {', '.join(needing)} were set up for num_inference_steps={self.context.steps}, the call "
-                f"asks for {steps}: pass num_inference_steps={steps} to apply()"
+                f"{asks} {steps}: pass num_inference_steps={steps} to apply(), or the same steps to the call"
             )
 
 

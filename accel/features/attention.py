@@ -83,12 +83,22 @@ def _required_package(backend: str) -> str | None:
     return None
 
 
+def _attention_processors(transformer: Any) -> list[Any]:
+    """The processors of the transformer's diffusers attention modules (those set_attention_backend sets)."""
+    return [
+        module.processor
+        for module in transformer.modules()
+        if getattr(module, "processor", None) is not None and hasattr(module.processor, "_attention_backend")
+    ]
+
+
 class _DispatchHandle(Handle):
     """Wraps every registered backend function with a ``Tally``: counts survive torch.compile unchanged."""
 
     def __init__(self, transformer: Any, wanted: str, previous_active: Any, device: str) -> None:
         super().__init__()
         self.wanted = wanted
+        self.already_in_use = False  # set by apply: the processors used this backend before
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
         self.transformer = transformer
@@ -134,15 +144,17 @@ class _NativeAttentionHandle(Handle):
         self.layers = layers
         self.wanted = backend
         self.previous = [layer.backend for layer in layers]
+        # Every layer already dispatched to this backend: the setting changes nothing (shown as "no effect").
+        self.already_in_use = all(previous == backend for previous in self.previous)
         for layer in layers:
             layer.backend = backend
             layer.count_calls = True
-            layer.calls.clear()
+            layer.reset_calls()
 
     def begin_run(self) -> None:
         super().begin_run()
         for layer in self.layers:
-            layer.calls.clear()
+            layer.reset_calls()
 
     def end_run(self) -> None:
         dispatched: dict[str, int] = {}
@@ -222,16 +234,25 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
             return _NativeAttentionHandle(layers, options.backend)
 
         previous_active = _AttentionBackendRegistry._active_backend
+        # What the processors used before: their own backend, or (None) the registry's active one.
+        before = {
+            getattr(getattr(processor, "_attention_backend", None) or previous_active, "value", None)
+            for processor in _attention_processors(pipeline.transformer)
+        }
         pipeline.transformer.set_attention_backend(options.backend)
-        return _DispatchHandle(pipeline.transformer, options.backend, previous_active, context.device)
+        handle = _DispatchHandle(pipeline.transformer, options.backend, previous_active, context.device)
+        handle.already_in_use = before == {options.backend}
+        return handle
 
     def verify(self, handle: _AttentionHandle) -> Verdict:
         wanted = handle.wanted
         per_run = [run.get("dispatched", {}) for run in handle.runs]
-        evidence = {"dispatched_per_run": per_run}
+        evidence: dict[str, Any] = {"dispatched_per_run": per_run}
         backends = {name for run in per_run for name in run}
         if per_run and all(run for run in per_run) and backends == {wanted}:
             calls = sum(run[wanted] for run in per_run)
+            if handle.already_in_use:  # engaged, but the pipeline did exactly this before: nothing was tested
+                evidence["no_effect"] = f"the pipeline already used the {wanted} backend: the setting changes nothing"
             return Verdict(True, f"{wanted} dispatched {calls} times", evidence)
         if not any(per_run):
             return Verdict(False, "backend set but no attention call reached the diffusers dispatcher", evidence)

@@ -82,7 +82,7 @@ class WorkCounter(Handle):
     def begin_run(self) -> None:
         super().begin_run()
         for layer in self.native_layers:
-            layer.calls.clear()
+            layer.reset_calls()
         self.start = (self.calls.value, self.computed.value)
 
     def end_run(self) -> None:

@@ -244,9 +244,16 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
             return probed
         if options.at_load and not hasattr(pipeline, "save_pretrained"):
             return Support.no("at_load quantization goes through diffusers' from_pretrained: adapter target only")
+        components = getattr(pipeline, "components", None)
+        if not isinstance(components, dict):  # a bare module (nn.Linear) has no components to name
+            return Support.no(
+                f"{type(pipeline).__name__} is not a pipeline: quantization quantizes a pipeline's components "
+                f"({', '.join(options.components)}); pass the loaded pipeline, or quantize a bare module with "
+                "torchao.quantization.quantize_"
+            )
         for component in options.components:
             if getattr(pipeline, component, None) is None:
-                present = sorted(n for n, m in pipeline.components.items() if hasattr(m, "parameters"))
+                present = sorted(n for n, m in components.items() if hasattr(m, "parameters"))
                 return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})")
         return Support.yes()
 

@@ -66,10 +66,8 @@ BACKENDS: dict[str, Callable[..., torch.Tensor]] = {
 }
 
 
-@torch.compiler.disable  # type: ignore[untyped-decorator]  # torch leaves the decorator unannotated
-def _count(layer: Attention) -> None:
-    # Kept out of compiled graphs: a counter mutated inside one would change its guards on every call.
-    layer.calls[layer.backend] = layer.calls.get(layer.backend, 0) + 1
+# Each backend's slot in a layer's dispatch counter.
+BACKEND_INDEX = {name: index for index, name in enumerate(BACKENDS)}
 
 
 class Attention(torch.nn.Module):
@@ -77,15 +75,32 @@ class Attention(torch.nn.Module):
 
     ``backend`` is per layer (no process-global state). While ``count_calls`` is on (the attention
     feature turns it on), ``calls`` counts dispatches per backend: the evidence that feature reads.
+
+    The counter is a non-persistent int64 buffer (one slot per backend) added to in place: an ordinary
+    graph op that torch.compile traces through, with no guard on its value (a Python counter, or one kept
+    out of the graph with ``torch.compiler.disable``, broke every compiled block in two: 6 graph breaks on
+    tiny-flux and an eager fallback). It follows the layer's device and is not in the state dict.
     """
+
+    dispatch_counts: torch.Tensor
 
     def __init__(self) -> None:
         super().__init__()
         self.backend = "native"
         self.count_calls = False
-        self.calls: dict[str, int] = {}
+        self.register_buffer("dispatch_counts", torch.zeros(len(BACKENDS), dtype=torch.int64), persistent=False)
+
+    @property
+    def calls(self) -> dict[str, int]:
+        """Dispatches per backend since the last ``reset_calls`` (backends never dispatched left out)."""
+        counts = self.dispatch_counts.tolist()
+        return {name: int(counts[index]) for name, index in BACKEND_INDEX.items() if counts[index]}
+
+    def reset_calls(self) -> None:
+        """Start counting from zero (read and reset outside compiled code, between runs)."""
+        self.dispatch_counts.zero_()
 
     def forward(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
         if self.count_calls:
-            _count(self)
+            self.dispatch_counts[BACKEND_INDEX[self.backend]] += 1
         return BACKENDS[self.backend](query, key, value)

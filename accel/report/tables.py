@@ -185,7 +185,8 @@ def _status(verdict: Any, record: dict[str, Any]) -> str:
             reason = "out of parity (as claimed)"
         return f"skipped: {reason}".replace("|", "/")
     if verdict.outcome == PASS and verdict.no_effect:
-        return f"pass (engaged, no effect on {record.get('device')})"
+        on_cpu = any("no effect on cpu" in note for note in verdict.notes)
+        return f"pass (engaged, no effect on {record.get('device')})" if on_cpu else "pass (engaged, no effect)"
     outcome: str = verdict.outcome
     return outcome
 

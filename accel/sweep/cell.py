@@ -532,6 +532,12 @@ def _measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: li
     }
 
 
+def outputs_stable(passes: list[list[np.ndarray]]) -> bool:
+    """Whether every timed pass gave the first pass's outputs, bit for bit (not only the last one)."""
+    first = passes[0]
+    return all(np.array_equal(a, b) for later in passes[1:] for a, b in zip(first, later, strict=True))
+
+
 def _collect(
     spec: CellSpec,
     target: Any,
@@ -583,7 +589,7 @@ def _collect(
         "memory_method": memory.method,
         "host_pss_bytes": alone["pss"],
         "modality": "video" if passes[-1][0].shape[0] > 1 else "image",
-        "outputs_stable": all(np.array_equal(a, b) for a, b in zip(passes[0], passes[-1], strict=True)),
+        "outputs_stable": outputs_stable(passes),
         "evidence": {name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
         "timing": timing,
     }

@@ -1,0 +1,225 @@
+"""Each judgement the harness makes, on hand-built facts: fast tests that a broken judgement fails.
+
+These are the tests the curated mutations (``tests/mutations/mutations.yaml``, ``make mutation``) name: every
+feature family's evidence check on a stand-in handle (no pipeline), the outputs-stability check, the ABBA
+order of the interleaved pairs, the reference-leak check and the noise band the speedup claim uses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import types
+from typing import Any
+
+import numpy as np
+import pytest
+
+from accel.features import FEATURES
+
+
+def _handle(runs: list[dict[str, Any]], **attributes: Any) -> Any:
+    return types.SimpleNamespace(runs=runs, calls_before_window=1, **attributes)
+
+
+def _verify(name: str, handle: Any) -> Any:
+    return FEATURES[name].verify(handle)
+
+
+# --- attention ----------------------------------------------------------------------------------------------
+
+
+def test_attention_needs_the_wanted_backend_alone_on_every_run():
+    def verdict(per_run):
+        return _verify(
+            "attention_backend",
+            _handle([{"dispatched": d} for d in per_run], wanted="_native_math", already_in_use=False),
+        )
+
+    assert verdict([{"_native_math": 4}, {"_native_math": 4}]).engaged
+    assert not verdict([{"_native_math": 4}, {"native": 4}]).engaged  # another backend on one run
+    assert not verdict([{"_native_math": 4, "native": 1}]).engaged  # partly another backend
+    assert not verdict([{"_native_math": 4}, {}]).engaged  # a run that dispatched nothing
+    assert not verdict([]).engaged
+
+
+# --- compile --------------------------------------------------------------------------------------------------
+
+
+def _compile_handle(runs, **delta):
+    counters = {"unique_graphs": 2, "graph_breaks": 0, "frames_failed": 0, **delta}
+    return _handle(runs, modules=[object()], dynamo_delta=lambda: counters)
+
+
+def test_compile_fails_on_an_eager_fallback_a_recompile_or_no_compiled_call():
+    steady = [{"compiled_calls": 4, "frames_converted": 0, "new_graphs": 0}] * 2
+    assert _verify("compile", _compile_handle(steady)).engaged
+    fallback = _verify("compile", _compile_handle(steady, frames_failed=1))
+    assert not fallback.engaged and "ran eagerly" in fallback.summary
+    recompiled = [steady[0], {"compiled_calls": 4, "frames_converted": 1, "new_graphs": 1}]
+    assert not _verify("compile", _compile_handle(recompiled)).engaged
+    assert not _verify("compile", _compile_handle([{"compiled_calls": 4}, {"compiled_calls": 0}])).engaged
+    assert not _verify("compile", _compile_handle(steady, unique_graphs=0)).engaged
+
+
+# --- caches: cache-dit, TeaCache, diffusers hooks ------------------------------------------------------------------
+
+
+def test_cache_dit_needs_a_cached_step_on_every_run():
+    def verdict(*runs):
+        return _verify("cache_dit", _handle([{"cached_steps": [steps]} for steps in runs]))
+
+    assert verdict([2, 3], [2]).engaged
+    partial = verdict([2, 3], [])
+    assert not partial.engaged and "engaged on some runs only" in partial.summary
+    assert not verdict([], []).engaged
+
+
+def test_tea_cache_needs_a_cached_step_on_every_run():
+    def verdict(*runs):
+        return _verify("tea_cache", _handle([{"cached_steps": steps} for steps in runs], coefficients_source="x"))
+
+    assert verdict([1, 2], [3]).engaged
+    assert not verdict([1, 2], []).engaged
+    assert not verdict([], []).engaged
+
+
+def test_diffusers_caches_need_skipped_work_on_every_run():
+    def verdict(name, computed, modules=4, **extra):
+        runs = [{"transformer_calls": 2, "attention_computed": n} for n in computed]
+        handle = _handle(runs, attention_modules=modules, hooked=["a"], **extra)
+        from accel.features.cache import WorkCounter
+
+        handle.skipped_fractions = lambda: WorkCounter.skipped_fractions(handle)
+        return _verify(name, handle)
+
+    for name in ("first_block_cache", "mag_cache", "taylorseer_cache"):
+        assert verdict(name, [4, 5]).engaged, name  # 8 attention computations per full run
+        assert not verdict(name, [4, 8]).engaged, name  # the second run computed everything
+        assert not verdict(name, [4, 5], modules=0).engaged, name  # nothing to observe
+
+
+# --- quantization -----------------------------------------------------------------------------------------------
+
+
+def test_quantization_needs_its_share_of_quantized_layers_on_every_run():
+    import torch
+
+    census = {"transformer": {"eligible_linears": 10, "skipped": {}, "weight_bytes_after": 0}}
+
+    def verdict(per_run, min_share=1.0):
+        runs = [{"quantized": {"transformer": n}} for n in per_run]
+        pipeline = types.SimpleNamespace(transformer=torch.nn.Linear(2, 2))
+        handle = _handle(runs, census=census, pipeline=pipeline, min_share=min_share)
+        return _verify("quantization", handle)
+
+    assert verdict([10, 10]).engaged
+    partial = verdict([10, 9])
+    assert not partial.engaged and "partial quantization" in partial.summary
+    assert verdict([10, 9], min_share=0.8).engaged
+    assert not verdict([10, 0], min_share=0.0).engaged  # a run on unquantized weights
+    assert not verdict([]).engaged
+
+
+# --- offload ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["enable_cpu_offload", "group_offload", "enable_layerwise_offload"])
+def test_offload_needs_an_onload_on_every_run(name):
+    def verdict(onloads, hooks=3):
+        return _verify(name, _handle([{"onloads": n} for n in onloads], hooks_installed=hooks))
+
+    assert verdict([3, 3]).engaged
+    assert not verdict([3, 0]).engaged
+    assert not verdict([3, 3], hooks=0).engaged
+
+
+# --- VAE ------------------------------------------------------------------------------------------------------------
+
+
+def test_vae_tiling_and_slicing_need_their_decode_on_every_run():
+    tiling = _verify("vae_use_tiling", _handle([{"tiled_decode": 1}, {"tiled_decode": 0}]))
+    assert not tiling.engaged
+    assert _verify("vae_use_tiling", _handle([{"tiled_decode": 1}, {"tiled_decode": 2}])).engaged
+    # Slicing: more slices than decodes (batch 2 decoded one sample at a time) on every run.
+    assert _verify("vae_use_slicing", _handle([{"_decode": 2, "decode": 1}] * 2)).engaged
+    assert not _verify("vae_use_slicing", _handle([{"_decode": 2, "decode": 1}, {"_decode": 1, "decode": 1}])).engaged
+    assert not _verify("vae_use_slicing", _handle([{"_decode": 0, "decode": 0}])).engaged
+
+
+# --- outputs stability, ABBA, reference leak, noise band --------------------------------------------------------------
+
+
+def test_outputs_are_stable_only_when_every_pass_equals_the_first():
+    from accel.sweep.cell import outputs_stable
+
+    a, b = np.zeros((1, 2, 2, 3)), np.ones((1, 2, 2, 3))
+    assert outputs_stable([[a, a], [a, a]])
+    assert not outputs_stable([[a, a], [a, b]])  # the last pass differs
+    assert not outputs_stable([[a], [b], [a]])  # a middle pass differs, first and last agree
+    assert outputs_stable([[a]])
+
+
+def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
+    import accel.targets.native
+    from accel.sweep import cell
+
+    calls: list[str] = []
+
+    class Fake:
+        device = "cpu"
+
+        def __init__(self, label):
+            self.label = label
+            self.pipeline = None
+
+        def load(self, extra):
+            return None
+
+        def generate(self, request):
+            calls.append(self.label)
+            return [np.zeros((1, 2, 2, 3))]
+
+    applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
+    monkeypatch.setattr(accel.targets.native, "make_target", lambda model: Fake("R"))
+    spec = types.SimpleNamespace(model=None, measure=types.SimpleNamespace(pairs=4, warmup=0))
+    paired = cell._measure_interleaved(spec, Fake("V"), applied, ["request"])
+    assert calls[1:] == ["R", "V", "V", "R", "R", "V", "V", "R"]  # [0]: the reference's output, kept untimed
+    assert len(paired["reference_s"]) == len(paired["variant_s"]) == 4
+
+
+def _run_with_reference(tmp_path, shift):
+    from accel.results import outputs_path
+    from accel.sweep.cell import REFERENCE_OUTPUT_KEY
+
+    sample = np.full((1, 4, 4, 3), 0.5, dtype=np.float32)
+    baseline = tmp_path / outputs_path("", "m", "baseline")
+    baseline.parent.mkdir(parents=True, exist_ok=True)
+    np.savez(baseline, s0=sample)
+    variant = outputs_path("", "m", "v")
+    np.savez(tmp_path / variant, s0=sample, **{REFERENCE_OUTPUT_KEY: sample + shift})
+    return {"model": "m", "variant": "v", "outputs_file": str(variant)}
+
+
+def test_a_reference_that_differs_from_the_baseline_is_a_leak(tmp_path):
+    from accel.sweep.runner import _reference_problem
+
+    assert _reference_problem(_run_with_reference(tmp_path, 0.0), tmp_path, ["s0"]) is None
+    assert _reference_problem(_run_with_reference(tmp_path, 1 / 255), tmp_path, ["s0"]) is None  # 8-bit rounding
+    leak = _reference_problem(_run_with_reference(tmp_path, 0.05), tmp_path, ["s0"])
+    assert leak is not None and "reached the unaccelerated reference" in leak
+
+
+def test_the_noise_band_is_the_measured_noise_floor(tmp_path):
+    from accel.measure.speedup import SpeedupEstimate
+    from accel.sweep.runner import attach_speedup
+
+    record = _run_with_reference(tmp_path, 0.0)
+    estimate = SpeedupEstimate(1.3, 1.2, 1.4, 0.98, 10, "interleaved")
+    record.update(warm={"median": 0.1}, paired={"estimate": estimate.to_dict()})
+    floor_estimate = SpeedupEstimate(1.0, 0.8, 1.25, 0.98, 10, "interleaved")  # a noisy machine: +-25%
+    floor = {"variant": "noise-floor", "paired": {"estimate": floor_estimate.to_dict()}, "speedup_ci": {}}
+    measure = types.SimpleNamespace(min_effect=0.05, confidence=0.95)
+    attach_speedup(record, {"warm": {"median": 0.13}}, floor, tmp_path, ["s0"], measure)
+    claim = record["speedup_ci"]
+    assert claim["band"] == [0.8, 1.25]  # the floor's interval, wider than 1 +- min_effect
+    assert claim["verdict"] == "inconclusive"  # [1.2, 1.4] reaches into the band: not a claim
