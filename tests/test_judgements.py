@@ -181,7 +181,10 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
 
     applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
     monkeypatch.setattr(accel.targets.native, "make_target", lambda model: Fake("R"))
-    spec = types.SimpleNamespace(model=None, measure=types.SimpleNamespace(pairs=4, warmup=0))
+    measure = types.SimpleNamespace(
+        pairs=4, max_pairs=4, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
+    )
+    spec = types.SimpleNamespace(model=None, measure=measure)
     paired = cell._measure_interleaved(spec, Fake("V"), applied, ["request"])
     assert calls[1:] == ["R", "V", "V", "R", "R", "V", "V", "R"]  # [0]: the reference's output, kept untimed
     assert len(paired["reference_s"]) == len(paired["variant_s"]) == 4
@@ -209,17 +212,25 @@ def test_a_reference_that_differs_from_the_baseline_is_a_leak(tmp_path):
     assert leak is not None and "reached the unaccelerated reference" in leak
 
 
-def test_the_noise_band_is_the_measured_noise_floor(tmp_path):
+def _floor(verdict: str, low: float, high: float) -> dict:
+    from accel.measure.speedup import SpeedupEstimate
+
+    estimate = SpeedupEstimate(1.0, low, high, 0.99, 20, "interleaved")
+    claim = {**estimate.to_dict(), "verdict": verdict, "reason": f"interval [{low:.2f}, {high:.2f}] ..."}
+    return {"variant": "noise-floor", "paired": {"estimate": estimate.to_dict()}, "speedup_ci": claim}
+
+
+def test_the_noise_band_is_the_threshold_and_a_noisy_floor_unverifies_claims(tmp_path):
     from accel.measure.speedup import SpeedupEstimate
     from accel.sweep.runner import attach_speedup
 
-    record = _run_with_reference(tmp_path, 0.0)
-    estimate = SpeedupEstimate(1.3, 1.2, 1.4, 0.98, 10, "interleaved")
-    record.update(warm={"median": 0.1}, paired={"estimate": estimate.to_dict()})
-    floor_estimate = SpeedupEstimate(1.0, 0.8, 1.25, 0.98, 10, "interleaved")  # a noisy machine: +-25%
-    floor = {"variant": "noise-floor", "paired": {"estimate": floor_estimate.to_dict()}, "speedup_ci": {}}
     measure = types.SimpleNamespace(min_effect=0.05, confidence=0.95)
-    attach_speedup(record, {"warm": {"median": 0.13}}, floor, tmp_path, ["s0"], measure)
-    claim = record["speedup_ci"]
-    assert claim["band"] == [0.8, 1.25]  # the floor's interval, wider than 1 +- min_effect
-    assert claim["verdict"] == "inconclusive"  # [1.2, 1.4] reaches into the band: not a claim
+    estimate = SpeedupEstimate(1.3, 1.2, 1.4, 0.98, 10, "interleaved")
+    for floor, verdict in ((_floor("equivalent", 0.98, 1.03), "faster"), (_floor("noise", 0.8, 1.25), "unverified")):
+        record = _run_with_reference(tmp_path, 0.0)
+        record.update(warm={"median": 0.1}, paired={"estimate": estimate.to_dict()})
+        attach_speedup(record, {"warm": {"median": 0.13}}, floor, tmp_path, ["s0"], measure)
+        claim = record["speedup_ci"]
+        assert claim["band"] == [pytest.approx(1 / 1.05), pytest.approx(1.05)]  # never widened by the floor
+        assert claim["verdict"] == verdict, claim
+    assert "too noisy for this threshold" in claim["reason"] and "[0.80, 1.25]" in claim["reason"]
