@@ -41,6 +41,10 @@ CASES = {
         r"workload.steps: Input should be greater than 0, got 0 \(allowed: a whole number > 0 and <= 10000\)",
     ),
     "negative-height": (_with(workload__height=-64), "workload.height: Input should be greater than 0, got -64"),
+    "max-pairs-below-pairs": (
+        _with(measure={"executor": "inline", "pairs": 10, "max_pairs": 4}),
+        r"measure: measure.max_pairs \(4\) is below measure.pairs \(10\)",
+    ),
     "option-out-of-range": (
         _with(variants=[{"name": "v", "features": {"quantization": {"min_quantized_share": 2}}}]),
         r"variants\[0\].features.quantization.min_quantized_share: Input should be less than or equal to 1, "
