@@ -41,7 +41,10 @@ def run_inline(spec: CellSpec) -> dict[str, Any]:
     with it.
     """
     from accel.features.state import global_state_restored
+    from accel.sweep import ranks
 
+    if ranks.is_parallel(spec):  # a parallel feature: its ranks are processes of their own, even inline
+        return ranks.run_ranks(spec, spec.measure.timeout_s)
     with global_state_restored():
         return run_cell(spec)
 
