@@ -67,10 +67,18 @@ class ContextParallelConfig(FeatureConfig):
         "attention backend that returns the log-sum-exp (flash, cuDNN on a GPU); less memory per rank.",
     )
 
+    anything: bool = Field(
+        default=False,
+        description="Any sequence length and head count, also those the degree does not divide (diffusers' "
+        "ulysses_anything / ring_anything; default false). Uneven splits cost padding and a size exchange.",
+    )
+
     @model_validator(mode="after")
     def _some_parallelism(self) -> ContextParallelConfig:
         if self.ulysses * self.ring < 2:
             raise ValueError("ulysses x ring must be at least 2 (one rank is the baseline); e.g. {ulysses: 2}")
+        if self.anything and self.ulysses > 1 and self.ring > 1:
+            raise ValueError("anything needs one of ulysses or ring, not both (diffusers)")
         return self
 
 
@@ -199,19 +207,12 @@ def _tensor_bytes(values: Any) -> int:
     return total
 
 
-def _tokens(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
-    """The sequence length of the ``hidden_states`` a transformer or block was called with."""
-    hidden = kwargs.get("hidden_states", args[0] if args else None)
-    shape = getattr(hidden, "shape", None)
-    return int(shape[1]) if shape is not None and len(shape) >= 3 else None
-
-
-def _first_block(transformer: Any) -> Any:
-    for name in ("transformer_blocks", "blocks"):
-        blocks = getattr(transformer, name, None)
-        if blocks is not None and len(blocks):
-            return blocks[0]
-    return None
+def _tokens(value: Any) -> int | None:
+    """The sequence length (dim 1) of packed tokens (B, N, C), or None."""
+    if isinstance(value, (tuple, list)):
+        value = value[0] if value else None
+    shape = getattr(value, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 3 else None
 
 
 @contextlib.contextmanager
@@ -244,36 +245,36 @@ class ParallelHandle(Handle):
         self.rank = dist.get_rank()
         self.cpu_shim = False
         self.collectives = _Collectives()
-        self.full_tokens: list[int] = []
         self.local_tokens: list[int] = []
-        self.hooks = [transformer.register_forward_pre_hook(self._note_full, with_kwargs=True)]
-        block = _first_block(transformer)
-        if block is not None:
-            self.hooks.append(block.register_forward_pre_hook(self._note_local, with_kwargs=True))
+        self.gathered_tokens: list[int] = []
+        # proj_out is where every _cp_plan of diffusers 0.42 gathers the sequence (ContextParallelOutput): its
+        # input is this rank's share, its output (after diffusers' gather hook) the whole sequence.
+        self.hooks: list[Any] = []
+        proj_out = getattr(transformer, "proj_out", None)
+        if proj_out is not None:
+            self.hooks.append(proj_out.register_forward_pre_hook(self._note_local))
+            self.hooks.append(proj_out.register_forward_hook(self._note_gathered))
         self.cp_plan: Any = None
 
-    def _note_full(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        tokens = _tokens(args, kwargs)
-        if tokens is not None:
-            self.full_tokens.append(tokens)
-
-    def _note_local(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        tokens = _tokens(args, kwargs)
+    def _note_local(self, module: Any, args: tuple[Any, ...]) -> None:
+        tokens = _tokens(args)
         if tokens is not None:
             self.local_tokens.append(tokens)
+
+    def _note_gathered(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        tokens = _tokens(output)
+        if tokens is not None:
+            self.gathered_tokens.append(tokens)
 
     def begin_run(self) -> None:
         super().begin_run()
         self.collectives.take()
-        self.full_tokens.clear()
         self.local_tokens.clear()
+        self.gathered_tokens.clear()
 
     def end_run(self) -> None:
         self.current["collectives"] = self.collectives.take()
-        self.current["tokens"] = {
-            "transformer": sorted(set(self.full_tokens)),
-            "first_block": sorted(set(self.local_tokens)),
-        }
+        self.current["tokens"] = {"rank": sorted(set(self.local_tokens)), "gathered": sorted(set(self.gathered_tokens))}
 
     def remove(self) -> None:
         for hook in self.hooks:
@@ -310,8 +311,8 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
         )
     split = tokens[-1]
     summary = f"{handle.kind}: {ran[-1]} {'/'.join(wanted)} collectives per call over {handle.world_size} ranks"
-    if split.get("transformer") and split.get("first_block"):
-        summary += f"; sequence {split['transformer']} -> {split['first_block']} tokens per rank"
+    if split.get("rank") and split.get("gathered"):
+        summary += f"; {split['rank']} of {split['gathered']} tokens on this rank"
     return Verdict(True, summary, evidence)
 
 
@@ -366,7 +367,12 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
         kind = " x ".join(f"{name} {degree}" for name, degree in (("ulysses", options.ulysses), ("ring", options.ring)))
         handle = ParallelHandle(transformer, kind, self.world_size(options))
         try:
-            config = DiffusersContextParallelConfig(ulysses_degree=options.ulysses, ring_degree=options.ring)
+            config = DiffusersContextParallelConfig(
+                ulysses_degree=options.ulysses,
+                ring_degree=options.ring,
+                ulysses_anything=options.anything and options.ulysses > 1,
+                ring_anything=options.anything and options.ring > 1,
+            )
             with cpu_device_count_shim(context.device) as shimmed:
                 transformer.enable_parallelism(config=config)
             handle.cpu_shim = shimmed

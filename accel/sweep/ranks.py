@@ -33,13 +33,13 @@ from typing import Any
 import numpy as np
 
 from accel.sweep.cell import CELL_FILES, PHASE_FILE_ENV, CellSpec, describe_phase, note_phase, run_cell
+from accel.sweep.resume import RERUN_ON_RESUME
 from accel.sweep.workers import FAULT_ENV, _describe_exit, _forkserver_context, failure, timeout_message
 
 # How long the other ranks may run on after one rank finished (collecting the record, compressing outputs)
 # before they are taken to be stuck in a collective and killed.
 FINISH_GRACE_S = 60.0
 POLL_S = 0.05
-RERUN_ON_RESUME = "rerun_on_resume"
 # Fault injection (tests), in OMNI_ACCEL_FAULT: "kill-rank:<rank>:<model>/<variant>" kills that rank with
 # SIGKILL inside its first collective of the timed calls; "rank-seeds:<model>/<variant>" gives every rank
 # but 0 other seeds (their all-to-all then mixes different latents).
@@ -212,8 +212,13 @@ def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
         theirs = _outputs(record)
         for key, array in mine.items():
             other = theirs.get(key)
-            if other is None or other.shape != array.shape or not np.array_equal(other, array):
-                diff = float(np.abs(other.astype(np.float64) - array).max()) if other is not None else float("nan")
+            if other is None or other.shape != array.shape:
+                shape = "none" if other is None else f"shape {other.shape}"
+                error = f"rank {rank}'s output {key} is {shape}, rank 0's {array.shape}: every rank must produce it"
+                head.update(status="failed", error=error)
+                return head
+            if not np.array_equal(other, array):
+                diff = float(np.abs(other.astype(np.float64) - array).max())
                 head.update(
                     status="failed",
                     error=f"rank {rank}'s output {key} differs from rank 0's (max abs diff {diff:.3g}): every rank "
@@ -293,9 +298,15 @@ def _private_timing_lock(result_path: str) -> None:
 
 
 def _inject_rank_fault(spec: CellSpec, rank: int, fault: str) -> CellSpec:
-    if fault == f"{RANK_SEEDS}{spec.key}" and rank:
-        seeds = [seed + 1000 * rank for seed in spec.workload.seeds]
-        return dataclasses.replace(spec, workload=spec.workload.model_copy(update={"seeds": seeds}))
+    if fault == f"{RANK_SEEDS}{spec.key}" and rank:  # the same sample names, other generator seeds
+        from accel.sweep import cell
+
+        build = cell.build_requests
+
+        def reseeded(workload: Any) -> list[Any]:
+            return [dataclasses.replace(r, seed=r.seed + 1000 * rank) for r in build(workload)]
+
+        cell.build_requests = reseeded
     if fault.startswith(KILL_RANK) and fault.endswith(f":{spec.key}") and fault.split(":")[1] == str(rank):
         _kill_in_timed_collective()
     return spec
