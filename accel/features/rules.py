@@ -139,12 +139,12 @@ def check_order(parsed: dict[str, Any], where: str, rules: tuple[OrderRule, ...]
 
     for rule in load_order() if rules is None else rules:
         for first, then in itertools.permutations(parsed, 2):
-            if rule.first.matches(first, parsed[first]) and rule.then.matches(then, parsed[then]):
-                if int(FEATURES[first].stage) >= int(FEATURES[then].stage):
-                    raise ConfigError(
-                        f"{where}: '{first}' must be applied before '{then}' ({rule.reason}; {rule.source}), but "
-                        f"its stage {int(FEATURES[first].stage)} is not below {int(FEATURES[then].stage)}"
-                    )
+            matched = rule.first.matches(first, parsed[first]) and rule.then.matches(then, parsed[then])
+            if matched and int(FEATURES[first].stage) >= int(FEATURES[then].stage):
+                raise ConfigError(
+                    f"{where}: '{first}' must be applied before '{then}' ({rule.reason}; {rule.source}), but "
+                    f"its stage {int(FEATURES[first].stage)} is not below {int(FEATURES[then].stage)}"
+                )
 
 
 def declared_rules() -> tuple[ConflictRule, ...]:
