@@ -136,9 +136,7 @@ def test_options_world_size_conflicts_and_the_offload_order():
     assert variant_world_size(validate_variant_features({"attention_backend": "native"}, "v")) == 1
     with pytest.raises(ConfigError, match=r"ulysses x ring must be at least 2"):
         validate_variant_features({"context_parallel": {"ulysses": 1}}, "v")
-    with pytest.raises(
-        ConfigError, match=r"context_parallel\.degree: unknown option Allowed: anything, ring, ulysses"
-    ):
+    with pytest.raises(ConfigError, match=r"context_parallel\.degree: unknown option Allowed: anything, ring, ulysses"):
         validate_variant_features({"context_parallel": {"degree": 2}}, "v")
     with pytest.raises(ConfigError, match=r"cannot be combined: diffusers applies one parallelism per model"):
         validate_variant_features({"context_parallel": 2, "tensor_parallel": 2}, "v")
