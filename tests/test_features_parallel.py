@@ -158,7 +158,8 @@ def test_the_12533_order_rule_holds_and_a_feature_at_the_wrong_stage_is_refused(
 
 def test_a_rank_killed_mid_call_fails_only_its_cell_and_resume_reruns_it(tmp_path, monkeypatch):
     variants = [ULYSSES, {"name": "after", "features": {"attention_backend": "native"}}]
-    profile = parse_profile(_profile(["tiny-flux"], variants))
+    # The process executor: its cells and the ranks are forked from one forkserver.
+    profile = parse_profile(_profile(["tiny-flux"], variants, executor="process", sweep_warmup=False))
     monkeypatch.setenv("OMNI_ACCEL_FAULT", "kill-rank:1:tiny-flux/cp")
     result = run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
     by_variant = {r["variant"]: r for r in result.records}

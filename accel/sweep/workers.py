@@ -160,10 +160,6 @@ def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool, threads
 
 def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[str, Any]:
     """Run the cell in a fresh worker; a crash or timeout becomes a failed record."""
-    from accel.sweep import ranks
-
-    if ranks.is_parallel(spec):  # a parallel feature: its ranks, each a fresh worker
-        return ranks.run_ranks(spec, timeout_s)
     handle, result_path = tempfile.mkstemp(prefix="omni-accel-cell-", suffix=".pickle")
     os.close(handle)
     started = time.time()
@@ -236,10 +232,6 @@ def run_supervised(
     import sys
 
     import accel
-    from accel.sweep import ranks
-
-    if ranks.is_parallel(spec):  # a parallel feature: its ranks on this node (no placement group yet)
-        return ranks.run_ranks(spec, timeout_s, threads)
 
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="omni-accel-cell-") as scratch:
