@@ -66,7 +66,8 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, (model, cell["parity"])
         evidence = cell["evidence"]["context_parallel"]
         assert evidence["engaged"] and evidence["ranks_identical"] is True
-        assert cell["ranks"]["world_size"] == 2 and cell["ranks"]["backend"] == "gloo"
+        assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
+        assert [r["status"] for r in cell["timing"]["per_rank"]] == ["ok", "ok"]
         assert "device_count() read 1" in evidence["cpu_device_count_shim"]
         for rank in evidence["ranks"]:  # every rank exchanged data by all-to-all and saw half the sequence
             exchanged = rank["collectives_last_run"]["all_to_all_single"]
@@ -171,7 +172,7 @@ def test_a_rank_killed_mid_call_fails_only_its_cell_and_resume_reruns_it(tmp_pat
         killed["error"],
     ), killed["error"]
     assert killed["timing"]["end"] - killed["timing"]["start"] < TIMEOUT_S
-    assert killed["rerun_on_resume"] is True
+    assert killed["timing"]["rerun_on_resume"] is True
     assert by_variant["after"]["status"] == "ok" and by_variant["baseline"]["status"] == "ok"  # the sweep went on
 
     monkeypatch.delenv("OMNI_ACCEL_FAULT")

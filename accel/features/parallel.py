@@ -347,8 +347,7 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
         return Support.yes()
 
     def probe(self, device: str, options: ContextParallelConfig, dtype: str | None = None) -> Support:
-        launch = self.launch_support(device, options, {})
-        return launch if not launch.supported else _in_ranks(self.world_size(options))
+        return self.launch_support(device, options, {})
 
     def check(self, pipeline: Any, device: str, options: ContextParallelConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
@@ -358,7 +357,7 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             )
         if getattr(transformer, "_cp_plan", None) is None:
             return Support.no(f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan)")
-        return self.probe(device, options)
+        return _in_ranks(self.world_size(options))
 
     def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import ContextParallelConfig as DiffusersContextParallelConfig
@@ -407,8 +406,7 @@ class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHan
         return _world_fits(device, options.tp)
 
     def probe(self, device: str, options: TensorParallelConfig, dtype: str | None = None) -> Support:
-        launch = self.launch_support(device, options, {})
-        return launch if not launch.supported else _in_ranks(options.tp)
+        return self.launch_support(device, options, {})
 
     def check(self, pipeline: Any, device: str, options: TensorParallelConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
@@ -421,7 +419,7 @@ class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHan
         heads = getattr(getattr(transformer, "config", None), "num_attention_heads", None)
         if heads is not None and heads % options.tp:
             return Support.no(f"tp {options.tp} must divide the transformer's {heads} attention heads")
-        return self.probe(device, options)
+        return _in_ranks(options.tp)
 
     def apply(self, pipeline: Any, options: TensorParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import TensorParallelConfig as DiffusersTensorParallelConfig

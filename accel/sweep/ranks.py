@@ -112,9 +112,9 @@ def run_ranks(spec: CellSpec, timeout_s: float, threads: int | None = None) -> d
             raise
         if problem is not None:
             record = failure(spec, problem, started)
+            record["timing"].update(ranks=size, collective_backend=launch.backend)
             if "signal" in problem:
-                record[RERUN_ON_RESUME] = True
-            record["ranks"] = {"world_size": size, "backend": launch.backend}
+                record["timing"][RERUN_ON_RESUME] = True
             return record
         records = [pickle.loads(Path(path).read_bytes()) for path in paths]
     return _merge(records, launch.backend)
@@ -191,15 +191,12 @@ def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
     from accel.features.parallel import variant_world_size
 
     head = records[0]
-    head["ranks"] = {
-        "world_size": len(records),
-        "backend": backend,
-        "per_rank": [
-            {"rank": rank, "status": r.get("status"), "cell_wall_s": r.get("cell_wall_s"),
-             "warm_median_s": (r.get("warm") or {}).get("median")}
-            for rank, r in enumerate(records)
-        ],
-    }  # fmt: skip
+    per_rank = [
+        {"rank": rank, "status": r.get("status"), "cell_wall_s": r.get("cell_wall_s"),
+         "warm_median_s": (r.get("warm") or {}).get("median")}
+        for rank, r in enumerate(records)
+    ]  # fmt: skip
+    head.setdefault("timing", {}).update(ranks=len(records), collective_backend=backend, per_rank=per_rank)
     for rank, record in enumerate(records[1:], start=1):
         if record.get("status") != head.get("status"):
             error = f"rank {rank} ended {record.get('status')} ({record.get('error')}), rank 0 {head.get('status')}"
