@@ -66,6 +66,12 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, (model, cell["parity"])
         evidence = cell["evidence"]["context_parallel"]
         assert evidence["engaged"] and evidence["ranks_identical"] is True
+        assert re.fullmatch(
+            r"ulysses 2 x ring 1 over 2 ranks: .*\d+ all_to_all_single.* per call; "
+            r"\[\d+\] of \[\d+\] tokens on this rank",
+            evidence["summary"],
+        ), evidence["summary"]
+        assert any("a speedup here is mechanics" in note for note in cell["notes"])
         assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
         assert [r["status"] for r in cell["timing"]["per_rank"]] == ["ok", "ok"]
         assert "device_count() read 1" in evidence["cpu_device_count_shim"]
@@ -185,3 +191,43 @@ def test_a_rank_killed_mid_call_fails_only_its_cell_and_resume_reruns_it(tmp_pat
     assert again["cp"]["status"] == "ok", again["cp"].get("error")
     assert again["cp"]["timestamp"] > kept["cp"]
     assert [again[v]["timestamp"] for v in ("baseline", "after")] == [kept["baseline"], kept["after"]]
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() != 1, reason=f"needs a machine with exactly one CUDA GPU (found {_gpus()})")
+def test_one_gpu_refuses_two_ranks_before_launch(tmp_path, monkeypatch):
+    _no_launch(monkeypatch)
+    spec = _spec(tmp_path, ULYSSES)
+    spec = type(spec)(**{**spec.__dict__, "model": spec.model.model_copy(update={"device": "cuda"})})
+    record = ranks.run_ranks(spec, TIMEOUT_S)
+    assert record["status"] == "unsupported"
+    assert record["error"] == "context_parallel: needs 2 GPUs, one per rank (found: 1)"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason=f"needs two CUDA GPUs (found {_gpus()}); the CPU tests cover the mechanics")
+def test_ulysses_and_ring_on_two_gpus_match_one_gpu(tmp_path):
+    """NCCL ranks, one GPU each. Ring needs an attention backend that returns the log-sum-exp (cuDNN, bf16)."""
+    from accel.gate import load_gate_data, required_parity
+
+    variants = [
+        ULYSSES,
+        {"name": "ring", "features": {"context_parallel": {"ulysses": 1, "ring": 2},
+                                      "attention_backend": "_native_cudnn"}},
+    ]  # fmt: skip
+    profile = _profile(["tiny-flux"], variants)
+    profile["models"] = [{"name": "tiny-flux", "source": "tiny-flux", "device": "cuda", "dtype": "bfloat16"}]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    data = load_gate_data()
+    for cell in result.records[1:]:
+        assert cell["status"] == "ok", (cell["variant"], cell.get("error"))
+        assert cell["timing"]["collective_backend"] == "nccl"
+        ssim, psnr, _ = required_parity(data, cell, None, cell["modality"])
+        assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, cell["parity"]
+        assert cell["evidence"]["context_parallel"]["ranks_identical"] is True

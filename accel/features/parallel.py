@@ -310,7 +310,8 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
             False, f"no {' or '.join(wanted)} collective ran in {ran.count(0)} of {len(ran)} calls", evidence
         )
     split = tokens[-1]
-    summary = f"{handle.kind}: {ran[-1]} {'/'.join(wanted)} collectives per call over {handle.world_size} ranks"
+    names = " + ".join(f"{c['calls']} {name}" for name, c in per_run[-1].items() if c["calls"])
+    summary = f"{handle.kind} over {handle.world_size} ranks: {names} per call"
     if split.get("rank") and split.get("gathered"):
         summary += f"; {split['rank']} of {split['gathered']} tokens on this rank"
     return Verdict(True, summary, evidence)

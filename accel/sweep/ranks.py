@@ -204,6 +204,12 @@ def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
             return head
     if head.get("status") != "ok":
         return head
+    cores = os.cpu_count() or 1
+    if head.get("device") == "cpu":  # issue 27: on a small host the ranks share its cores
+        head.setdefault("notes", []).append(
+            f"{len(records)} ranks shared this host's {cores} CPU cores: a speedup here is mechanics, not a "
+            "measurement of parallel inference"
+        )
     mine = _outputs(head)
     for rank, record in enumerate(records[1:], start=1):
         theirs = _outputs(record)
