@@ -84,8 +84,10 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
 
 def test_ranks_given_different_seeds_fail_the_cell(tmp_path, monkeypatch):
     spec = _spec(tmp_path, ULYSSES)
+    # measure.exclusive: rank 0 holds the node's timing lock; rank 1 waiting on it would never join its collective.
+    spec = type(spec)(**{**spec.__dict__, "measure": spec.measure.model_copy(update={"exclusive": True})})
     monkeypatch.setenv("OMNI_ACCEL_FAULT", f"rank-seeds:{spec.key}")
-    record = ranks.run_ranks(spec, TIMEOUT_S)
+    record = ranks.run_ranks(spec, 120.0)
     assert record["status"] == "failed"
     assert re.match(r"rank 1's output p0_s0_n0 differs from rank 0's \(max abs diff [0-9.e-]+\)", record["error"])
 
