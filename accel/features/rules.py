@@ -111,6 +111,67 @@ def _file_rules(path: Path) -> tuple[ConflictRule, ...]:
     return tuple(parse_rules(load_yaml_file(path, "rules"), str(path)))
 
 
+@dataclass(frozen=True)
+class OrderRule:
+    """Features that combine only when ``first`` is applied before ``then`` (its stage is lower), why, and the
+    source. The stages (``Feature.stage``) make the order; a rule catches a feature declared at the wrong one."""
+
+    first: MatchItem
+    then: MatchItem
+    reason: str
+    source: str
+
+
+def parse_order(data: dict[str, Any], where: str) -> list[OrderRule]:
+    """The ``order`` rules of the YAML document ``data``; every named feature and family must be registered."""
+    from accel.features.registry import FEATURES
+
+    families = {f.family for f in FEATURES.values()}
+    rules = []
+    for index, raw in enumerate(data.get("order") or []):
+        items = []
+        for key in ("first", "then"):
+            item = raw.get(key) or {}
+            feature, family = item.get("feature"), item.get("family")
+            known = (feature in FEATURES) if feature else (family in families)
+            if bool(feature) == bool(family) or not known:
+                raise ConfigError(
+                    f"{where}: order[{index}].{key}: {item} must name one registered feature or family "
+                    f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
+                )
+            items.append(MatchItem(feature, family))
+        if not raw.get("reason"):
+            raise ConfigError(f"{where}: order[{index}]: needs a reason")
+        rules.append(OrderRule(items[0], items[1], raw["reason"], raw.get("source", "")))
+    return rules
+
+
+@functools.cache
+def _file_order(path: Path) -> tuple[OrderRule, ...]:
+    return tuple(parse_order(yaml.safe_load(path.read_text()) or {}, str(path)))
+
+
+def load_order(path: Path | None = None) -> tuple[OrderRule, ...]:
+    """The order rules shipped in ``feature_matrix/rules.yaml`` (or ``path``)."""
+    from accel.data import data_dir
+
+    return _file_order(path or data_dir("feature_matrix") / "rules.yaml")
+
+
+def check_order(parsed: dict[str, Any], where: str, rules: tuple[OrderRule, ...] | None = None) -> None:
+    """Raise a ConfigError when two features of a variant would be applied in an order a rule forbids."""
+    from accel.features.registry import FEATURES
+
+    for rule in load_order() if rules is None else rules:
+        for first, then in itertools.permutations(parsed, 2):
+            matched = rule.first.matches(first, parsed[first]) and rule.then.matches(then, parsed[then])
+            if matched and int(FEATURES[first].stage) >= int(FEATURES[then].stage):
+                raise ConfigError(
+                    f"{where}: '{first}' must be applied before '{then}' ({rule.reason}; {rule.source}), but "
+                    f"its stage {int(FEATURES[first].stage)} is not below {int(FEATURES[then].stage)}"
+                )
+
+
 def declared_rules() -> tuple[ConflictRule, ...]:
     """The conflicts features declare themselves (``Feature.conflicts``), as rules."""
     from accel.features.registry import FEATURES
@@ -156,3 +217,4 @@ def check_conflicts(parsed: dict[str, Any], where: str, rules: tuple[ConflictRul
         rule, chosen = found
         joined = "' and '".join(chosen)
         raise ConfigError(f"{where}: features '{joined}' cannot be combined: {rule.reason}")
+    check_order(parsed, where)
