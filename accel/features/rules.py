@@ -62,9 +62,9 @@ def parse_rules(data: dict[str, Any], where: str) -> list[ConflictRule]:
     from accel.features.registry import FEATURES
 
     families = {f.family for f in FEATURES.values()}
-    unknown = [key for key in data if key != "rules"]
+    unknown = [key for key in data if key not in ("rules", "order")]
     if unknown:
-        raise ConfigError(f"{where}: {unknown_choice('key', unknown[0], ['rules'])}")
+        raise ConfigError(f"{where}: {unknown_choice('key', unknown[0], ['order', 'rules'])}")
     raws = data.get("rules") or []
     if not isinstance(raws, list):
         raise ConfigError(f"{where}: rules: expected a list of rules, got {raws!r}")
@@ -128,10 +128,21 @@ def parse_order(data: dict[str, Any], where: str) -> list[OrderRule]:
 
     families = {f.family for f in FEATURES.values()}
     rules = []
-    for index, raw in enumerate(data.get("order") or []):
+    raws = data.get("order") or []
+    if not isinstance(raws, list):
+        raise ConfigError(f"{where}: order: expected a list of {{first, then, reason, source}} entries")
+    for index, raw in enumerate(raws):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: order[{index}]: expected a mapping with keys first, then, reason, source")
+        unknown = [key for key in raw if key not in ("first", "then", "reason", "source")]
+        if unknown:
+            choice = unknown_choice("key", unknown[0], ["first", "then", "reason", "source"])
+            raise ConfigError(f"{where}: order[{index}]: {choice}")
         items = []
         for key in ("first", "then"):
             item = raw.get(key) or {}
+            if not isinstance(item, dict):
+                raise ConfigError(f"{where}: order[{index}].{key}: expected {{feature: NAME}} or {{family: NAME}}")
             feature, family = item.get("feature"), item.get("family")
             known = (feature in FEATURES) if feature else (family in families)
             if bool(feature) == bool(family) or not known:
@@ -148,7 +159,9 @@ def parse_order(data: dict[str, Any], where: str) -> list[OrderRule]:
 
 @functools.cache
 def _file_order(path: Path) -> tuple[OrderRule, ...]:
-    return tuple(parse_order(yaml.safe_load(path.read_text()) or {}, str(path)))
+    from accel.yaml_bounds import load_yaml_file
+
+    return tuple(parse_order(load_yaml_file(path, "rules"), str(path)))
 
 
 def load_order(path: Path | None = None) -> tuple[OrderRule, ...]:
