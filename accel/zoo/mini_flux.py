@@ -31,7 +31,20 @@ import numpy as np
 import torch
 
 from accel.errors import ConfigError
-from accel.zoo import families, world
+from accel.zoo.families import build_flux
+from accel.zoo.world import (
+    HELD_OUT_SCENES,
+    IMAGE_SIZE,
+    PALETTE,
+    POSITIONS,
+    SHAPES,
+    TEMPLATES,
+    WORLD_VERSION,
+    Scene,
+    render_array,
+    training_scenes,
+    vocabulary,
+)
 
 WEIGHTS_DIR = Path(__file__).resolve().parent / "weights" / "mini-flux"
 MANIFEST_FILE = "manifest.json"
@@ -133,7 +146,7 @@ def clip_tokenizer() -> Any:
     # pieces of every word that is not yet one token, until every word is.
     for _ in range(200):
         tokenizer = _clip_bpe(vocab, merges)
-        split = [pieces for word in world.vocabulary() if len(pieces := tokenizer.tokenize(word)) > 1]
+        split = [pieces for word in vocabulary() if len(pieces := tokenizer.tokenize(word)) > 1]
         if not split:
             return tokenizer
         for pieces in split:
@@ -164,7 +177,7 @@ def t5_tokenizer() -> Any:
 
     pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
     pieces += [(letter, -2.0) for letter in "abcdefghijklmnopqrstuvwxyz"]
-    pieces += [("," if word == "," else "▁" + word, -1.0) for word in world.vocabulary()]
+    pieces += [("," if word == "," else "▁" + word, -1.0) for word in vocabulary()]
     return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=128)
 
 
@@ -174,7 +187,7 @@ def t5_tokenizer() -> Any:
 
 def build_components(config: dict[str, Any]) -> dict[str, Any]:
     """The pipeline's components at their seeded initialisation (untrained), with the world's tokenizers."""
-    return families.build_flux(config, tokenizer=clip_tokenizer(), tokenizer_2=t5_tokenizer())
+    return build_flux(config, tokenizer=clip_tokenizer(), tokenizer_2=t5_tokenizer())
 
 
 def file_sha256(path: Path) -> str:
@@ -380,14 +393,14 @@ def _begin_step(
 def make_dataset(count: int, seed: int) -> tuple[np.ndarray, list[str]]:
     """``count`` training images (float32, [-1, 1], NCHW) of held-in scenes with random captions."""
     rng = np.random.default_rng(seed)
-    scenes = world.training_scenes()
+    scenes = training_scenes()
     picks = rng.integers(0, len(scenes), size=count)
-    templates = rng.integers(0, len(world.TEMPLATES), size=count)
-    images = np.empty((count, 3, world.IMAGE_SIZE, world.IMAGE_SIZE), dtype=np.float32)
+    templates = rng.integers(0, len(TEMPLATES), size=count)
+    images = np.empty((count, 3, IMAGE_SIZE, IMAGE_SIZE), dtype=np.float32)
     captions = []
     for index in range(count):
         scene = scenes[int(picks[index])]
-        images[index] = world.render_array(scene, seed=seed * 1_000_003 + index)
+        images[index] = render_array(scene, seed=seed * 1_000_003 + index)
         captions.append(scene.caption(int(templates[index])))
     return images, captions
 
@@ -463,20 +476,20 @@ def _train_text_encoders(
     """
     t5, clip = components["text_encoder_2"], components["text_encoder"]
     kinds: dict[str, list[str | None]] = {
-        "background": list(world.PALETTE),
-        "colour": list(world.PALETTE),
-        "shape": list(world.SHAPES),
+        "background": list(PALETTE),
+        "colour": list(PALETTE),
+        "shape": list(SHAPES),
         # A caption that leaves the position open says so: its own class.
-        "position": [*world.POSITIONS, None],
+        "position": [*POSITIONS, None],
     }
 
-    def encode(scenes: list[world.Scene]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        captions = [scene.caption(t) for scene in scenes for t in range(len(world.TEMPLATES))]
+    def encode(scenes: list[Scene]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        captions = [scene.caption(t) for scene in scenes for t in range(len(TEMPLATES))]
         targets = torch.tensor(
             [
                 [values.index(getattr(scene.named_by(t), kind)) for kind, values in kinds.items()]
                 for scene in scenes
-                for t in range(len(world.TEMPLATES))
+                for t in range(len(TEMPLATES))
             ]
         )
         t5_ids = components["tokenizer_2"](
@@ -491,7 +504,7 @@ def _train_text_encoders(
         ).input_ids
         return t5_ids, clip_ids, targets
 
-    t5_ids, clip_ids, targets = encode(world.training_scenes())
+    t5_ids, clip_ids, targets = encode(training_scenes())
     heads = torch.nn.ModuleDict(
         {
             encoder: torch.nn.ModuleList(torch.nn.Linear(width, len(values)) for values in kinds.values())
@@ -529,7 +542,7 @@ def _train_text_encoders(
         for p in module.parameters():
             p.requires_grad_(False)
     # How well each encoder reads captions of combinations it never saw (the held-out prompts' scenes).
-    t5_ids, clip_ids, targets = encode(list(world.HELD_OUT_SCENES))
+    t5_ids, clip_ids, targets = encode(list(HELD_OUT_SCENES))
     with torch.no_grad():
         held = features(t5_ids, clip_ids)
         result["held_out_accuracy"] = {
@@ -754,7 +767,7 @@ def train(
     torch.manual_seed(seed)
     generator = torch.Generator().manual_seed(seed)
 
-    log.write(f"mini-flux training: world {world.WORLD_VERSION}, seed {seed}, {train_cfg['images']} images")
+    log.write(f"mini-flux training: world {WORLD_VERSION}, seed {seed}, {train_cfg['images']} images")
     images_np, captions = make_dataset(train_cfg["images"], seed)
     images = torch.from_numpy(images_np)
     log.write(f"data: {len(captions)} images in {time.perf_counter() - started:.0f}s")
@@ -788,7 +801,7 @@ def train(
     combined = combined_sha256(files)
     manifest = {
         "name": "mini-flux",
-        "world_version": world.WORLD_VERSION,
+        "world_version": WORLD_VERSION,
         "config": config,
         "latent": latent,
         "max_sequence_length": MAX_SEQUENCE_LENGTH,
@@ -813,8 +826,8 @@ def train(
 @torch.no_grad()
 def _reconstruction_psnr(vae: Any, count: int = 64) -> float:
     """Mean PSNR (dB) of the VAE's reconstructions of held-out scenes."""
-    scenes = [world.HELD_OUT_SCENES[i % len(world.HELD_OUT_SCENES)] for i in range(count)]
-    images = torch.from_numpy(np.stack([world.render_array(s, seed=10_000 + i) for i, s in enumerate(scenes)]))
+    scenes = [HELD_OUT_SCENES[i % len(HELD_OUT_SCENES)] for i in range(count)]
+    images = torch.from_numpy(np.stack([render_array(s, seed=10_000 + i) for i, s in enumerate(scenes)]))
     reconstruction = vae.decode(vae.encode(images).latent_dist.mean).sample.clamp(-1, 1)
     mse = ((reconstruction - images) ** 2).mean(dim=(1, 2, 3))
     return float((10 * torch.log10(4.0 / mse)).mean())
