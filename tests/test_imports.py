@@ -1,8 +1,8 @@
 """Imports go one way: no cycle between the modules of ``accel`` (function-level imports included, so a
 cycle cannot hide inside a function), and no import against the layer order
 
-    docs_gen -> cli -> sweep -> (report, gate) -> results -> (targets, features, engines, profile) -> (native, env)
-        -> measure -> zoo -> (errors, data, yaml_bounds)
+    docs_gen -> cli -> sweep -> (report, gate) -> (results, record) -> (targets, features, engines, profile)
+        -> (native, env) -> measure -> zoo -> (errors, data, yaml_bounds)
 
 (a module may import its own layer or any layer below it). The graph is built from the source with
 ``ast``; an import of ``a.b.c`` depends on ``a.b.c`` and on the package ``a.b`` that Python runs first
@@ -28,6 +28,7 @@ LAYERS = {
     "report": 7,
     "gate": 7,
     "results": 6,
+    "record": 6,
     "targets": 5,
     "features": 5,
     "engines": 5,
