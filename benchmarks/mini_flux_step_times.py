@@ -16,6 +16,7 @@ import torch
 from diffusers import FluxPipeline
 
 from accel.zoo import mini_flux as m
+from accel.zoo import mini_flux_train as train
 
 
 def main() -> None:
@@ -31,15 +32,15 @@ def main() -> None:
         images = torch.from_numpy(images)
         r = {}
         s = time.perf_counter()
-        m._train_text_encoders(c, dict(t["text"], steps=40), g, pick, log, False)
+        train._train_text_encoders(c, dict(t["text"], steps=40), g, pick, log, False)
         r["text"] = (time.perf_counter() - s) / 40
         s = time.perf_counter()
-        m._train_vae(c["vae"], images, dict(t["vae"], steps=40), g, pick, log, False)
+        train._train_vae(c["vae"], images, dict(t["vae"], steps=40), g, pick, log, False)
         r["vae"] = (time.perf_counter() - s) / 40
-        lat = m._encode_latents(c["vae"], images)
+        lat = train._encode_latents(c["vae"], images)
         pipe = FluxPipeline(**c)
         s = time.perf_counter()
-        m._train_transformer(pipe, lat, captions, dict(t["transformer"], steps=60), g, pick, log, False)
+        train._train_transformer(pipe, lat, captions, dict(t["transformer"], steps=60), g, pick, log, False)
         r["transformer"] = (time.perf_counter() - s) / 60
         total = sum(r[k] * t[k]["steps"] for k in r) / 60
         print(

@@ -1,12 +1,14 @@
 """Imports go one way: no cycle between the modules of ``accel`` (function-level imports included, so a
 cycle cannot hide inside a function), and no import against the layer order
 
-    docs_gen -> cli -> sweep -> (report, gate) -> results -> (targets, features, engines, profile) -> (native, env)
-        -> measure -> zoo -> (errors, data, yaml_bounds)
+    docs_gen -> cli -> sweep -> (report, gate) -> (results, record) -> (targets, features, engines, profile)
+        -> (native, env) -> measure -> zoo -> (errors, data, yaml_bounds)
 
 (a module may import its own layer or any layer below it). The graph is built from the source with
 ``ast``; an import of ``a.b.c`` depends on ``a.b.c`` and on the package ``a.b`` that Python runs first
-(its ``__init__``), unless the importer is inside ``a.b``.
+(its ``__init__``), unless the importer is inside ``a.b``. ``from a.b import c`` also reads the package
+``a.b``'s namespace, so it depends on ``a.b`` even from inside it (even when ``c`` is a submodule): a module
+of a package imports its siblings by their full name (``from a.b.c import x``), never through the package.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ LAYERS = {
     "report": 7,
     "gate": 7,
     "results": 6,
+    "record": 6,
     "targets": 5,
     "features": 5,
     "engines": 5,
@@ -45,20 +48,20 @@ FACADE = "accel"
 SEPARATE = ("omni_cpu_platform",)
 
 
-def modules() -> dict[str, tuple[Path, bool]]:
+def modules(package: Path = PACKAGE) -> dict[str, tuple[Path, bool]]:
     found = {}
-    for path in PACKAGE.rglob("*.py"):
+    for path in package.rglob("*.py"):
         if any(part in SEPARATE for part in path.parts):
             continue
-        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        parts = list(path.relative_to(package.parent).with_suffix("").parts)
         is_package = parts[-1] == "__init__"
         found[".".join(parts[:-1] if is_package else parts)] = (path, is_package)
     return found
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Each module of accel -> the modules of accel it imports anywhere in its source."""
-    known = modules()
+def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module of accel -> the modules of accel it imports anywhere in its source (function bodies too)."""
+    known = modules(package)
 
     def resolve(name: str) -> str | None:
         while name and name not in known:
@@ -81,6 +84,11 @@ def import_graph() -> dict[str, set[str]]:
                 if base.split(".")[0] != "accel":
                     continue
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in known else resolve(base) for a in node.names]
+                # ``from P import name`` reads the package P's namespace (its __init__), even when ``name`` is
+                # a submodule and the importer sits inside P: while P is still initialising, what arrives
+                # depends on the order of P's own imports. A dependency on P, never exempt.
+                if base in known and known[base][1]:
+                    targets.append(base)
             graph[name].update(t for t in targets if t and t != name)
     # Importing accel.x.y runs the package accel.x first (its __init__): a dependency too, unless the importer
     # is inside that package (then it is already being initialised).
@@ -158,6 +166,21 @@ def test_the_graph_sees_the_package_an_import_runs_first():
 def test_the_graph_sees_function_level_imports():
     graph = import_graph()
     assert "accel.features.rules" in graph["accel.features.combinations"]  # imported inside a function
+
+
+def test_a_cycle_through_a_function_level_import_of_the_own_package_is_found(tmp_path):
+    """The shape of the zoo's old cycle, in a scratch copy: the package's __init__ imports a submodule that,
+    inside a function, imports a sibling through the package (``from accel.zoo import world``)."""
+    package = tmp_path / "accel"
+    (package / "zoo").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "zoo" / "__init__.py").write_text("from accel.zoo import model\n")
+    (package / "zoo" / "world.py").write_text("")
+    (package / "zoo" / "model.py").write_text("def build():\n    from accel.zoo import world\n")
+    assert cycles(import_graph(package)) == [["accel.zoo", "accel.zoo.model"]]
+    # The sibling imported by its full name: no cycle.
+    (package / "zoo" / "model.py").write_text("def build():\n    from accel.zoo.world import WORLD\n")
+    assert cycles(import_graph(package)) == []
 
 
 def test_no_import_cycle_in_accel():

@@ -15,7 +15,7 @@ from conftest import invoke
 
 from accel import zoo
 from accel.errors import ConfigError
-from accel.zoo import mini_flux, world
+from accel.zoo import mini_flux, mini_flux_train, world
 
 # Every fourth held-out prompt (combinations never seen in training), chosen before the shapes-v2 weights were
 # scored: 12 prompts, every template, 5 of them leaving the position open (an open caption names a background,
@@ -242,9 +242,10 @@ def short_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("short-run")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mini_flux, "ema_update", watching)
+        # Where train() looks them up (accel.zoo.mini_flux re-exports them).
+        patch.setattr(mini_flux_train, "ema_update", watching)
         for name in ("noised_sample", "velocity_target"):
-            patch.setattr(mini_flux, name, counted(name))
+            patch.setattr(mini_flux_train, name, counted(name))
         torch_threads = torch.get_num_threads()
         try:
             mini_flux.train(out, config, threads=1, progress=False)
@@ -346,13 +347,13 @@ def stage_run(tmp_path_factory):
 
     out = tmp_path_factory.mktemp("stage-run")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(mini_flux, "build_components", building)
+        patch.setattr(mini_flux_train, "build_components", building)  # where train() looks it up
         from diffusers import FluxPipeline
 
         pack = FluxPipeline._pack_latents  # the transformer stage's (normalised) latents, packed into tokens
         patch.setattr(FluxPipeline, "_pack_latents", staticmethod(lambda *args: pack(*args) + LATENT_OFFSET))
         for name in OFFSETS:
-            patch.setattr(mini_flux, name, offset(name))
+            patch.setattr(mini_flux_train, name, offset(name))
         torch_threads = torch.get_num_threads()
         try:
             manifest = mini_flux.train(out, config, threads=1, progress=False)

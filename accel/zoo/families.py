@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from accel.zoo import tokenizers
+from accel.zoo.tokenizers import clip_tokenizer, qwen2_tokenizer, t5_tokenizer
 
 FLUX_CONFIG: dict[str, Any] = {
     "transformer": {
@@ -80,9 +80,9 @@ def build_flux(config: dict[str, Any], tokenizer: Any = None, tokenizer_2: Any =
         "scheduler": FlowMatchEulerDiscreteScheduler(**config["scheduler"]),
         "vae": vae,
         "text_encoder": text_encoder,
-        "tokenizer": tokenizer or tokenizers.clip_tokenizer(),
+        "tokenizer": tokenizer or clip_tokenizer(),
         "text_encoder_2": text_encoder_2,
-        "tokenizer_2": tokenizer_2 or tokenizers.t5_tokenizer(),
+        "tokenizer_2": tokenizer_2 or t5_tokenizer(),
         "transformer": transformer,
     }
 
@@ -134,7 +134,7 @@ def build_wan(config: dict[str, Any]) -> dict[str, Any]:
     torch.manual_seed(2)
     text_encoder = UMT5EncoderModel(UMT5Config(**config["umt5"])).eval()
     return {
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "text_encoder": text_encoder,
         "transformer": transformer,
         "vae": vae,
@@ -213,6 +213,6 @@ def build_qwen_image(config: dict[str, Any]) -> dict[str, Any]:
         "scheduler": FlowMatchEulerDiscreteScheduler(**config["scheduler"]),
         "vae": vae,
         "text_encoder": text_encoder,
-        "tokenizer": tokenizers.qwen2_tokenizer(),
+        "tokenizer": qwen2_tokenizer(),
         "transformer": transformer,
     }

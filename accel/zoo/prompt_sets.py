@@ -10,13 +10,13 @@ from typing import Any
 
 from accel.errors import ConfigError, did_you_mean
 from accel.yaml_bounds import load_yaml_file
-from accel.zoo import world as shapes_world
+from accel.zoo.world import HELD_OUT_EXPECTED, HELD_OUT_PROMPTS, PALETTE, POSITIONS, SHAPES
 
 _ALLOWED = {
-    "background": tuple(shapes_world.PALETTE),
-    "colour": tuple(shapes_world.PALETTE),
-    "shape": shapes_world.SHAPES,
-    "position": tuple(shapes_world.POSITIONS),
+    "background": tuple(PALETTE),
+    "colour": tuple(PALETTE),
+    "shape": SHAPES,
+    "position": tuple(POSITIONS),
 }
 _REQUIRED = ("background", "colour", "shape")  # position may be left open
 BUILTIN_PROMPT_SETS = {"shapes-held-out": "the held-out combinations of the shapes world (never seen in training)"}
@@ -35,7 +35,7 @@ def load_prompt_set(name: str) -> list[dict[str, Any]]:
     if name == "shapes-held-out":
         return [
             {"prompt": prompt, "expect": expected.attributes()}
-            for prompt, expected in zip(shapes_world.HELD_OUT_PROMPTS, shapes_world.HELD_OUT_EXPECTED, strict=True)
+            for prompt, expected in zip(HELD_OUT_PROMPTS, HELD_OUT_EXPECTED, strict=True)
         ]
     path = Path(name).expanduser()
     if not path.is_file():

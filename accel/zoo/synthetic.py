@@ -207,7 +207,7 @@ def build_components(
     """
     import torch
 
-    from accel.zoo import tokenizers as zoo_tokenizers
+    from accel.zoo.tokenizers import clip_tokenizer, qwen2_tokenizer, t5_tokenizer
 
     torch_dtype = getattr(torch, dtype)
     configs = component_configs(synthetic)
@@ -226,9 +226,9 @@ def build_components(
         module.requires_grad_(False)
         components[name] = module
     builders = {
-        "clip": zoo_tokenizers.clip_tokenizer,
-        "t5": zoo_tokenizers.t5_tokenizer,
-        "qwen2": zoo_tokenizers.qwen2_tokenizer,
+        "clip": clip_tokenizer,
+        "t5": t5_tokenizer,
+        "qwen2": qwen2_tokenizer,
     }
     for attribute, kind in synthetic.architecture.tokenizers.items():
         tokenizer = builders[kind]()

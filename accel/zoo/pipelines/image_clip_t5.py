@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel.zoo import tokenizers
 from accel.zoo.families import FLUX_CONFIG
 from accel.zoo.pipelines.base import CLIP_TEXT, T5, Family, cls, hf, kl_vae_config, seeded
+from accel.zoo.tokenizers import clip_tokenizer, t5_tokenizer
 
 D = "diffusers."
 T = "transformers."
@@ -55,7 +55,7 @@ def build_sd15(config: dict[str, Any]) -> dict[str, Any]:
         "unet": seeded(0, D + "UNet2DConditionModel", **config["unet"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _clip(2, config["clip"]),
-        "tokenizer": tokenizers.clip_tokenizer(),
+        "tokenizer": clip_tokenizer(),
         "scheduler": cls(D + "DDIMScheduler")(**config["scheduler"]),
         "safety_checker": None,
         "feature_extractor": None,
@@ -103,8 +103,8 @@ def build_sdxl(config: dict[str, Any]) -> dict[str, Any]:
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _clip(2, config["clip"]),
         "text_encoder_2": _clip(3, config["clip"], projection=True),
-        "tokenizer": tokenizers.clip_tokenizer(),
-        "tokenizer_2": tokenizers.clip_tokenizer(),
+        "tokenizer": clip_tokenizer(),
+        "tokenizer_2": clip_tokenizer(),
         "scheduler": cls(D + "EulerDiscreteScheduler")(**config["scheduler"]),
         "image_encoder": None,
         "feature_extractor": None,
@@ -144,9 +144,9 @@ def build_sd3(config: dict[str, Any]) -> dict[str, Any]:
         "text_encoder": _clip(2, config["clip"], projection=True),
         "text_encoder_2": _clip(3, config["clip"], projection=True),
         "text_encoder_3": _t5(4, config["t5"]),
-        "tokenizer": tokenizers.clip_tokenizer(),
-        "tokenizer_2": tokenizers.clip_tokenizer(),
-        "tokenizer_3": tokenizers.t5_tokenizer(),
+        "tokenizer": clip_tokenizer(),
+        "tokenizer_2": clip_tokenizer(),
+        "tokenizer_3": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
         "image_encoder": None,
         "feature_extractor": None,
@@ -189,7 +189,7 @@ def build_chroma(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "ChromaTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
         "image_encoder": None,
         "feature_extractor": None,
@@ -226,7 +226,7 @@ def build_pixart_sigma(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "PixArtTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "DPMSolverMultistepScheduler")(),
     }
 
@@ -257,7 +257,7 @@ def build_auraflow(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "AuraFlowTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _t5(2, config["umt5"], umt5=True),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(),
     }
 
@@ -288,7 +288,7 @@ def build_cogview3plus(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "CogView3PlusTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "CogVideoXDDIMScheduler")(),
     }
 

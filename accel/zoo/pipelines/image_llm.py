@@ -8,8 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel.zoo import tokenizers
 from accel.zoo.pipelines.base import CLIP_TEXT, T5, Family, cls, hf, kl_vae_config, seeded
+from accel.zoo.tokenizers import (
+    clip_tokenizer,
+    gemma_tokenizer,
+    glm_tokenizer,
+    llama_tokenizer,
+    qwen2_chat_tokenizer,
+    t5_tokenizer,
+)
 
 D = "diffusers."
 T = "transformers."
@@ -100,7 +107,7 @@ def build_sana(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "SanaTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderDC", **config["vae"]),
         "text_encoder": hf(2, "Gemma2Model", "Gemma2Config", config["gemma2"]),
-        "tokenizer": tokenizers.gemma_tokenizer(),
+        "tokenizer": gemma_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
     }
 
@@ -135,7 +142,7 @@ def build_lumina2(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "Lumina2Transformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": hf(2, "Gemma2Model", "Gemma2Config", config["gemma2"]),
-        "tokenizer": tokenizers.gemma_tokenizer(),
+        "tokenizer": gemma_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(),
     }
 
@@ -174,6 +181,9 @@ COGVIEW4_CONFIG: dict[str, Any] = {
     },
 }
 
+# The tokenizer a config names (by its function's name in accel.zoo.tokenizers).
+_TOKENIZERS = {tokenizer.__name__: tokenizer for tokenizer in (glm_tokenizer,)}
+
 
 def build_cogview4(config: dict[str, Any]) -> dict[str, Any]:
     """CogView4 DiT, GLM encoder (the zoo's byte-level tokenizer for GLM-4's), 8x VAE."""
@@ -181,7 +191,7 @@ def build_cogview4(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "CogView4Transformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": hf(2, "GlmModel", "GlmConfig", config["glm"]),
-        "tokenizer": getattr(tokenizers, config["tokenizer"])(),
+        "tokenizer": _TOKENIZERS[config["tokenizer"]](),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
     }
 
@@ -218,7 +228,7 @@ def build_z_image(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "ZImageTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": hf(2, "Qwen3Model", "Qwen3Config", config["qwen3"]),
-        "tokenizer": tokenizers.qwen2_chat_tokenizer(),
+        "tokenizer": qwen2_chat_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(),
     }
 
@@ -257,10 +267,10 @@ def build_hidream(config: dict[str, Any]) -> dict[str, Any]:
         "text_encoder_2": hf(3, "CLIPTextModelWithProjection", "CLIPTextConfig", config["clip"]),
         "text_encoder_3": hf(4, "T5EncoderModel", "T5Config", config["t5"]),
         "text_encoder_4": hf(5, "LlamaForCausalLM", "LlamaConfig", config["llama"]),
-        "tokenizer": tokenizers.clip_tokenizer(),
-        "tokenizer_2": tokenizers.clip_tokenizer(),
-        "tokenizer_3": tokenizers.t5_tokenizer(),
-        "tokenizer_4": tokenizers.llama_tokenizer(),
+        "tokenizer": clip_tokenizer(),
+        "tokenizer_2": clip_tokenizer(),
+        "tokenizer_3": t5_tokenizer(),
+        "tokenizer_4": llama_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(),
     }
 
@@ -308,7 +318,7 @@ def build_hunyuandit(config: dict[str, Any]) -> dict[str, Any]:
         "text_encoder": hf(2, "BertModel", "BertConfig", config["bert"]),
         "tokenizer": _bert_tokenizer(),
         "text_encoder_2": hf(3, "T5EncoderModel", "T5Config", config["t5"]),
-        "tokenizer_2": tokenizers.t5_tokenizer(),
+        "tokenizer_2": t5_tokenizer(),
         "scheduler": cls(D + "DDPMScheduler")(),
         "safety_checker": None,
         "feature_extractor": None,

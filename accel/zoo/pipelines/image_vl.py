@@ -6,10 +6,16 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from accel.zoo import tokenizers
 from accel.zoo.families import QWEN_IMAGE_CONFIG, build_qwen_image
 from accel.zoo.pipelines.base import CLIP_TEXT, Family, cls, hf, kl_vae_config, seeded
 from accel.zoo.pipelines.image_llm import QWEN3
+from accel.zoo.tokenizers import (
+    CHATML_TEMPLATE,
+    clip_tokenizer,
+    qwen2_chat_tokenizer,
+    qwen2_tokenizer,
+    qwen_vl_tokenizer,
+)
 
 D = "diffusers."
 T = "transformers."
@@ -19,11 +25,11 @@ def qwen_vl_processor() -> Any:
     """A Qwen2-VL processor: the zoo's byte-level tokenizer with the vision special tokens at the ids
     QWEN_IMAGE_CONFIG's text encoder expects (290-294), and the image processor's defaults (14-px
     patches merged 2x2, at least 56x56 pixels)."""
-    tokenizer = tokenizers.qwen_vl_tokenizer()
+    tokenizer = qwen_vl_tokenizer()
     return cls(T + "Qwen2VLProcessor")(
         image_processor=cls(T + "Qwen2VLImageProcessor")(),
         tokenizer=tokenizer,
-        chat_template=tokenizers.CHATML_TEMPLATE,
+        chat_template=CHATML_TEMPLATE,
     )
 
 
@@ -56,7 +62,7 @@ def build_flux2_klein(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "Flux2Transformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLFlux2", **config["vae"]),
         "text_encoder": hf(2, "Qwen3ForCausalLM", "Qwen3Config", config["qwen3"]),
-        "tokenizer": tokenizers.qwen2_chat_tokenizer(),
+        "tokenizer": qwen2_chat_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(use_dynamic_shifting=True),
         "is_distilled": True,
     }
@@ -95,9 +101,9 @@ def build_kandinsky5(config: dict[str, Any]) -> dict[str, Any]:
         "text_encoder": hf(2, "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLConfig", config["text_encoder"]),
         # The published checkpoint ships a Qwen2-VL processor; Kandinsky 5 only tokenises text with it
         # (images=None), which the tokenizer alone does: the processor needs torchvision.
-        "tokenizer": tokenizers.qwen_vl_tokenizer(),
+        "tokenizer": qwen_vl_tokenizer(),
         "text_encoder_2": hf(3, "CLIPTextModel", "CLIPTextConfig", config["clip"]),
-        "tokenizer_2": tokenizers.clip_tokenizer(),
+        "tokenizer_2": clip_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(shift=1.0),
     }
 
@@ -106,7 +112,7 @@ def build_kandinsky5(config: dict[str, Any]) -> dict[str, Any]:
 def build_qwen_image_edit(config: dict[str, Any]) -> dict[str, Any]:
     """tiny-qwen-image's components and a Qwen2-VL processor: the input image is seen by the vision tower."""
     components = build_qwen_image(config)
-    components["tokenizer"] = tokenizers.qwen_vl_tokenizer()
+    components["tokenizer"] = qwen_vl_tokenizer()
     return {**components, "processor": qwen_vl_processor()}
 
 
@@ -155,7 +161,7 @@ def build_hunyuan_image(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "HunyuanImageTransformer2DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLHunyuanImage", **config["vae"]),
         "text_encoder": hf(2, "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLConfig", config["text_encoder"]),
-        "tokenizer": tokenizers.qwen2_tokenizer(),
+        "tokenizer": qwen2_tokenizer(),
         "text_encoder_2": hf(3, "T5EncoderModel", "T5Config", config["byt5"]),
         "tokenizer_2": cls(T + "ByT5Tokenizer")(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(shift=5.0),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel.zoo import tokenizers
 from accel.zoo.families import WAN_CONFIG
 from accel.zoo.pipelines.base import Family, cls, hf, seeded
 from accel.zoo.pipelines.image_llm import LLAMA
+from accel.zoo.tokenizers import clip_tokenizer, llama_tokenizer, t5_tokenizer
 
 D = "diffusers."
 T = "transformers."
@@ -69,9 +69,9 @@ def build_hunyuan_video(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "HunyuanVideoTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLHunyuanVideo", **config["vae"]),
         "text_encoder": hf(2, "LlamaModel", "LlamaConfig", config["llama"]),
-        "tokenizer": tokenizers.llama_tokenizer(),
+        "tokenizer": llama_tokenizer(),
         "text_encoder_2": hf(3, "CLIPTextModel", "CLIPTextConfig", config["clip"]),
-        "tokenizer_2": tokenizers.clip_tokenizer(),
+        "tokenizer_2": clip_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
     }
 
@@ -93,7 +93,7 @@ def build_wan22(config: dict[str, Any]) -> dict[str, Any]:
         "transformer_2": seeded(4, D + "WanTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLWan", **config["vae"]),
         "text_encoder": hf(2, "UMT5EncoderModel", "UMT5Config", config["umt5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
         "boundary_ratio": config["boundary_ratio"],
     }

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from accel.zoo import tokenizers
 from accel.zoo.families import WAN_CONFIG
 from accel.zoo.pipelines.base import T5, Family, cls, hf, kl_vae_config, seeded
+from accel.zoo.tokenizers import t5_tokenizer
 
 D = "diffusers."
 T = "transformers."
@@ -44,7 +44,7 @@ def build_wan_i2v(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "WanTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLWan", **config["vae"]),
         "text_encoder": _t5(2, config["umt5"], umt5=True),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "image_encoder": hf(3, "CLIPVisionModel", "CLIPVisionConfig", config["image_encoder"]),
         "image_processor": cls(T + "CLIPImageProcessor")(**config["image_processor"]),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(**config["scheduler"]),
@@ -90,7 +90,7 @@ def build_cogvideox(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "CogVideoXTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLCogVideoX", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "CogVideoXDDIMScheduler")(),
     }
 
@@ -137,7 +137,7 @@ def build_ltx(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "LTXVideoTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLLTXVideo", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(),
     }
 
@@ -175,7 +175,7 @@ def build_mochi(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "MochiTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLMochi", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(),
     }
 
@@ -210,7 +210,7 @@ def build_latte(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "LatteTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "DDIMScheduler")(),
     }
 
@@ -229,7 +229,7 @@ def build_skyreels_v2(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "SkyReelsV2Transformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLWan", **config["vae"]),
         "text_encoder": _t5(2, config["umt5"], umt5=True),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "UniPCMultistepScheduler")(
             flow_shift=8.0, use_flow_sigmas=True, prediction_type="flow_prediction"
         ),
@@ -264,7 +264,7 @@ def build_cosmos2(config: dict[str, Any]) -> dict[str, Any]:
         "transformer": seeded(0, D + "CosmosTransformer3DModel", **config["transformer"]),
         "vae": seeded(1, D + "AutoencoderKLWan", **config["vae"]),
         "text_encoder": _t5(2, config["t5"]),
-        "tokenizer": tokenizers.t5_tokenizer(),
+        "tokenizer": t5_tokenizer(),
         "scheduler": cls(D + "FlowMatchEulerDiscreteScheduler")(use_karras_sigmas=True),
     }
 

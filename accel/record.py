@@ -1,0 +1,384 @@
+"""The cell record: its declared keys and types (``CellRecord``), its readers, and the checks a record passes.
+
+What one line of ``results.jsonl`` is, apart from how it is stored: the schema version, the typed sections
+of the record (the manual's reference page of record keys is generated from them), the readers every
+report, table and gate uses (``is_noise_floor``, ``parity_of``, ``feature_classes``, ...) and
+``check_record`` / ``check_version``, which a record read back must pass. ``accel.results`` (the store: the
+append-only log, its loader and the table) re-exports every public name, so ``from accel.results import
+CellRecord`` keeps working.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, TypedDict
+
+from accel.errors import ConfigError
+
+# The version of the cell record's shape, written into every line of results.jsonl. A line without it was
+# written before the record was declared (version 0, the same keys) and is read as such; a line from a newer
+# version than this code knows is refused. Raise it when a key changes meaning or is removed.
+# 1: the record declared; 2: ``feature_classes`` recorded (older records: parsed from ``features`` on read);
+# 3: ``adherence_loss`` counts the attributes lost image by image (before: the net change of overall adherence).
+SCHEMA_VERSION = 3
+
+
+# The cell record, one section at a time: every key a sweep writes, its type and one line on what it holds.
+# Every key is optional (a cell that failed early has only its identity and error); null is always allowed.
+# Keys not declared here (a third-party feature's evidence, a future key) are kept as they are.
+class Identity(TypedDict, total=False):
+    """Which cell this is, what it ran on, and its status."""
+
+    schema_version: Annotated[int, "version of this record's shape (absent: 0, written before it was declared)"]
+    model: Annotated[str, "the profile's model name"]
+    source: Annotated[str, "where the model's weights come from (zoo name, path or hub id)"]
+    target: Annotated[str, "how it ran: library, adapter, native or an engine target such as vllm-omni"]
+    variant: Annotated[str, "the profile's variant name (baseline, noise-floor or a feature set)"]
+    features: Annotated[dict[str, Any], "feature name -> its options, as the variant lists them"]
+    feature_classes: Annotated[
+        dict[str, str], "feature name -> lossless or lossy, as the feature judged its options when planned (v2)"
+    ]
+    status: Annotated[str, "ok, failed or unsupported"]
+    role: Annotated[str, "noise_floor for the baseline's re-run (the measured noise band)"]
+    decided: Annotated[str, "engine cells: declared (from the feature mapping, never ran) or measured"]
+    engine: Annotated[str, "the external engine that ran the cell (vllm-omni); absent for in-process cells"]
+    engine_kwargs: Annotated[dict[str, Any], "the keyword arguments the variant's features became for the engine"]
+    device: Annotated[str, "the torch device it ran on (cpu, cuda, cuda:0)"]
+    device_name: Annotated[str, "the device's name, what performance baselines match on"]
+    dtype: Annotated[str, "what it computed in (float32, bfloat16, float16; uint8 for engines' images)"]
+    modality: Annotated[str, "image or video (from the outputs' shape)"]
+    profile_fingerprint: Annotated[str, "hash of the resolved profile: --resume refuses a different one"]
+    timestamp: Annotated[float, "when the record was written (epoch seconds)"]
+
+
+class Timing(TypedDict, total=False):
+    """How long it took, and the speedup over the baseline."""
+
+    load_s: Annotated[float, "seconds to load the pipeline"]
+    first_call_s: Annotated[float, "seconds of the first (cold) call: compilation and warm-up included"]
+    cold_s: Annotated[float, "load_s + first_call_s; engines: process start to the first image"]
+    process_wall_s: Annotated[float, "engine cells: the engine process's wall time"]
+    cell_wall_s: Annotated[float, "seconds the whole cell took in its worker"]
+    warm: Annotated[
+        dict[str, float],
+        "summary of the warm calls, timed alone (nothing hooked or sampling beside them): median, mean, min, max, "
+        "p90, cv, n",
+    ]
+    warm_samples: Annotated[list[float], "seconds of each warm call, in order"]
+    noisy: Annotated[bool, "the warm calls' cv is above measure.max_cv"]
+    paired: Annotated[
+        dict[str, Any],
+        "interleaved timing: reference_s, variant_s (ABBA order), pairs_drawn, stopped (what ended the sequential "
+        "sampling: decided, max_pairs or pair_budget_s) and estimate (the interval reached)",
+    ]
+    speedup: Annotated[float, "baseline warm time / this cell's (speedup_ci.ratio)"]
+    speedup_ci: Annotated[dict[str, Any], "the speedup's interval and what it may be published as (verdict)"]
+    timing: Annotated[dict[str, Any], "how and where it was timed: method, node, threads, executor, overlap"]
+
+
+class Memory(TypedDict, total=False):
+    """Peak memory while loading and while timed."""
+
+    peak_host_rss_bytes: Annotated[int, "peak host resident memory during the timed calls (see memory_method)"]
+    memory_method: Annotated[
+        str,
+        "how the host peak was measured: the kernel's high-water mark around the timed calls (nothing sampled "
+        "beside them), or a sampling thread in an untimed call of its own where the kernel has none",
+    ]
+    peak_device_allocated_bytes: Annotated[int, "peak device memory allocated during the timed calls"]
+    peak_device_reserved_bytes: Annotated[int, "peak device memory reserved by the allocator"]
+    host_pss_bytes: Annotated[int, "host proportional set size after the timed calls"]
+    memory_load: Annotated[dict[str, Any], "the same peaks while loading"]
+    weight_bytes: Annotated[dict[str, int], "bytes of each pipeline component's weights"]
+    memory_reduction: Annotated[float, "baseline peak / this cell's peak (device on a GPU, host RSS on a CPU)"]
+
+
+class Stages(TypedDict, total=False):
+    """Where a call's time goes."""
+
+    stages: Annotated[dict[str, Any], "median seconds per stage, end_to_end_s, step_median_s, steps_per_call"]
+    step_times: Annotated[list[float], "seconds of every denoising step of the stage pass"]
+    stage_sums: Annotated[list[float], "per stage-pass call: the sum of its stages"]
+    stage_outer_s: Annotated[list[float], "per stage-pass call: its time from an independent outer timer"]
+    denoiser_calls_per_call: Annotated[int, "denoiser (transformer) calls in one pipeline call"]
+
+
+class Parity(TypedDict, total=False):
+    """How its outputs compare with the baseline's and the reference model's."""
+
+    parity: Annotated[dict[str, Any], "vs the baseline: ssim, psnr (their minima), abs diffs, bit_identical"]
+    parity_vs_reference: Annotated[dict[str, Any], "a baseline vs the reference model's baseline"]
+    reference_model: Annotated[str, "the model parity_vs_reference compares with"]
+    outputs_stable: Annotated[bool, "the first and last timed passes gave identical outputs"]
+    adherence: Annotated[dict[str, Any], "prompt-adherence scores of a world model's outputs"]
+    adherence_loss: Annotated[
+        float,
+        "share of the attributes scored that the baseline got right and this cell got wrong, image by image "
+        "(gains elsewhere do not offset it; before schema 3: the baseline's overall adherence minus this cell's)",
+    ]
+    outputs_file: Annotated[str, "the cell's outputs (.npz, float32), relative to the run directory"]
+    images: Annotated[list[str], "the PNG images saved from its outputs, relative to the run directory"]
+
+
+class Roofline(TypedDict, total=False):
+    """FLOPs, the device's peak and the floor a step cannot beat."""
+
+    flops_per_denoiser_call: Annotated[int, "baseline: FLOPs of one denoiser call (counted on its inputs)"]
+    peak_flops: Annotated[float, "the device's peak FLOP/s in this dtype"]
+    peak_flops_source: Annotated[str, "where peak_flops comes from (datasheet, measured CPU peak)"]
+    roofline: Annotated[dict[str, Any], "flops_per_step, floor_step_s, fastest_step_s, mfu, below_floor"]
+    invalid_measurement: Annotated[str, "why the timings cannot be trusted (a step below its floor)"]
+
+
+class Evidence(TypedDict, total=False):
+    """Whether each feature engaged, in the feature's or the engine's own words."""
+
+    evidence: Annotated[dict[str, dict[str, Any]], "feature -> engaged, summary and the feature's own keys"]
+    engine_log: Annotated[str, "engine cells: the engine's log, relative to the run directory"]
+
+
+class Errors(TypedDict, total=False):
+    """What went wrong, and notes on what could not be measured."""
+
+    error: Annotated[str, "why the cell failed or is unsupported (null when ok)"]
+    unsupported_scope: Annotated[str, "environment (this device or installation) or model (this pipeline)"]
+    traceback: Annotated[str, "the traceback of an unexpected crash inside a pipeline or a feature"]
+    notes: Annotated[list[str], "what could not be measured or written (no baseline, a file outside the run)"]
+
+
+class CellRecord(Identity, Timing, Memory, Stages, Parity, Roofline, Evidence, Errors, total=False):
+    """One line of results.jsonl: every section's keys, flat (see ``RECORD_SECTIONS``)."""
+
+
+RECORD_SECTIONS: tuple[type, ...] = (Identity, Timing, Memory, Stages, Parity, Roofline, Evidence, Errors)
+
+
+@dataclass(frozen=True)
+class RecordField:
+    """One declared key of the cell record."""
+
+    name: str
+    section: str
+    type: str  # as the manual prints it: number, integer, string, boolean, object, list
+    description: str
+
+
+def _kind(annotation: Any) -> str:
+    origin = typing.get_origin(annotation) or annotation
+    return {bool: "boolean", int: "integer", float: "number", str: "string", dict: "object", list: "list"}.get(
+        origin, "any"
+    )
+
+
+@functools.cache
+def record_fields() -> tuple[RecordField, ...]:
+    """Every declared key of the cell record, section by section, from the TypedDicts above."""
+    fields = []
+    for section in RECORD_SECTIONS:
+        hints = typing.get_type_hints(section, include_extras=True)
+        for name in inspect.get_annotations(section):  # its own keys, in declaration order
+            annotation = hints[name]
+            kind = _kind(annotation.__origin__)
+            fields.append(RecordField(name, section.__name__.lower(), kind, annotation.__metadata__[0]))
+    return tuple(fields)
+
+
+def peak_memory_bytes(record: dict[str, Any]) -> int | None:
+    """The peak memory every table and ratio uses: device allocated on a GPU, host RSS on a CPU."""
+    device = record.get("peak_device_allocated_bytes")
+    return device if device is not None else record.get("peak_host_rss_bytes")
+
+
+# Readers of the record's sections: what every report, table and gate reads, absent or null alike.
+NOISE_FLOOR_ROLE = "noise_floor"  # ``role`` of the baseline's re-run
+
+
+def is_noise_floor(record: dict[str, Any]) -> bool:
+    """Whether the record is its model's noise-floor cell (the baseline re-run; ``role``)."""
+    return record.get("role") == NOISE_FLOOR_ROLE
+
+
+def feature_options(record: dict[str, Any]) -> dict[str, Any]:
+    """The cell's features (name -> options); empty for a baseline or a record without them."""
+    return record.get("features") or {}
+
+
+def feature_classes(record: dict[str, Any]) -> dict[str, str]:
+    """The cell's features, name -> ``lossless`` or ``lossy``, as recorded when the variant was planned.
+
+    A record from before version 2 lacks them: its options are parsed once more, here, by each feature's
+    own rule (``Feature.feature_class_for``); a record ``check_record`` accepted always parses.
+    """
+    recorded = record.get("feature_classes")
+    if recorded is not None:
+        return dict(recorded)
+    from accel.features import FEATURES, parse_feature_options
+
+    return {
+        name: FEATURES[name].feature_class_for(parse_feature_options(name, raw, "features")).value
+        for name, raw in feature_options(record).items()
+    }
+
+
+def lossy_features(record: dict[str, Any]) -> list[str]:
+    """The cell's features that are lossy with the options it ran with (``feature_classes``)."""
+    return [name for name, kind in feature_classes(record).items() if kind == "lossy"]
+
+
+def warm_median(record: dict[str, Any]) -> float | None:
+    """The median warm call in seconds (``warm.median``), or None when the cell was not timed."""
+    return (record.get("warm") or {}).get("median")
+
+
+def parity_of(record: dict[str, Any], key: str = "parity") -> dict[str, Any]:
+    """The cell's parity section (``parity``, or ``parity_vs_reference``); empty when not measured."""
+    return record.get(key) or {}
+
+
+def declared_tag(record: dict[str, Any]) -> str:
+    """ " (declared, not measured)" for a cell decided from an engine's feature mapping without running the
+    engine (``decided: declared``); "" for a measured one. Every table and the gate print it."""
+    return " (declared, not measured)" if record.get("decided") == "declared" else ""
+
+
+def _anything(value: Any) -> bool:
+    return True
+
+
+STATUSES = ("ok", "failed", "unsupported")
+MODALITIES = ("image", "video")
+_CHECKS: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "number": (lambda v: _is_number(v), "a number"),
+    "integer": (lambda v: _is_number(v), "a number"),  # as before the declaration: any number is read
+    "string": (lambda v: isinstance(v, str), "a string"),
+    "boolean": (lambda v: isinstance(v, bool), "a boolean"),
+    "object": (lambda v: isinstance(v, dict), "an object"),
+    "list": (lambda v: isinstance(v, list), "a list"),
+}
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def record_version(record: dict[str, Any]) -> int:
+    """The schema version a record was written with: 0 for a line written before versions (same keys)."""
+    return record.get("schema_version") or 0
+
+
+def check_version(record: Any, where: str) -> None:
+    """A ConfigError for a record this code cannot read: a ``schema_version`` that is not a whole number, or
+    one newer than ``SCHEMA_VERSION`` (written by a newer omni-accel)."""
+    if not isinstance(record, dict) or record.get("schema_version") is None:
+        return
+    version = record["schema_version"]
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise ConfigError(f"{where}: 'schema_version' should be a whole number, got {version!r}")
+    if version > SCHEMA_VERSION:
+        raise ConfigError(
+            f"{where}: written with results schema version {version}; this omni-accel reads versions 0 to "
+            f"{SCHEMA_VERSION}: upgrade omni-accel to read it"
+        )
+
+
+def check_record(record: Any, where: str) -> dict[str, Any]:
+    """A record the gate, tables and resume can read; a ConfigError ``where: what is wrong`` otherwise."""
+    from accel.features import FEATURES, parse_feature_options
+    from accel.features.base import FeatureClass
+
+    if not isinstance(record, dict):
+        raise ConfigError(f"{where}: expected a JSON object (one cell's record), got {_json_type(record)}")
+    for key in ("model", "variant", "status"):
+        if key not in record:
+            raise ConfigError(f"{where}: the record has no '{key}'; every record has model, variant and status")
+    allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
+    for key in ("model", "variant"):
+        if not isinstance(record[key], str) or not record[key] or not set(record[key]) <= allowed:
+            raise ConfigError(
+                f"{where}: '{key}' should be a name (letters, digits, '-', '_', '.', '+'), got {record[key]!r}"
+            )
+    if record["status"] not in STATUSES:
+        raise ConfigError(f"{where}: 'status' should be one of {', '.join(STATUSES)}, got {record['status']!r}")
+    if record.get("modality") is not None and record["modality"] not in MODALITIES:
+        raise ConfigError(f"{where}: 'modality' should be one of {', '.join(MODALITIES)}, got {record['modality']!r}")
+    for declared in record_fields():  # each declared key's type; null is always allowed
+        value = record.get(declared.name)
+        check, kind = _CHECKS.get(declared.type, (_anything, ""))
+        if value is not None and not check(value):
+            raise ConfigError(f"{where}: '{declared.name}' should be {kind} or null, got {_json_type(value)}")
+    for name in feature_options(record):
+        if name not in FEATURES:
+            raise ConfigError(f"{where}: features: unknown feature {name!r}")
+    recorded = record.get("feature_classes")
+    if recorded is None:  # before version 2: the options are all there is to tell a feature's class by
+        for name, raw in feature_options(record).items():
+            parse_feature_options(name, raw, f"{where}: features")
+    else:
+        if set(recorded) != set(feature_options(record)):
+            raise ConfigError(
+                f"{where}: feature_classes should name the same features as features "
+                f"({', '.join(sorted(feature_options(record))) or 'none'}), got {', '.join(sorted(recorded)) or 'none'}"
+            )
+        classes = [kind.value for kind in FeatureClass]
+        for name, kind in recorded.items():
+            if kind not in classes:
+                raise ConfigError(
+                    f"{where}: feature_classes.{name} should be one of {', '.join(classes)}, got {kind!r}"
+                )
+    for name, evidence in (record.get("evidence") or {}).items():
+        if not isinstance(evidence, dict):
+            raise ConfigError(f"{where}: evidence.{name} should be an object, got {_json_type(evidence)}")
+        if not isinstance(evidence.get("engaged"), bool):  # "no" would count as engaged by truth value
+            raise ConfigError(
+                f"{where}: evidence.{name}.engaged should be true or false, got {evidence.get('engaged')!r}"
+            )
+        for key in ("summary", "no_effect"):
+            if evidence.get(key) is not None and not isinstance(evidence[key], str):
+                raise ConfigError(f"{where}: evidence.{name}.{key} should be a string, got {_json_type(evidence[key])}")
+    for key in ("parity", "parity_vs_reference"):
+        parity = record.get(key)
+        if parity:
+            for metric in ("ssim", "psnr"):
+                if not _is_number(parity.get(metric)):
+                    raise ConfigError(f"{where}: {key}.{metric} should be a number, got {parity.get(metric)!r}")
+            for metric, value in parity.items():
+                if value is not None and not _is_number(value) and not isinstance(value, bool):
+                    raise ConfigError(f"{where}: {key}.{metric} should be a number, got {_json_type(value)}")
+    if record.get("warm") and not _is_number(record["warm"].get("median")):
+        raise ConfigError(f"{where}: warm.median should be a number, got {record['warm'].get('median')!r}")
+    if record.get("dtype") is not None and record["dtype"] not in DTYPES:
+        raise ConfigError(f"{where}: 'dtype' should be one of {', '.join(DTYPES)}, got {record['dtype']!r}")
+    _check_speedup(record.get("speedup_ci"), where)
+    return record
+
+
+# What a cell can compute in (the profile's dtypes; uint8 for engines' 8-bit outputs).
+DTYPES = ("float32", "bfloat16", "float16", "uint8")
+
+
+def _check_speedup(claim: Any, where: str) -> None:
+    """``speedup_ci`` as the gate and tables print it: numbers ratio/low/high and a known verdict."""
+    from accel.measure.speedup import VERDICTS
+
+    if claim is None:
+        return
+    if not isinstance(claim, dict):
+        raise ConfigError(f"{where}: 'speedup_ci' should be an object or null, got {_json_type(claim)}")
+    for key in ("ratio", "low", "high"):
+        if not _is_number(claim.get(key)):
+            raise ConfigError(f"{where}: speedup_ci.{key} should be a number, got {claim.get(key)!r}")
+    if claim.get("verdict") not in VERDICTS:
+        raise ConfigError(
+            f"{where}: speedup_ci.verdict should be one of {', '.join(VERDICTS)}, got {claim.get('verdict')!r}"
+        )
+    if not isinstance(claim.get("reason"), str):
+        raise ConfigError(f"{where}: speedup_ci.reason should be a string, got {_json_type(claim.get('reason'))}")
+
+
+def _json_type(value: Any) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null"}
+    return names.get(type(value), "a number")
