@@ -63,3 +63,20 @@ def test_every_feature_has_documented_options_and_a_class():
         assert feature.description and feature.feature_class.value in ("lossless", "lossy")
         for name, field in feature.config_cls.model_fields.items():
             assert field.description or feature.config_cls.__doc__, f"{feature.name}.{name} is undocumented"
+
+
+@pytest.mark.parametrize(
+    "order, message",
+    [
+        (1, r"order: expected a list"),
+        ([1], r"order\[0\]: expected a mapping with keys first, then, reason, source"),
+        ([{"firts": {}}], r"order\[0\]: unknown key 'firts'. Did you mean 'first'\?"),
+        ([{"first": 3}], r"order\[0\].first: expected \{feature: NAME\} or \{family: NAME\}"),
+    ],
+)
+def test_an_order_rule_of_the_wrong_shape_is_one_line(order, message):
+    from accel.errors import ConfigError
+    from accel.features.rules import parse_order
+
+    with pytest.raises(ConfigError, match=message):
+        parse_order({"order": order}, "r.yaml")

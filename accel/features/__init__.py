@@ -41,6 +41,7 @@ from accel.features.offload import (
     SequentialOffload,
     SequentialOffloadConfig,
 )
+from accel.features.parallel import ContextParallel, ContextParallelConfig, TensorParallel, TensorParallelConfig
 from accel.features.quant import Quantization, QuantizationConfig
 from accel.features.registry import ENTRY_POINT_GROUP, FEATURES, FeatureRegistry, get_feature
 from accel.features.teacache import TeaCache, TeaCacheConfig
@@ -63,6 +64,8 @@ for _feature in (
     VaeTiling(),
     VaeSlicing(),
     AttentionBackend(),
+    ContextParallel(),
+    TensorParallel(),
 ):
     FEATURES.register(_feature)
 
@@ -75,6 +78,7 @@ __all__ = [
     "AttentionBackendConfig",
     "CacheDitConfig",
     "CompileConfig",
+    "ContextParallelConfig",
     "FasterCacheConfig",
     "Feature",
     "FeatureConfig",
@@ -89,6 +93,7 @@ __all__ = [
     "SequentialOffloadConfig",
     "TaylorSeerCacheConfig",
     "TeaCacheConfig",
+    "TensorParallelConfig",
     "VaeSlicingConfig",
     "VaeTilingConfig",
     "apply",

@@ -35,6 +35,9 @@ class Stage(IntEnum):
 
     QUANTIZE = 10
     ATTENTION = 20
+    # After the attention backend (enable_parallelism checks it supports context parallelism), before caches,
+    # offload (diffusers issue #12533: offload only after parallelism) and compile.
+    PARALLEL = 25
     CACHE = 30
     OFFLOAD = 40
     COMPILE = 50

@@ -62,9 +62,9 @@ def parse_rules(data: dict[str, Any], where: str) -> list[ConflictRule]:
     from accel.features.registry import FEATURES
 
     families = {f.family for f in FEATURES.values()}
-    unknown = [key for key in data if key != "rules"]
+    unknown = [key for key in data if key not in ("rules", "order")]
     if unknown:
-        raise ConfigError(f"{where}: {unknown_choice('key', unknown[0], ['rules'])}")
+        raise ConfigError(f"{where}: {unknown_choice('key', unknown[0], ['order', 'rules'])}")
     raws = data.get("rules") or []
     if not isinstance(raws, list):
         raise ConfigError(f"{where}: rules: expected a list of rules, got {raws!r}")
@@ -109,6 +109,80 @@ def _file_rules(path: Path) -> tuple[ConflictRule, ...]:
     from accel.yaml_bounds import load_yaml_file
 
     return tuple(parse_rules(load_yaml_file(path, "rules"), str(path)))
+
+
+@dataclass(frozen=True)
+class OrderRule:
+    """Features that combine only when ``first`` is applied before ``then`` (its stage is lower), why, and the
+    source. The stages (``Feature.stage``) make the order; a rule catches a feature declared at the wrong one."""
+
+    first: MatchItem
+    then: MatchItem
+    reason: str
+    source: str
+
+
+def parse_order(data: dict[str, Any], where: str) -> list[OrderRule]:
+    """The ``order`` rules of the YAML document ``data``; every named feature and family must be registered."""
+    from accel.features.registry import FEATURES
+
+    families = {f.family for f in FEATURES.values()}
+    rules = []
+    raws = data.get("order") or []
+    if not isinstance(raws, list):
+        raise ConfigError(f"{where}: order: expected a list of {{first, then, reason, source}} entries")
+    for index, raw in enumerate(raws):
+        if not isinstance(raw, dict):
+            raise ConfigError(f"{where}: order[{index}]: expected a mapping with keys first, then, reason, source")
+        unknown = [key for key in raw if key not in ("first", "then", "reason", "source")]
+        if unknown:
+            choice = unknown_choice("key", unknown[0], ["first", "then", "reason", "source"])
+            raise ConfigError(f"{where}: order[{index}]: {choice}")
+        items = []
+        for key in ("first", "then"):
+            item = raw.get(key) or {}
+            if not isinstance(item, dict):
+                raise ConfigError(f"{where}: order[{index}].{key}: expected {{feature: NAME}} or {{family: NAME}}")
+            feature, family = item.get("feature"), item.get("family")
+            known = (feature in FEATURES) if feature else (family in families)
+            if bool(feature) == bool(family) or not known:
+                raise ConfigError(
+                    f"{where}: order[{index}].{key}: {item} must name one registered feature or family "
+                    f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
+                )
+            items.append(MatchItem(feature, family))
+        if not raw.get("reason"):
+            raise ConfigError(f"{where}: order[{index}]: needs a reason")
+        rules.append(OrderRule(items[0], items[1], raw["reason"], raw.get("source", "")))
+    return rules
+
+
+@functools.cache
+def _file_order(path: Path) -> tuple[OrderRule, ...]:
+    from accel.yaml_bounds import load_yaml_file
+
+    return tuple(parse_order(load_yaml_file(path, "rules"), str(path)))
+
+
+def load_order(path: Path | None = None) -> tuple[OrderRule, ...]:
+    """The order rules shipped in ``feature_matrix/rules.yaml`` (or ``path``)."""
+    from accel.data import data_dir
+
+    return _file_order(path or data_dir("feature_matrix") / "rules.yaml")
+
+
+def check_order(parsed: dict[str, Any], where: str, rules: tuple[OrderRule, ...] | None = None) -> None:
+    """Raise a ConfigError when two features of a variant would be applied in an order a rule forbids."""
+    from accel.features.registry import FEATURES
+
+    for rule in load_order() if rules is None else rules:
+        for first, then in itertools.permutations(parsed, 2):
+            matched = rule.first.matches(first, parsed[first]) and rule.then.matches(then, parsed[then])
+            if matched and int(FEATURES[first].stage) >= int(FEATURES[then].stage):
+                raise ConfigError(
+                    f"{where}: '{first}' must be applied before '{then}' ({rule.reason}; {rule.source}), but "
+                    f"its stage {int(FEATURES[first].stage)} is not below {int(FEATURES[then].stage)}"
+                )
 
 
 def declared_rules() -> tuple[ConflictRule, ...]:
@@ -156,3 +230,4 @@ def check_conflicts(parsed: dict[str, Any], where: str, rules: tuple[ConflictRul
         rule, chosen = found
         joined = "' and '".join(chosen)
         raise ConfigError(f"{where}: features '{joined}' cannot be combined: {rule.reason}")
+    check_order(parsed, where)

@@ -41,7 +41,10 @@ def run_inline(spec: CellSpec) -> dict[str, Any]:
     with it.
     """
     from accel.features.state import global_state_restored
+    from accel.sweep import ranks
 
+    if ranks.is_parallel(spec):  # a parallel feature: its ranks are processes of their own, even inline
+        return ranks.run_ranks(spec, spec.measure.timeout_s)
     with global_state_restored():
         return run_cell(spec)
 
@@ -63,4 +66,11 @@ def get_executor(name: str, timeout_s: float, ray_address: str | None = None) ->
         return lambda spec: Pending(lambda: run_inline(spec))
     if name == "ray":
         return _ray_submitter(timeout_s, ray_address)
-    return lambda spec: Pending(lambda: run_in_process(spec, timeout_s))
+    return lambda spec: Pending(lambda: _run_process(spec, timeout_s))
+
+
+def _run_process(spec: CellSpec, timeout_s: float) -> dict[str, Any]:
+    """The process executor's cell: a fresh worker, or one per rank for a parallel feature."""
+    from accel.sweep import ranks
+
+    return ranks.run_ranks(spec, timeout_s) if ranks.is_parallel(spec) else run_in_process(spec, timeout_s)

@@ -68,7 +68,12 @@ def _ray_cell(
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads))
     if not ray.get_gpu_ids():
         env["CUDA_VISIBLE_DEVICES"] = ""  # Ray >= 2.48 leaves GPUs visible to tasks that reserved none
-    record = run_supervised(spec, timeout_s, fault, verbose, threads, env)
+    from accel.sweep import ranks
+
+    if ranks.is_parallel(spec):  # its ranks on this node, from this task's reservation (no placement group yet)
+        record = ranks.run_ranks(spec, timeout_s, threads)
+    else:
+        record = run_supervised(spec, timeout_s, fault, verbose, threads, env)
     timing = record.setdefault("timing", {})
     timing.update(node=timing.get("node") or node, start=started, end=time.time())
     timing["ray_node"] = ray.get_runtime_context().get_node_id()

@@ -79,4 +79,25 @@ def measured_records(run_dir: Path) -> list[dict[str, Any]]:
     if results.cut_line is not None:
         with path.open("r+b") as handle:
             handle.truncate(results.complete_bytes)
-    return results.records
+    return _without_reruns(path, results.records)
+
+
+# In ``timing``: set on a failed multi-process cell that lost a rank to a signal (``accel.sweep.ranks``).
+RERUN_ON_RESUME = "rerun_on_resume"
+
+
+def _without_reruns(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` less those marked ``timing.rerun_on_resume``, which are also taken out of the results file (rewritten
+    atomically) so that their new record is the cell's only one."""
+    import json
+    import os
+
+    kept = [record for record in records if not (record.get("timing") or {}).get(RERUN_ON_RESUME)]
+    if len(kept) == len(records):
+        return records
+    lines = [line for line in path.read_text().splitlines(keepends=True) if line.strip()]
+    lines = [line for line in lines if not (json.loads(line).get("timing") or {}).get(RERUN_ON_RESUME)]
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text("".join(lines))
+    os.replace(partial, path)
+    return kept

@@ -1,0 +1,463 @@
+"""Parallel inference (``context_parallel``, ``tensor_parallel``): one cell split over ``world_size`` ranks.
+
+Both go through diffusers' own parallelism (``ModelMixin.enable_parallelism``): ``context_parallel`` with a
+``ContextParallelConfig`` (Ulysses all-to-all and/or Ring attention over the model's ``_cp_plan``),
+``tensor_parallel`` with a ``TensorParallelConfig`` (weights sharded by the model's ``_tp_plan``). A variant
+with either runs as ``world_size`` ranks, each its own process, started by the harness
+(``accel.sweep.ranks``): this module only declares what a rank needs and applies the feature inside one.
+
+Requirements are declared here and checked on the driver before any rank starts (``launch_support``):
+the world size fits the device (one GPU per rank on CUDA), ring attention has an attention backend that
+returns the log-sum-exp, tensor parallelism has an accelerator; the model's ``_cp_plan`` / ``_tp_plan`` is
+checked on the loaded pipeline (``check``). Refusals quote diffusers' own reason.
+
+Evidence comes from the timed calls: every ``torch.distributed`` collective diffusers called (all-to-all,
+all-gather: count and bytes per call, by wrapping the functions diffusers looks up at call time), the
+sequence split this rank saw (tokens entering the transformer vs entering its first block), and, added by
+the rank supervisor, that every rank produced the same images. No collective, no engagement.
+
+CPU shim: diffusers places rank ``r`` on device ``r % torch.accelerator.device_count()``, which is 0 on a
+CPU-only host (ZeroDivisionError). On the CPU, and only for the ``enable_parallelism`` call, the device
+count reads 1; the evidence says so (``cpu_device_count_shim``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+)
+
+# The torch.distributed functions diffusers' context parallelism calls (attention_dispatch.py, hooks/
+# context_parallel.py, diffusers 0.42), looked up on their module at every call: wrapping them counts them.
+FUNCTIONAL_COLLECTIVES = ("all_to_all_single", "all_gather_tensor", "permute_tensor")
+C10D_COLLECTIVES = ("all_gather", "all_to_all_single", "all_reduce")
+CPU_SHIM_NOTE = (
+    "on the CPU, torch.accelerator.device_count() read 1 (not 0) during enable_parallelism only: diffusers places "
+    "rank r on device r % device_count()"
+)
+
+
+class ContextParallelConfig(FeatureConfig):
+    """Options of ``context_parallel`` (diffusers ``ContextParallelConfig``); world size = ulysses x ring."""
+
+    ulysses: int = Field(
+        default=2,
+        ge=1,
+        description="Ulysses degree: ranks exchanging heads for sequence by all-to-all (default 2). Lossless: "
+        "each rank attends over the full sequence for 1/ulysses of the heads; speed needs fast interconnect.",
+    )
+    ring: int = Field(
+        default=1,
+        ge=1,
+        description="Ring degree: ranks passing key/value chunks around a ring (default 1: off). Needs an "
+        "attention backend that returns the log-sum-exp (flash, cuDNN on a GPU); less memory per rank.",
+    )
+
+    anything: bool = Field(
+        default=False,
+        description="Any sequence length and head count, also those the degree does not divide (diffusers' "
+        "ulysses_anything / ring_anything; default false). Uneven splits cost padding and a size exchange.",
+    )
+
+    @model_validator(mode="after")
+    def _some_parallelism(self) -> ContextParallelConfig:
+        if self.ulysses * self.ring < 2:
+            raise ValueError("ulysses x ring must be at least 2 (one rank is the baseline); e.g. {ulysses: 2}")
+        if self.anything and self.ulysses > 1 and self.ring > 1:
+            raise ValueError("anything needs one of ulysses or ring, not both (diffusers)")
+        return self
+
+
+class TensorParallelConfig(FeatureConfig):
+    """Options of ``tensor_parallel`` (diffusers ``TensorParallelConfig``); world size = tp."""
+
+    tp: int = Field(
+        default=2,
+        ge=2,
+        description="Tensor-parallel degree: ranks each holding 1/tp of every planned Linear (default 2). "
+        "Less weight memory per rank, an all-reduce per sharded layer pair; must divide the attention heads.",
+    )
+
+
+def collective_backend(device: str) -> str:
+    """The torch.distributed backend of a cell on ``device``: NCCL on CUDA, gloo on the CPU."""
+    return "nccl" if device.startswith("cuda") else "gloo"
+
+
+@functools.cache
+def native_lse_refusal() -> str:
+    """diffusers' own reason the CPU attention backend cannot serve ring attention, from calling it."""
+    import torch
+    from diffusers.models import attention_dispatch
+
+    query = torch.zeros(1, 2, 1, 4)
+    try:
+        attention_dispatch._native_attention_forward_op(None, query, query, query, return_lse=True)  # type: ignore[arg-type]
+    except ValueError as error:
+        return str(error)
+    return "native attention returned the log-sum-exp"  # a diffusers that can: nothing to refuse
+
+
+def tp_device_refusal(device_type: str) -> str | None:
+    """diffusers' reason tensor parallelism refuses ``device_type`` (its own sentence and list), or None."""
+    from diffusers.hooks.tensor_parallel import _SUPPORTED_TP_DEVICES
+
+    if device_type in _SUPPORTED_TP_DEVICES:
+        return None
+    return (
+        f"Tensor parallelism is not supported on device type '{device_type}'. Supported device types are "
+        f"{list(_SUPPORTED_TP_DEVICES)} (diffusers)"
+    )
+
+
+def _world_fits(device: str, world_size: int) -> Support:
+    import torch
+
+    if not torch.distributed.is_available():
+        return Support.no("this torch build has no torch.distributed")
+    if device.startswith("cuda"):
+        found = torch.cuda.device_count()
+        if found < world_size:
+            return Support.no(f"needs {world_size} GPUs, one per rank (found: {found})")
+    return Support.yes()
+
+
+class _ParallelFeature:
+    """What both parallel features share: ``world_size`` and the check made before any rank starts."""
+
+    def world_size(self, options: Any) -> int:
+        raise NotImplementedError
+
+    def launch_support(self, device: str, options: Any, configs: dict[str, Any]) -> Support:
+        """Whether the ranks can run here, decided on the driver before any starts (``configs``: the variant's)."""
+        raise NotImplementedError
+
+
+def _in_ranks(world_size: int) -> Support:
+    import torch
+
+    if not torch.distributed.is_initialized():
+        return Support.no(
+            f"needs {world_size} ranks with torch.distributed initialised; the sweep starts them (any executor)"
+        )
+    if torch.distributed.get_world_size() != world_size:
+        return Support.no(f"needs world size {world_size}, the ranks have {torch.distributed.get_world_size()}")
+    return Support.yes()
+
+
+class _Collectives:
+    """Counts (and sizes) the torch.distributed collectives called while installed; ``remove`` restores them."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        import torch.distributed._functional_collectives as funcol
+
+        self.calls: dict[str, list[int]] = {}  # name -> [calls, bytes]
+        self.originals: list[tuple[Any, str, Any]] = []
+        for module, names, prefix in ((funcol, FUNCTIONAL_COLLECTIVES, ""), (dist, C10D_COLLECTIVES, "c10d.")):
+            for name in names:
+                original = getattr(module, name, None)
+                if original is not None:
+                    self.originals.append((module, name, original))
+                    setattr(module, name, self._counted(prefix + name, original))
+
+    def _counted(self, name: str, function: Any) -> Any:
+        @functools.wraps(function)
+        def counted(*args: Any, **kwargs: Any) -> Any:
+            tally = self.calls.setdefault(name, [0, 0])
+            tally[0] += 1
+            tally[1] += _tensor_bytes(args[:2])
+            return function(*args, **kwargs)
+
+        return counted
+
+    def take(self) -> dict[str, dict[str, int]]:
+        """The collectives since the last ``take``: name -> {calls, bytes}."""
+        taken = {name: {"calls": c, "bytes": b} for name, (c, b) in sorted(self.calls.items())}
+        self.calls = {}
+        return taken
+
+    def remove(self) -> None:
+        for module, name, original in self.originals:
+            setattr(module, name, original)
+
+
+def _tensor_bytes(values: Any) -> int:
+    import torch
+
+    total = 0
+    for value in values:
+        for tensor in value if isinstance(value, (list, tuple)) else [value]:
+            if isinstance(tensor, torch.Tensor):
+                total += tensor.numel() * tensor.element_size()
+    return total
+
+
+def _tokens(value: Any) -> int | None:
+    """The sequence length (dim 1) of packed tokens (B, N, C), or None."""
+    if isinstance(value, (tuple, list)):
+        value = value[0] if value else None
+    shape = getattr(value, "shape", None)
+    return int(shape[1]) if shape is not None and len(shape) == 3 else None
+
+
+@contextlib.contextmanager
+def cpu_device_count_shim(device: str) -> Iterator[bool]:
+    """On the CPU with no accelerator, ``torch.accelerator.device_count()`` reads 1 inside the block (diffusers
+    computes ``rank % device_count()``); yields whether the shim was in place. Elsewhere: nothing changes."""
+    import torch
+
+    if device != "cpu" or torch.accelerator.device_count() != 0:
+        yield False
+        return
+    original = torch.accelerator.device_count
+    torch.accelerator.device_count = lambda: 1
+    try:
+        yield True
+    finally:
+        torch.accelerator.device_count = original
+
+
+class ParallelHandle(Handle):
+    """diffusers' parallel hooks on the transformer, the collective counters and the split recorder."""
+
+    def __init__(self, transformer: Any, kind: str, world_size: int) -> None:
+        super().__init__()
+        import torch.distributed as dist
+
+        self.transformer = transformer
+        self.kind = kind
+        self.world_size = world_size
+        self.rank = dist.get_rank()
+        self.cpu_shim = False
+        self.collectives = _Collectives()
+        self.local_tokens: list[int] = []
+        self.gathered_tokens: list[int] = []
+        # proj_out is where every _cp_plan of diffusers 0.42 gathers the sequence (ContextParallelOutput): its
+        # input is this rank's share, its output (after diffusers' gather hook) the whole sequence.
+        self.hooks: list[Any] = []
+        proj_out = getattr(transformer, "proj_out", None)
+        if proj_out is not None:
+            self.hooks.append(proj_out.register_forward_pre_hook(self._note_local))
+            self.hooks.append(proj_out.register_forward_hook(self._note_gathered))
+        self.cp_plan: Any = None
+
+    def _note_local(self, module: Any, args: tuple[Any, ...]) -> None:
+        tokens = _tokens(args)
+        if tokens is not None:
+            self.local_tokens.append(tokens)
+
+    def _note_gathered(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        tokens = _tokens(output)
+        if tokens is not None:
+            self.gathered_tokens.append(tokens)
+
+    def begin_run(self) -> None:
+        super().begin_run()
+        self.collectives.take()
+        self.local_tokens.clear()
+        self.gathered_tokens.clear()
+
+    def end_run(self) -> None:
+        self.current["collectives"] = self.collectives.take()
+        self.current["tokens"] = {"rank": sorted(set(self.local_tokens)), "gathered": sorted(set(self.gathered_tokens))}
+
+    def remove(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
+        self.collectives.remove()
+        if self.cp_plan is not None:
+            from diffusers.hooks.context_parallel import remove_context_parallel
+
+            remove_context_parallel(self.transformer, self.cp_plan)
+            for module in self.transformer.modules():
+                processor = getattr(module, "processor", None)
+                if processor is not None and hasattr(processor, "_parallel_config"):
+                    processor._parallel_config = None
+        if hasattr(self.transformer, "_parallel_config"):
+            self.transformer._parallel_config = None
+
+
+def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
+    per_run = [run.get("collectives", {}) for run in handle.runs]
+    tokens = [run.get("tokens", {}) for run in handle.runs]
+    evidence: dict[str, Any] = {
+        "rank": handle.rank,
+        "world_size": handle.world_size,
+        "collectives_per_run": per_run,
+        "tokens_per_run": tokens,
+        "cpu_device_count_shim": CPU_SHIM_NOTE if handle.cpu_shim else None,
+    }
+    if not per_run:
+        return Verdict(False, "no timed call ran", evidence)
+    ran = [sum(c["calls"] for name, c in run.items() if name.removeprefix("c10d.") in wanted) for run in per_run]
+    if not all(ran):
+        return Verdict(
+            False, f"no {' or '.join(wanted)} collective ran in {ran.count(0)} of {len(ran)} calls", evidence
+        )
+    split = tokens[-1]
+    names = " + ".join(f"{c['calls']} {name}" for name, c in per_run[-1].items() if c["calls"])
+    summary = f"{handle.kind} over {handle.world_size} ranks: {names} per call"
+    if split.get("rank") and split.get("gathered"):
+        summary += f"; {split['rank']} of {split['gathered']} tokens on this rank"
+    return Verdict(True, summary, evidence)
+
+
+class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelHandle]):
+    """Split the transformer's sequence over ranks: Ulysses (all-to-all) and/or Ring attention (diffusers)."""
+
+    name = "context_parallel"
+    family = "parallel"
+    feature_class = FeatureClass.LOSSLESS  # reduction order only: judged at the dtype's lossless thresholds
+    stage = Stage.PARALLEL
+    config_cls = ContextParallelConfig
+    primary_option = "ulysses"
+    description = "context parallelism over ranks (transformer.enable_parallelism(ContextParallelConfig))"
+
+    def world_size(self, options: ContextParallelConfig) -> int:
+        return options.ulysses * options.ring
+
+    def launch_support(self, device: str, options: ContextParallelConfig, configs: dict[str, Any]) -> Support:
+        from accel.features.attention import AttentionBackendConfig
+
+        fits = _world_fits(device, self.world_size(options))
+        if not fits.supported:
+            return fits
+        if options.ring > 1:
+            chosen = next((c.backend for c in configs.values() if isinstance(c, AttentionBackendConfig)), "native")
+            if device == "cpu" or chosen in ("native", "_native_math"):
+                return Support.no(
+                    f"ring attention needs an attention backend that returns the log-sum-exp (flash, _native_cudnn "
+                    f"or _native_flash on a GPU; this cell: {chosen} on {device}); diffusers: "
+                    f'"{native_lse_refusal()}"'
+                )
+        return Support.yes()
+
+    def probe(self, device: str, options: ContextParallelConfig, dtype: str | None = None) -> Support:
+        return self.launch_support(device, options, {})
+
+    def check(self, pipeline: Any, device: str, options: ContextParallelConfig) -> Support:
+        transformer = getattr(pipeline, "transformer", None)
+        if transformer is None or not hasattr(transformer, "enable_parallelism"):
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism"
+            )
+        if getattr(transformer, "_cp_plan", None) is None:
+            return Support.no(f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan)")
+        return _in_ranks(self.world_size(options))
+
+    def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
+        from diffusers import ContextParallelConfig as DiffusersContextParallelConfig
+
+        transformer = pipeline.transformer
+        kind = " x ".join(f"{name} {degree}" for name, degree in (("ulysses", options.ulysses), ("ring", options.ring)))
+        handle = ParallelHandle(transformer, kind, self.world_size(options))
+        try:
+            config = DiffusersContextParallelConfig(
+                ulysses_degree=options.ulysses,
+                ring_degree=options.ring,
+                ulysses_anything=options.anything and options.ulysses > 1,
+                ring_anything=options.anything and options.ring > 1,
+            )
+            with cpu_device_count_shim(context.device) as shimmed:
+                transformer.enable_parallelism(config=config)
+            handle.cpu_shim = shimmed
+            handle.cp_plan = transformer._cp_plan
+        except BaseException:
+            handle.remove()
+            raise
+        return handle
+
+    def verify(self, handle: ParallelHandle) -> Verdict:
+        return _verify(handle, ("all_to_all_single", "all_gather_tensor", "all_gather", "permute_tensor"))
+
+
+class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHandle]):
+    """Shard the transformer's planned Linear layers over ranks (diffusers ``TensorParallelConfig``)."""
+
+    name = "tensor_parallel"
+    family = "parallel"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.PARALLEL
+    config_cls = TensorParallelConfig
+    primary_option = "tp"
+    description = "tensor parallelism over ranks (transformer.enable_parallelism(TensorParallelConfig))"
+
+    def world_size(self, options: TensorParallelConfig) -> int:
+        return options.tp
+
+    def launch_support(self, device: str, options: TensorParallelConfig, configs: dict[str, Any]) -> Support:
+        refusal = tp_device_refusal(device.split(":")[0])
+        if refusal is not None:
+            return Support.no(refusal)
+        return _world_fits(device, options.tp)
+
+    def probe(self, device: str, options: TensorParallelConfig, dtype: str | None = None) -> Support:
+        return self.launch_support(device, options, {})
+
+    def check(self, pipeline: Any, device: str, options: TensorParallelConfig) -> Support:
+        transformer = getattr(pipeline, "transformer", None)
+        if transformer is None or not hasattr(transformer, "enable_parallelism"):
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism"
+            )
+        if getattr(transformer, "_tp_plan", None) is None:
+            return Support.no(f"{type(transformer).__name__} has no _tp_plan (diffusers' tensor-parallel plan)")
+        heads = getattr(getattr(transformer, "config", None), "num_attention_heads", None)
+        if heads is not None and heads % options.tp:
+            return Support.no(f"tp {options.tp} must divide the transformer's {heads} attention heads")
+        return _in_ranks(options.tp)
+
+    def apply(self, pipeline: Any, options: TensorParallelConfig, context: RunContext) -> ParallelHandle:
+        from diffusers import TensorParallelConfig as DiffusersTensorParallelConfig
+
+        transformer = pipeline.transformer
+        handle = ParallelHandle(transformer, f"tp {options.tp}", options.tp)
+        try:
+            transformer.enable_parallelism(config=DiffusersTensorParallelConfig(tp_degree=options.tp))
+        except BaseException:
+            handle.remove()
+            raise
+        return handle
+
+    def verify(self, handle: ParallelHandle) -> Verdict:
+        return _verify(handle, ("all_reduce", "all_gather_tensor", "all_gather"))
+
+
+def variant_world_size(configs: dict[str, Any]) -> int:
+    """The ranks a variant runs on: its parallel feature's world size, 1 without one."""
+    from accel.features.registry import FEATURES
+
+    sizes = [
+        feature.world_size(config)
+        for name, config in configs.items()
+        if isinstance(feature := FEATURES[name], _ParallelFeature)
+    ]
+    return max(sizes, default=1)
+
+
+def launch_refusal(configs: dict[str, Any], device: str) -> str | None:
+    """Why the variant's ranks cannot run on ``device`` (the feature named), decided before any starts; None: go."""
+    from accel.features.registry import FEATURES
+
+    for name, config in configs.items():
+        feature = FEATURES[name]
+        if isinstance(feature, _ParallelFeature):
+            support = feature.launch_support(device, config, configs)
+            if not support.supported:
+                return f"{name}: {support.reason}"
+    return None

@@ -1,0 +1,341 @@
+"""Multi-process cells: a variant with a parallel feature runs as ``world_size`` ranks, each its own process.
+
+``run_ranks(spec, timeout_s)`` is what every executor runs for such a cell (``is_parallel``): inline and
+process on the sweep's host, Ray inside the cell's task. It
+
+1. refuses before any process starts what cannot run here (``accel.features.parallel.launch_refusal``: the
+   world size against the GPUs, ring's attention backend, tensor parallelism's accelerator; a target without
+   diffusers' parallel plans), as an ``unsupported`` record with the feature's reason;
+2. starts the ranks from the process executor's forkserver (torch and diffusers already imported), joined by
+   a ``torch.distributed`` file store in a scratch directory: gloo on the CPU, NCCL on CUDA (rank r on GPU r);
+3. supervises them with the cell's timeout counted from the launch: a rank that dies (a signal, a non-zero
+   exit, no record) fails the cell naming the rank, its signal and its phase, and the other ranks are
+   killed at once; a rank still running ``FINISH_GRACE_S`` after another finished is killed too (it waits in
+   a collective its peer will never join), so nothing hangs the sweep;
+4. returns rank 0's record, with every rank's outputs checked to be identical (a difference fails the cell)
+   and each rank's evidence (collectives, sequence split) under the parallel feature's evidence.
+
+A failed multi-process cell that lost a rank to a signal is marked ``rerun_on_resume``: ``--resume`` measures
+it again (``accel.sweep.resume``), and only it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import pickle
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from accel.sweep.cell import CELL_FILES, PHASE_FILE_ENV, CellSpec, describe_phase, note_phase, run_cell
+from accel.sweep.resume import RERUN_ON_RESUME
+from accel.sweep.workers import FAULT_ENV, _describe_exit, _forkserver_context, failure, timeout_message
+
+# How long the other ranks may run on after one rank finished (collecting the record, compressing outputs)
+# before they are taken to be stuck in a collective and killed.
+FINISH_GRACE_S = 60.0
+POLL_S = 0.05
+# Fault injection (tests), in OMNI_ACCEL_FAULT: "kill-rank:<rank>:<model>/<variant>" kills that rank with
+# SIGKILL inside its first collective of the timed calls; "rank-seeds:<model>/<variant>" gives every rank
+# but 0 other seeds (their all-to-all then mixes different latents).
+KILL_RANK = "kill-rank:"
+RANK_SEEDS = "rank-seeds:"
+
+
+def world_size(spec: CellSpec) -> int:
+    """The ranks ``spec`` runs on (1: an ordinary one-process cell)."""
+    from accel.features.parallel import variant_world_size
+
+    return variant_world_size(getattr(spec, "configs", None) or {})  # a stand-in spec (tests) has none
+
+
+def is_parallel(spec: CellSpec) -> bool:
+    """Whether the cell needs ``run_ranks`` (a parallel feature with a world size above one)."""
+    return world_size(spec) > 1
+
+
+def _refusal(spec: CellSpec, device: str) -> tuple[str, str] | None:
+    """(scope, reason) of a cell that cannot start its ranks here; None when it can."""
+    from accel.features.parallel import launch_refusal
+    from accel.targets.registry import is_engine
+
+    names = ", ".join(name for name in spec.configs)
+    if is_engine(spec.model.target):
+        return "model", f"{names}: engine targets run their own processes; the harness starts ranks for adapter only"
+    if spec.model.target == "native":
+        return "model", f"{names}: the native pipelines have no _cp_plan / _tp_plan yet (target: adapter only)"
+    reason = launch_refusal(spec.configs, device)
+    return ("environment", reason) if reason else None
+
+
+def run_ranks(spec: CellSpec, timeout_s: float, threads: int | None = None) -> dict[str, Any]:
+    """Run a parallel cell as its ranks and return rank 0's record (see the module's docstring)."""
+    from accel.features.parallel import collective_backend
+    from accel.targets.adapter import resolve_device
+
+    started = time.time()
+    device = resolve_device(spec.model.device)
+    size = world_size(spec)
+    refused = _refusal(spec, device)
+    if refused is not None:
+        scope, reason = refused
+        record = failure(spec, reason, started)
+        record.update(status="unsupported", unsupported_scope=scope, device=device, dtype=spec.model.dtype)
+        return record
+    if threads is None and device == "cpu":  # the ranks share the host's cores
+        threads = max(1, (os.cpu_count() or 1) // size)
+    fault = os.environ.get(FAULT_ENV, "")
+    verbose = os.environ.get("OMNI_ACCEL_VERBOSE") == "1"
+    with tempfile.TemporaryDirectory(prefix="omni-accel-ranks-") as scratch:
+        paths = [os.path.join(scratch, f"rank{rank}.pickle") for rank in range(size)]
+        launch = _Launch(collective_backend(device), os.path.join(scratch, "store"), size, timeout_s)
+        context = _forkserver_context()
+        ranks = []
+        try:
+            for rank in range(size):
+                args = (spec, launch, rank, paths[rank], fault, verbose, threads)
+                process = context.Process(target=_rank_worker, args=args, daemon=True)
+                process.start()
+                ranks.append(process)
+        except (OSError, EOFError) as error:
+            _end(ranks)
+            return failure(spec, f"rank {len(ranks)} of {size} could not be started: {error}", started)
+        try:
+            problem = _supervise(ranks, paths, started + timeout_s, timeout_s)
+        except BaseException:  # Ctrl-C in the sweep: no rank outlives it
+            _end(ranks)
+            raise
+        if problem is not None:
+            record = failure(spec, problem, started)
+            record["timing"].update(ranks=size, collective_backend=launch.backend)
+            if "signal" in problem:
+                record["timing"][RERUN_ON_RESUME] = True
+            return record
+        records = [pickle.loads(Path(path).read_bytes()) for path in paths]
+    return _merge(records, launch.backend)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """How the ranks of one cell find each other."""
+
+    backend: str
+    store: str
+    world_size: int
+    timeout_s: float
+
+
+def _supervise(ranks: list[Any], paths: list[str], deadline: float, timeout_s: float) -> str | None:
+    """Wait for every rank; the error of the first that died or stuck (the others are ended), or None."""
+    from multiprocessing.connection import wait
+
+    size = len(ranks)
+    first_done: float | None = None
+    while True:
+        running = [p for p in ranks if p.exitcode is None]
+        for rank, process in enumerate(ranks):
+            code = process.exitcode
+            if code is not None and (code != 0 or not os.path.isfile(paths[rank])):
+                phase = describe_phase(paths[rank] + ".phase")
+                _end(ranks)
+                return f"rank {rank} of {size} died with {_describe_exit(code)}{phase}; the other ranks were ended"
+        if not running:
+            return None
+        now = time.time()
+        if first_done is None and len(running) < size:
+            first_done = now
+        if now >= deadline:
+            phases = "; ".join(f"rank {r}{describe_phase(paths[r] + '.phase') or ' (no phase)'}" for r in range(size))
+            _end(ranks)
+            return f"{timeout_message(timeout_s)}: {phases}"
+        if first_done is not None and now - first_done > FINISH_GRACE_S:
+            stuck = [r for r, p in enumerate(ranks) if p.exitcode is None]
+            phase = describe_phase(paths[stuck[0]] + ".phase")
+            _end(ranks)
+            return (
+                f"rank {stuck[0]} of {size} was still running {FINISH_GRACE_S:g} s after another rank finished"
+                f"{phase} (waiting in a collective?); it was ended"
+            )
+        wait([p.sentinel for p in running], timeout=POLL_S * 10)
+
+
+def _end(ranks: list[Any]) -> None:
+    """Kill every rank still running and reap them all."""
+    for process in ranks:
+        if process.exitcode is None:
+            with contextlib.suppress(Exception):
+                process.kill()
+    for process in ranks:
+        with contextlib.suppress(Exception):
+            process.join(10)
+
+
+def _outputs(record: dict[str, Any]) -> dict[str, np.ndarray]:
+    import io
+
+    files = record.get(CELL_FILES) or {}
+    path = record.get("outputs_file")
+    if not path or path not in files:
+        return {}
+    with np.load(io.BytesIO(files[path])) as arrays:
+        return {key: arrays[key] for key in arrays.files}
+
+
+def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
+    """Rank 0's record, failed when another rank's status or outputs differ; every rank's evidence added."""
+    from accel.features.parallel import variant_world_size
+
+    head = records[0]
+    per_rank = [
+        {"rank": rank, "status": r.get("status"), "cell_wall_s": r.get("cell_wall_s"),
+         "warm_median_s": (r.get("warm") or {}).get("median")}
+        for rank, r in enumerate(records)
+    ]  # fmt: skip
+    head.setdefault("timing", {}).update(ranks=len(records), collective_backend=backend, per_rank=per_rank)
+    for rank, record in enumerate(records[1:], start=1):
+        if record.get("status") != head.get("status"):
+            error = f"rank {rank} ended {record.get('status')} ({record.get('error')}), rank 0 {head.get('status')}"
+            head.update(status="failed", error=error)
+            return head
+    if head.get("status") != "ok":
+        return head
+    cores = os.cpu_count() or 1
+    if head.get("device") == "cpu":  # issue 27: on a small host the ranks share its cores
+        head.setdefault("notes", []).append(
+            f"{len(records)} ranks shared this host's {cores} CPU cores: a speedup here is mechanics, not a "
+            "measurement of parallel inference"
+        )
+    mine = _outputs(head)
+    for rank, record in enumerate(records[1:], start=1):
+        theirs = _outputs(record)
+        for key, array in mine.items():
+            other = theirs.get(key)
+            if other is None or other.shape != array.shape:
+                shape = "none" if other is None else f"shape {other.shape}"
+                error = f"rank {rank}'s output {key} is {shape}, rank 0's {array.shape}: every rank must produce it"
+                head.update(status="failed", error=error)
+                return head
+            if not np.array_equal(other, array):
+                diff = float(np.abs(other.astype(np.float64) - array).max())
+                head.update(
+                    status="failed",
+                    error=f"rank {rank}'s output {key} differs from rank 0's (max abs diff {diff:.3g}): every rank "
+                    "must produce the same images",
+                )
+                return head
+    configs_world = variant_world_size(_configs(head))
+    for name, evidence in (head.get("evidence") or {}).items():
+        if "collectives_per_run" not in evidence:
+            continue
+        evidence["ranks_identical"] = True
+        evidence["ranks"] = [
+            {
+                "rank": rank,
+                "collectives_last_run": ((r.get("evidence") or {}).get(name) or {}).get("collectives_per_run", [{}])[
+                    -1
+                ],
+                "tokens_last_run": ((r.get("evidence") or {}).get(name) or {}).get("tokens_per_run", [{}])[-1],
+            }
+            for rank, r in enumerate(records)
+        ]
+        evidence["world_size"] = configs_world
+    return head
+
+
+def _configs(record: dict[str, Any]) -> dict[str, Any]:
+    from accel.features import validate_variant_features
+
+    return validate_variant_features(record.get("features") or {}, "record.features")
+
+
+def _rank_worker(
+    spec: CellSpec, launch: _Launch, rank: int, result_path: str, fault: str, verbose: bool, threads: int | None
+) -> None:
+    """One rank: join the process group, run the cell, write its record (pickled, files as bytes)."""
+    import datetime
+    import signal
+
+    import torch
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor ends the ranks itself
+    from accel.sweep.preload import quiet_libraries
+
+    quiet_libraries(verbose=verbose)
+    os.environ[PHASE_FILE_ENV] = result_path + ".phase"
+    if threads:
+        torch.set_num_threads(threads)
+    note_phase(f"rank {rank}'s start")
+    if launch.backend == "nccl":
+        torch.cuda.set_device(rank)
+    if rank:
+        _private_timing_lock(result_path)
+    spec = _inject_rank_fault(spec, rank, fault)
+    store = torch.distributed.FileStore(launch.store, launch.world_size)  # type: ignore[attr-defined]
+    torch.distributed.init_process_group(
+        launch.backend,
+        store=store,
+        rank=rank,
+        world_size=launch.world_size,
+        timeout=datetime.timedelta(seconds=launch.timeout_s),
+    )
+    try:
+        record = run_cell(spec)
+    finally:
+        with contextlib.suppress(Exception):
+            torch.distributed.destroy_process_group()
+    Path(result_path).write_bytes(pickle.dumps(record))
+
+
+def _private_timing_lock(result_path: str) -> None:
+    """Ranks above 0 take a lock of their own around the timing phase: rank 0 holds the node's
+    (``measure.exclusive``) for the whole cell's timing, and a second rank waiting on it would never join
+    rank 0's first collective."""
+    from accel.measure import contention
+
+    contention.timing_lock_path = lambda: result_path + ".lock"
+
+
+def _inject_rank_fault(spec: CellSpec, rank: int, fault: str) -> CellSpec:
+    if fault == f"{RANK_SEEDS}{spec.key}" and rank:  # the same sample names, other generator seeds
+        from accel.sweep import cell
+
+        build = cell.build_requests
+
+        def reseeded(workload: Any) -> list[Any]:
+            return [dataclasses.replace(r, seed=r.seed + 1000 * rank) for r in build(workload)]
+
+        cell.build_requests = reseeded
+    if fault.startswith(KILL_RANK) and fault.endswith(f":{spec.key}") and fault.split(":")[1] == str(rank):
+        _kill_in_timed_collective()
+    return spec
+
+
+def _kill_in_timed_collective() -> None:
+    """SIGKILL this process inside its first all-to-all once the cell is in its timed calls (mid-call)."""
+    import signal
+
+    import torch.distributed._functional_collectives as funcol
+
+    from accel.sweep import cell
+
+    timed = {"now": False}
+    note = cell.note_phase
+
+    def noted(phase: str) -> None:
+        timed["now"] = timed["now"] or phase == "the timed calls"
+        note(phase)
+
+    original = funcol.all_to_all_single
+
+    def dying(*args: Any, **kwargs: Any) -> Any:
+        if timed["now"]:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return original(*args, **kwargs)
+
+    cell.note_phase = noted
+    funcol.all_to_all_single = dying

@@ -1,0 +1,235 @@
+"""Parallel features in multi-process cells: Ulysses on two CPU ranks against one rank, ring and TP refused
+before any rank starts, a broken all-to-all failing the cell, a rank killed mid-call failing only its cell.
+
+Two-rank cells run on tiny zoo models with 2 steps, one repeat and sequential timing (no reference pipeline),
+so each costs a few seconds beyond the ranks' start.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+from collections import Counter
+
+import pytest
+from conftest import small_profile
+
+from accel.errors import ConfigError
+from accel.features import validate_variant_features
+from accel.features.parallel import ContextParallelConfig, launch_refusal, variant_world_size
+from accel.profile import parse_profile
+from accel.results import read_results
+from accel.sweep import ranks
+from accel.sweep.runner import plan, run_sweep
+
+ULYSSES = {"name": "cp", "features": {"context_parallel": {"ulysses": 2}}}
+TIMEOUT_S = 240.0
+
+
+def _profile(models: list[str], variants: list[dict], **measure) -> dict:
+    profile = small_profile(models, variants, steps=2)
+    profile["measure"] = {
+        "warmup": 0, "repeats": 1, "executor": "inline", "noise_floor": False, "timing": "sequential",
+        "timeout_s": TIMEOUT_S, **measure,
+    }  # fmt: skip
+    return profile
+
+
+def _spec(tmp_path, variant: dict, model: str = "tiny-flux"):
+    cells = plan(parse_profile(_profile([model], [variant])), tmp_path)
+    return next(cell for cell in cells if cell.variant == variant["name"])
+
+
+def _no_launch(monkeypatch) -> None:
+    def refuse_to_start():
+        raise AssertionError("a rank was started for a cell that should be refused before launch")
+
+    monkeypatch.setattr(ranks, "_forkserver_context", refuse_to_start)
+
+
+def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path):
+    from accel.gate import load_gate_data, required_parity
+
+    models = ["tiny-flux", "tiny-wan", "tiny-qwen-image"]
+    # Qwen-Image's prompt tokens (joint attention) need not divide by the degree: "anything" pads them.
+    variants = [
+        {**ULYSSES, "models": models[:2]},
+        {"name": "cp-any", "features": {"context_parallel": {"ulysses": 2, "anything": True}}, "models": models[2:]},
+    ]
+    result = run_sweep(parse_profile(_profile(models, variants)), "p.yaml", tmp_path, show_progress=False)
+    data = load_gate_data()
+    for model in models:
+        cell = next(r for r in result.records if r["model"] == model and r["variant"].startswith("cp"))
+        assert cell["status"] == "ok", (model, cell.get("error"))
+        ssim, psnr, kind = required_parity(data, cell, None, cell["modality"])
+        assert kind.startswith("lossless") and "float32" in kind
+        assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, (model, cell["parity"])
+        evidence = cell["evidence"]["context_parallel"]
+        assert evidence["engaged"] and evidence["ranks_identical"] is True
+        assert re.fullmatch(
+            r"ulysses 2 x ring 1 over 2 ranks: .*\d+ all_to_all_single.* per call; "
+            r"\[\d+\] of \[\d+\] tokens on this rank",
+            evidence["summary"],
+        ), evidence["summary"]
+        assert any("a speedup here is mechanics" in note for note in cell["notes"])
+        assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
+        assert [r["status"] for r in cell["timing"]["per_rank"]] == ["ok", "ok"]
+        assert "device_count() read 1" in evidence["cpu_device_count_shim"]
+        for rank in evidence["ranks"]:  # every rank exchanged data by all-to-all and saw half the sequence
+            exchanged = rank["collectives_last_run"]["all_to_all_single"]
+            assert exchanged["calls"] > 0 and exchanged["bytes"] > 0, (model, rank)
+            tokens = rank["tokens_last_run"]
+            assert tokens["rank"] == [tokens["gathered"][0] // 2], (model, tokens)
+
+
+def test_ranks_given_different_seeds_fail_the_cell(tmp_path, monkeypatch):
+    spec = _spec(tmp_path, ULYSSES)
+    # measure.exclusive: rank 0 holds the node's timing lock; rank 1 waiting on it would never join its collective.
+    spec = type(spec)(**{**spec.__dict__, "measure": spec.measure.model_copy(update={"exclusive": True})})
+    monkeypatch.setenv("OMNI_ACCEL_FAULT", f"rank-seeds:{spec.key}")
+    record = ranks.run_ranks(spec, 120.0)
+    assert record["status"] == "failed"
+    assert re.match(r"rank 1's output p0_s0_n0 differs from rank 0's \(max abs diff [0-9.e-]+\)", record["error"])
+
+
+def test_no_collective_no_engagement_and_the_cell_fails():
+    from accel.features.parallel import _verify
+    from accel.gate import judge_measured_cell
+
+    handle = types.SimpleNamespace(
+        runs=[{"collectives": {}, "tokens": {}}], rank=0, world_size=2, kind="ulysses 2", cpu_shim=False
+    )
+    verdict = _verify(handle, ("all_to_all_single",))  # what the evidence is when the hook is gone
+    assert not verdict.engaged and verdict.summary == "no all_to_all_single collective ran in 1 of 1 calls"
+    record = {"status": "ok", "evidence": {"context_parallel": {"engaged": False, "summary": verdict.summary}}}
+    judge_measured_cell(record)
+    assert record["status"] == "failed" and "context_parallel" in record["error"]
+
+
+@pytest.mark.parametrize(
+    ("features", "reason"),
+    [
+        ({"context_parallel": {"ring": 2, "ulysses": 1}}, r"context_parallel: ring attention needs an attention "
+         r"backend that returns the log-sum-exp .*diffusers: \"Native attention does not support return_lse=True\""),
+        ({"tensor_parallel": {"tp": 2}}, r"tensor_parallel: Tensor parallelism is not supported on device type "
+         r"'cpu'\. Supported device types are \['cuda', .*\] \(diffusers\)"),
+    ],
+)  # fmt: skip
+def test_ring_and_tp_are_refused_on_the_cpu_before_any_rank_starts(tmp_path, monkeypatch, features, reason):
+    _no_launch(monkeypatch)
+    record = ranks.run_ranks(_spec(tmp_path, {"name": "par", "features": features}), TIMEOUT_S)
+    assert record["status"] == "unsupported" and record["unsupported_scope"] == "environment"
+    assert re.fullmatch(reason, record["error"]), record["error"]
+
+
+def test_a_one_gpu_machine_refuses_for_world_size(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    configs = validate_variant_features({"context_parallel": 2}, "v")
+    assert launch_refusal(configs, "cuda") == "context_parallel: needs 2 GPUs, one per rank (found: 1)"
+    tp = validate_variant_features({"tensor_parallel": {"tp": 2}}, "v")
+    assert launch_refusal(tp, "cuda") == "tensor_parallel: needs 2 GPUs, one per rank (found: 1)"
+
+
+def test_native_targets_are_refused_before_launch(tmp_path, monkeypatch):
+    _no_launch(monkeypatch)
+    spec = _spec(tmp_path, ULYSSES)
+    spec = type(spec)(**{**spec.__dict__, "model": spec.model.model_copy(update={"target": "native"})})
+    record = ranks.run_ranks(spec, TIMEOUT_S)
+    assert record["status"] == "unsupported" and "no _cp_plan / _tp_plan yet" in record["error"]
+
+
+def test_options_world_size_conflicts_and_the_offload_order():
+    assert variant_world_size(validate_variant_features({"context_parallel": {"ulysses": 2, "ring": 2}}, "v")) == 4
+    assert variant_world_size(validate_variant_features({"attention_backend": "native"}, "v")) == 1
+    with pytest.raises(ConfigError, match=r"ulysses x ring must be at least 2"):
+        validate_variant_features({"context_parallel": {"ulysses": 1}}, "v")
+    with pytest.raises(ConfigError, match=r"context_parallel\.degree: unknown option Allowed: anything, ring, ulysses"):
+        validate_variant_features({"context_parallel": {"degree": 2}}, "v")
+    with pytest.raises(ConfigError, match=r"cannot be combined: diffusers applies one parallelism per model"):
+        validate_variant_features({"context_parallel": 2, "tensor_parallel": 2}, "v")
+    assert ContextParallelConfig().ulysses == 2
+
+
+def test_the_12533_order_rule_holds_and_a_feature_at_the_wrong_stage_is_refused(monkeypatch):
+    from accel.features import FEATURES
+    from accel.features.rules import load_order
+
+    (rule,) = [r for r in load_order() if "12533" in r.source]
+    assert (rule.first.family, rule.then.family) == ("parallel", "offload")
+    configs = validate_variant_features({"context_parallel": 2, "enable_cpu_offload": True}, "v")
+    assert list(configs) == ["context_parallel", "enable_cpu_offload"]  # checked, and parallel's stage is lower
+    monkeypatch.setattr(type(FEATURES["context_parallel"]), "stage", 45)  # after offload: as a misdeclared plugin
+    with pytest.raises(ConfigError, match=r"'context_parallel' must be applied before 'enable_cpu_offload' .*12533"):
+        validate_variant_features({"context_parallel": 2, "enable_cpu_offload": True}, "v")
+
+
+def test_a_rank_killed_mid_call_fails_only_its_cell_and_resume_reruns_it(tmp_path, monkeypatch):
+    variants = [ULYSSES, {"name": "after", "features": {"attention_backend": "native"}}]
+    # The process executor: its cells and the ranks are forked from one forkserver.
+    profile = parse_profile(_profile(["tiny-flux"], variants, executor="process", sweep_warmup=False))
+    monkeypatch.setenv("OMNI_ACCEL_FAULT", "kill-rank:1:tiny-flux/cp")
+    result = run_sweep(profile, "p.yaml", tmp_path, show_progress=False)
+    by_variant = {r["variant"]: r for r in result.records}
+    killed = by_variant["cp"]
+    assert killed["status"] == "failed"
+    assert re.fullmatch(
+        r"rank 1 of 2 died with signal SIGKILL \(killed: out of memory\?\) during the timed calls \(its last \d+ s\); "
+        r"the other ranks were ended",
+        killed["error"],
+    ), killed["error"]
+    assert killed["timing"]["end"] - killed["timing"]["start"] < TIMEOUT_S
+    assert killed["timing"]["rerun_on_resume"] is True
+    assert by_variant["after"]["status"] == "ok" and by_variant["baseline"]["status"] == "ok"  # the sweep went on
+
+    monkeypatch.delenv("OMNI_ACCEL_FAULT")
+    kept = {r["variant"]: r["timestamp"] for r in read_results(tmp_path)}
+    resumed = run_sweep(profile, "p.yaml", tmp_path, show_progress=False, resume=True)
+    assert Counter((r["model"], r["variant"]) for r in read_results(tmp_path)) == Counter(
+        {("tiny-flux", v): 1 for v in ("baseline", "cp", "after")}
+    )
+    again = {r["variant"]: r for r in resumed.records}
+    assert again["cp"]["status"] == "ok", again["cp"].get("error")
+    assert again["cp"]["timestamp"] > kept["cp"]
+    assert [again[v]["timestamp"] for v in ("baseline", "after")] == [kept["baseline"], kept["after"]]
+
+
+def _gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() != 1, reason=f"needs a machine with exactly one CUDA GPU (found {_gpus()})")
+def test_one_gpu_refuses_two_ranks_before_launch(tmp_path, monkeypatch):
+    _no_launch(monkeypatch)
+    spec = _spec(tmp_path, ULYSSES)
+    spec = type(spec)(**{**spec.__dict__, "model": spec.model.model_copy(update={"device": "cuda"})})
+    record = ranks.run_ranks(spec, TIMEOUT_S)
+    assert record["status"] == "unsupported"
+    assert record["error"] == "context_parallel: needs 2 GPUs, one per rank (found: 1)"
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(_gpus() < 2, reason=f"needs two CUDA GPUs (found {_gpus()}); the CPU tests cover the mechanics")
+def test_ulysses_and_ring_on_two_gpus_match_one_gpu(tmp_path):
+    """NCCL ranks, one GPU each. Ring needs an attention backend that returns the log-sum-exp (cuDNN, bf16)."""
+    from accel.gate import load_gate_data, required_parity
+
+    variants = [
+        ULYSSES,
+        {"name": "ring", "features": {"context_parallel": {"ulysses": 1, "ring": 2},
+                                      "attention_backend": "_native_cudnn"}},
+    ]  # fmt: skip
+    profile = _profile(["tiny-flux"], variants)
+    profile["models"] = [{"name": "tiny-flux", "source": "tiny-flux", "device": "cuda", "dtype": "bfloat16"}]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    data = load_gate_data()
+    for cell in result.records[1:]:
+        assert cell["status"] == "ok", (cell["variant"], cell.get("error"))
+        assert cell["timing"]["collective_backend"] == "nccl"
+        ssim, psnr, _ = required_parity(data, cell, None, cell["modality"])
+        assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, cell["parity"]
+        assert cell["evidence"]["context_parallel"]["ranks_identical"] is True
