@@ -42,6 +42,10 @@ LAYERS = {
     "data": 1,
     "yaml_bounds": 1,
 }
+# Inside accel.gate, by concern: the vocabulary and the data files, then the limits and the evidence, then the
+# verdicts, then their rendering. A module imports its own rank or lower, and never the package's facade
+# (``accel.gate``'s __init__, which re-exports every public name for the modules outside).
+GATE_LAYERS = {"verdict": 0, "data": 0, "limits": 1, "evidence": 1, "judge": 2, "render": 3}
 # The package root is the public facade (``from accel import apply`` imports accel.features lazily).
 FACADE = "accel"
 # Installed into vLLM-Omni's own environment; it never imports accel.
@@ -202,3 +206,20 @@ def test_imports_follow_the_layer_order():
         if layer(target) != FACADE and LAYERS[layer(target)] > LAYERS[layer(module)]
     ]
     assert not backward, "imports against the layer order: " + "; ".join(sorted(backward))
+
+
+def test_the_gate_package_imports_by_concern():
+    graph = import_graph()
+    inside = sorted(m for m in graph if m.startswith("accel.gate."))
+    assert {m.rpartition(".")[2] for m in inside} == set(GATE_LAYERS), "give each accel.gate module a rank"
+    backward = [
+        f"{module} -> {target}"
+        for module in inside
+        for target in graph[module]
+        if target == "accel.gate"
+        or (
+            target.startswith("accel.gate.")
+            and GATE_LAYERS[target.rpartition(".")[2]] > GATE_LAYERS[module.rpartition(".")[2]]
+        )
+    ]
+    assert not backward, "imports against accel.gate's order: " + "; ".join(sorted(backward))

@@ -1,0 +1,316 @@
+"""The verdicts: each measured cell (``gate_cell``: engagement on evidence, parity by class, claims that
+excuse only their own feature, adherence, timing validity, performance), each reference (``gate_reference``:
+a baseline or noise floor that did not run fails its model), and a whole results file judged once
+(``judge_records``), as ``omni-accel gate``, the pytest plugin and the tables all judge it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel.gate.data import GateData, claim_for
+from accel.gate.evidence import evidence_problem
+from accel.gate.limits import (
+    adherence_check,
+    combined_lossless_checks,
+    parity_pair,
+    perf_check,
+    required_parity,
+    unmatched_baseline_entries,
+    unmatched_threshold_models,
+)
+from accel.gate.verdict import (
+    BASELINE,
+    ENVIRONMENT,
+    EXPECTED,
+    FAIL,
+    PASS,
+    SKIP,
+    UNSUPPORTED,
+    CellVerdict,
+    Check,
+    GateReport,
+    is_reference,
+)
+from accel.report.format import fmt
+from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
+
+# What a model's cells are judged against when its baseline record is missing from the results.
+NO_BASELINE = {"status": "missing", "error": "no baseline record in these results"}
+
+
+def _named_features(error: str | None, features: list[str]) -> list[str]:
+    """Features an error names at the start of one of its '; '-separated parts (``name: reason``)."""
+    named = []
+    for part in (error or "").split("; "):
+        head = part.split(":", 1)[0].strip()
+        if head in features and head not in named:
+            named.append(head)
+    return named
+
+
+def _excuse_note(claimed: list[str], unclaimed: list[str], why: str) -> str:
+    """Why a claim did not excuse a cell: it covers only its own feature."""
+    return (
+        f"the claim that {', '.join(claimed)} {'is' if len(claimed) == 1 else 'are'} unsupported excuses only "
+        f"{'that feature' if len(claimed) == 1 else 'those features'}; {why} {', '.join(unclaimed)}"
+    )
+
+
+def _gate_unsupported(verdict: CellVerdict, record: dict[str, Any], claims: dict[str, bool | None]) -> CellVerdict:
+    error = record.get("error")
+    features = list(claims)
+    verdict.feature_states = dict.fromkeys(features, "not run")
+    if record.get("unsupported_scope") == "environment":
+        verdict.outcome, verdict.skip_kind = SKIP, ENVIRONMENT
+        verdict.reasons.append(f"not run, unsupported here: {error}")
+        return verdict
+    blamed = _named_features(error, features) or features
+    claimed_supported = [name for name in blamed if claims[name]]
+    if claimed_supported:
+        verdict.outcome = FAIL
+        verdict.reasons.append(f"claimed supported but unsupported: {error}")
+        return verdict
+    verdict.outcome, verdict.skip_kind = SKIP, UNSUPPORTED
+    as_claimed = ", as claimed" if all(claims[name] is False for name in blamed) else ""
+    verdict.reasons.append(f"not run, unsupported on this model{as_claimed}: {error}")
+    return verdict
+
+
+def _gate_crashed(verdict: CellVerdict, record: dict[str, Any], claims: dict[str, bool | None]) -> CellVerdict:
+    """A cell that failed before it produced timed outputs: blame the features its error names, else all."""
+    status, error = record["status"], record.get("error")
+    features = list(claims)
+    blamed = _named_features(error, features) or features
+    excused = [name for name in blamed if claims[name] is False]
+    unexcused = [name for name in blamed if claims[name] is not False]
+    verdict.feature_states = {name: ("excused" if name in excused else "not engaged") for name in blamed}
+    if not unexcused:
+        verdict.outcome, verdict.skip_kind = SKIP, EXPECTED
+        verdict.reasons.append(f"failed, as claimed unsupported ({', '.join(excused)}): {status}: {error}")
+        return verdict
+    verdict.outcome = FAIL
+    prefix = "claimed supported but " if any(claims[name] for name in unexcused) else ""
+    verdict.reasons.append(f"{prefix}{status}: {error}")
+    if excused:
+        verdict.reasons.append(_excuse_note(excused, unexcused, "the error names no single feature: it counts for"))
+    return verdict
+
+
+def gate_cell(
+    record: dict[str, Any],
+    data: GateData,
+    noise_floor: dict[str, Any] | None,
+    modality: str,
+    baseline: dict[str, Any] | None = None,
+    peers: list[dict[str, Any]] | None = None,
+) -> CellVerdict:
+    """The verdict on one measured cell. ``baseline``: the model's baseline record (a failed or unstable one
+    fails what is judged against it); ``peers``: the other records of the results, where a combined cell's
+    lossless features find the cell of its lossy features alone. ``judge_records`` passes both."""
+    from accel.features import FEATURES
+
+    verdict = CellVerdict(record["model"], record["variant"], PASS)
+    features = list(feature_options(record))
+    claims = {name: claim_for(data, record["model"], name) for name in features}
+    declared = declared_tag(record)
+    if declared:
+        verdict.findings.append(f"{record['model']}/{record['variant']}{declared}: {record.get('error')}")
+    if record["status"] == "unsupported":
+        verdict = _gate_unsupported(verdict, record, claims)
+        verdict.reasons = [reason + declared for reason in verdict.reasons]
+        return verdict
+    if record.get("warm") is None:
+        return _gate_crashed(verdict, record, claims)
+
+    # Each feature on its own evidence: missing evidence is not engagement.
+    evidence = record.get("evidence") or {}
+    broken: dict[str, str] = {}
+    for name in features:
+        problem = evidence_problem(evidence.get(name))
+        if problem:
+            broken[name] = problem
+    if record["status"] != "ok" and not broken:  # a failure the evidence does not explain
+        for name in _named_features(record.get("error"), features) or features:
+            broken[name] = f"{record['status']}: {record.get('error')}"
+    on_cpu = not str(record.get("device") or "cuda").startswith("cuda")
+    for name in features:
+        if name in broken:
+            verdict.feature_states[name] = "excused" if claims[name] is False else "not engaged"
+        elif on_cpu and FEATURES[name].no_effect_on_cpu:
+            verdict.feature_states[name] = "no effect"
+            verdict.notes.append(f"{name} engaged, no effect on cpu: {FEATURES[name].no_effect_on_cpu}")
+        elif isinstance(evidence[name].get("no_effect"), str):  # a no-op setting: what the pipeline already did
+            verdict.feature_states[name] = "no effect"
+            verdict.notes.append(f"{name} engaged, no effect: {evidence[name]['no_effect']}")
+        else:
+            verdict.feature_states[name] = "engaged"
+    unexcused_engagement = [name for name in broken if claims[name] is not False]
+    for name in unexcused_engagement:
+        verdict.checks.append(Check(f"engagement of {name}", False, broken[name], "engaged on every timed run"))
+    if not features:
+        verdict.checks.append(Check("engagement", False, "no feature", "at least one feature to judge"))
+
+    parity = parity_of(record)
+    ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
+    parity_checks = parity_pair(kind, parity, ssim_min, psnr_min)
+    parity_checks += combined_lossless_checks(data, record, noise_floor, modality, peers or [])
+    lossy = set(lossy_features(record))  # once: an older record's options are parsed to find it
+    lossless = [name for name in features if name not in lossy]
+    if lossless and record.get("outputs_stable") is False:  # a lossless feature must be stable
+        parity_checks.append(
+            Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")
+        )
+    if baseline is not None and baseline.get("status") != "ok":
+        parity_checks.append(
+            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
+        )
+    elif lossless and (baseline or {}).get("outputs_stable") is False:  # nothing to be lossless against
+        parity_checks.append(
+            Check(
+                "output stability of the baseline, lossless",
+                False,
+                "the baseline's outputs differ between its own calls",
+                "a baseline identical every pass",
+            )
+        )
+    verdict.in_parity = all(c.ok for c in parity_checks)
+    claimed = [name for name in features if claims[name] is False]
+    unclaimed = [name for name in features if claims[name] is not False]
+    parity_excused = not verdict.in_parity and not unclaimed  # every feature of the cell claims it
+    if parity_excused:
+        for name in features:
+            verdict.feature_states[name] = "excused"
+        verdict.checks += [c for c in parity_checks if c.ok]
+        verdict.reasons.append(
+            "engaged but out of parity, as claimed unsupported ("
+            + ", ".join(f"{c.name}: measured {fmt(c.measured, 4, significant=True)}" for c in parity_checks if not c.ok)
+            + ")"
+        )
+    else:
+        verdict.checks += parity_checks
+        if not verdict.in_parity and claimed:
+            verdict.reasons.append(
+                _excuse_note(claimed, unclaimed, "a combined cell cannot tell which feature lost parity: it counts for")
+            )
+    adherence = adherence_check(data, record)
+    if adherence is not None:
+        verdict.checks.append(adherence)
+    if record.get("invalid_measurement"):
+        verdict.checks.append(Check("timing validity", False, record["invalid_measurement"], "no step below its floor"))
+    perf, notice = perf_check(data, record)
+    if perf is not None:
+        verdict.checks.append(perf)
+    if notice:
+        verdict.findings.append(notice)
+
+    excused = [name for name in broken if claims[name] is False]
+    if any(not c.ok for c in verdict.checks):
+        verdict.outcome = FAIL
+        judged = ("SSIM", "PSNR", "output stability", "engagement", "baseline")
+        if any(claims[name] for name in features) and any(
+            not c.ok and c.name.startswith(judged) for c in verdict.checks
+        ):
+            verdict.reasons.insert(0, "claimed supported but out of parity or not engaged")
+    elif excused or parity_excused:
+        verdict.outcome, verdict.skip_kind = SKIP, EXPECTED
+        if excused:
+            verdict.reasons.insert(
+                0, "not engaged, as claimed unsupported: " + "; ".join(f"{n}: {broken[n]}" for n in excused)
+            )
+    else:
+        drift = [name for name in claimed if verdict.feature_states[name] in ("engaged", "no effect")]
+        if drift:
+            verdict.findings.append(
+                f"docs drift: {record['model']} claims {', '.join(drift)} unsupported, "
+                f"but {record['variant']} works within parity"
+            )
+    for note in verdict.notes:
+        verdict.findings.append(f"{verdict.key}: {note}")
+    return verdict
+
+
+def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per model, the parity of the baseline's re-run against the baseline."""
+    return {r["model"]: r["parity"] for r in records if is_noise_floor(r) and r.get("parity")}
+
+
+def gate_reference(record: dict[str, Any], data: GateData, modality: str) -> CellVerdict:
+    """The verdict on a model's baseline or its noise-floor re-run: every variant is measured against them.
+
+    A reference that did not run (failed, crashed, timed out, or without timed outputs) fails: nothing of
+    its model can be judged (one not runnable in this environment is skipped, as a variant would be). A
+    baseline whose outputs differ between its own calls passes itself, with a finding; the lossless
+    verdicts judged against it fail (``gate_cell``). A noise floor below ``lossless_minimum``: the baseline
+    does not reproduce itself from a fresh load, which no threshold can absorb.
+    """
+    verdict = CellVerdict(record["model"], record["variant"], PASS)
+    role = "noise-floor re-run of the baseline" if is_noise_floor(record) else "baseline"
+    status = record["status"]
+    if status == "unsupported" and record.get("unsupported_scope") == "environment":
+        verdict.outcome, verdict.skip_kind = SKIP, ENVIRONMENT
+        verdict.reasons.append(f"not run, unsupported here: {record.get('error')}")
+        return verdict
+    if status != "ok" or record.get("warm") is None:
+        verdict.outcome = FAIL
+        why = f"{status}: {record.get('error')}" if status != "ok" else "no timed outputs"
+        verdict.reasons.append(f"{role} {why}: every cell of {record['model']} is measured against it")
+        return verdict
+    if record.get("outputs_stable") is False:
+        verdict.findings.append(
+            f"{verdict.key}: outputs differ between the {role}'s own calls: lossless verdicts against it fail"
+        )
+    if is_noise_floor(record):
+        parity = parity_of(record)
+        minimum = data.thresholds["lossless_minimum"][modality]
+        verdict.checks += parity_pair(
+            f"{role} vs the baseline (lossless_minimum, {modality})",
+            parity,
+            float(minimum["ssim"]),
+            float(minimum["psnr"]),
+        )
+        if any(not c.ok for c in verdict.checks):
+            verdict.outcome = FAIL
+            verdict.reasons.append("the baseline does not reproduce itself from a fresh load")
+    verdict.in_parity = all(c.ok for c in verdict.checks)
+    return verdict
+
+
+def judge_records(
+    records: list[dict[str, Any]], data: GateData, unmeasured: list[tuple[str, str]] | None = None
+) -> GateReport:
+    """The one judgement of a results file, shared by ``omni-accel gate``, the pytest plugin and the tables:
+    a verdict on every record (the baselines and noise floors too: a failed reference fails the run) and
+    on every ``unmeasured`` cell (planned by the run's profile, missing from its results: an interrupted
+    sweep or a lost record never passes a gate)."""
+    floors = noise_floors(records)
+    baselines = {r["model"]: r for r in records if r["variant"] == BASELINE}
+    verdicts = []
+    for record in records:
+        modality = _modality(record)
+        if is_reference(record):
+            verdicts.append(gate_reference(record, data, modality))
+            continue
+        baseline = baselines.get(record["model"], NO_BASELINE)
+        verdicts.append(gate_cell(record, data, floors.get(record["model"]), modality, baseline, records))
+    for model, variant in unmeasured or []:
+        missing = CellVerdict(model, variant, FAIL)
+        missing.reasons.append(
+            "planned by the run's profile but not in its results: never measured (an interrupted sweep or a lost "
+            "record); continue it with 'omni-accel sweep --resume RUN_DIR'"
+        )
+        verdicts.append(missing)
+    claims = [
+        (f"{r['model']}/{r['variant']}", r["speedup_ci"])
+        for r in records
+        if r.get("speedup_ci") and not is_noise_floor(r)
+    ]
+    notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
+    return GateReport(verdicts, notices, claims)
+
+
+# The name the CLI, tables and older callers know.
+gate_records = judge_records
+
+
+def _modality(record: dict[str, Any]) -> str:
+    return record.get("modality") or "image"

@@ -1,0 +1,99 @@
+"""The gate's vocabulary: outcomes, why a cell was skipped, one ``Check``, a cell's ``CellVerdict`` and a
+results file's ``GateReport``, and which records are the references (baseline, noise floor) every variant
+is measured against. Shared by the judgements (``accel.gate.judge``) and the rendering (``accel.gate.render``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel.report.format import fmt
+from accel.results import is_noise_floor
+
+PASS, FAIL, SKIP = "pass", "fail", "skip"
+# Why a cell was skipped: it could not run here, the model does not support it, or it failed as claimed.
+ENVIRONMENT, UNSUPPORTED, EXPECTED = "environment", "unsupported", "expected"
+
+
+@dataclass
+class Check:
+    """One comparison of a measured value with a required one."""
+
+    name: str
+    ok: bool
+    measured: Any
+    required: str
+
+    def line(self) -> str:
+        return f"{self.name}: measured {fmt(self.measured, 4, significant=True)}, required {self.required}"
+
+
+@dataclass
+class CellVerdict:
+    """The gate's verdict on one cell.
+
+    ``skip_kind`` says why a skipped cell is skipped (``environment``, ``unsupported``: it did not run;
+    ``expected``: it failed the way the model's claims say). ``feature_states`` holds each feature's own
+    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device, or a setting the
+    pipeline already had), ``not engaged``, ``excused`` (did not engage or broke parity, as claimed
+    unsupported) or ``not run``.
+    """
+
+    model: str
+    variant: str
+    outcome: str
+    in_parity: bool | None = None  # None when the cell produced no output to compare
+    checks: list[Check] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    findings: list[str] = field(default_factory=list)
+    skip_kind: str | None = None
+    feature_states: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.model}/{self.variant}"
+
+    def message(self) -> str:
+        """Every failed check and reason on its own line, with measured and required values."""
+        lines = [*self.reasons, *(c.line() for c in self.checks if not c.ok)]
+        return "\n".join(lines) or "ok"
+
+    @property
+    def no_effect(self) -> list[str]:
+        """Features that engaged but could not have their intended effect on this device."""
+        return [name for name, state in self.feature_states.items() if state == "no effect"]
+
+
+@dataclass
+class GateReport:
+    """Every verdict of a results file, notices about the gate's own inputs, and what to print."""
+
+    verdicts: list[CellVerdict]
+    notices: list[str] = field(default_factory=list)
+    # (cell key, speedup_ci) of every measured variant: how each speedup may be published.
+    speed_claims: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[CellVerdict]:
+        return [v for v in self.verdicts if v.outcome == FAIL]
+
+    @property
+    def skipped(self) -> list[CellVerdict]:
+        return [v for v in self.verdicts if v.outcome == SKIP]
+
+    @property
+    def findings(self) -> list[str]:
+        return [f for v in self.verdicts for f in v.findings]
+
+    @property
+    def exit_code(self) -> int:
+        return 1 if self.failed else 0
+
+
+BASELINE = "baseline"
+
+
+def is_reference(record: dict[str, Any]) -> bool:
+    """The baseline or its noise-floor re-run: the cells every variant of the model is measured against."""
+    return record["variant"] == BASELINE or is_noise_floor(record)
