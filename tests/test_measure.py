@@ -254,3 +254,35 @@ def statistics_stdev(values):
     import statistics
 
     return statistics.stdev(values)
+
+
+def test_removing_the_stage_recorder_gives_back_a_wrapper_the_instance_already_had():
+    """A feature's evidence counter wrapped around ``vae.decode`` must survive a stage pass: the recorder used
+    to drop the instance's own attribute on removal, so VAE slicing's decode counter read 0 on every call after
+    the stage pass (the quickstart's slicing cells failed once evidence was judged over the interleaved pairs)."""
+    import types
+
+    from accel.measure.stages import StageRecorder
+
+    class Vae:
+        def decode(self, x):
+            return x
+
+    vae = Vae()
+    counted = []
+
+    def counting_decode(x):
+        counted.append(x)
+        return Vae.decode(vae, x)
+
+    vae.decode = counting_decode
+    pipeline = types.SimpleNamespace(components={"vae": vae}, vae=vae)
+    recorder = StageRecorder(pipeline, "cpu")
+    recorder.remove()
+    assert vae.decode is counting_decode
+    vae.decode(1)
+    assert counted == [1]
+    plain = Vae()
+    recorder = StageRecorder(types.SimpleNamespace(components={"vae": plain}, vae=plain), "cpu")
+    recorder.remove()
+    assert "decode" not in vars(plain)  # nothing of its own before: nothing left behind

@@ -22,6 +22,7 @@ from typing import Any
 
 from accel.measure.timing import synchronize
 
+_NOTHING = object()  # the instance had no attribute of its own under that name
 STAGES = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
 
 
@@ -34,7 +35,7 @@ class StageRecorder:
         self.device = device
         self.pipeline = pipeline
         self.handles: list[Any] = []
-        self.wrapped: list[tuple[Any, str]] = []
+        self.wrapped: list[tuple[Any, str, Any]] = []
         self.events: list[tuple[str, float]] = []
         for name, module in pipeline.components.items():
             if not isinstance(module, torch.nn.Module):
@@ -68,8 +69,10 @@ class StageRecorder:
             self.events.append((f"{kind}-", self._now()))
             return result
 
+        # What the instance held itself (another wrapper, e.g. a feature's evidence counter) comes back on removal.
+        own = obj.__dict__.get(method, _NOTHING)
         setattr(obj, method, timed)
-        self.wrapped.append((obj, method))
+        self.wrapped.append((obj, method, own))
 
     def start(self) -> None:
         self.events = [("call+", self._now())]
@@ -82,8 +85,11 @@ class StageRecorder:
     def remove(self) -> None:
         for handle in self.handles:
             handle.remove()
-        for obj, method in self.wrapped:
-            obj.__dict__.pop(method, None)
+        for obj, method, own in reversed(self.wrapped):
+            if own is _NOTHING:
+                obj.__dict__.pop(method, None)
+            else:
+                setattr(obj, method, own)
         self.handles, self.wrapped = [], []
 
 
