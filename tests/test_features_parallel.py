@@ -101,7 +101,10 @@ def test_no_collective_no_engagement_and_the_cell_fails():
     )
     verdict = _verify(handle, ("all_to_all_single",))  # what the evidence is when the hook is gone
     assert not verdict.engaged and verdict.summary == "no all_to_all_single collective ran in 1 of 1 calls"
-    record = {"status": "ok", "evidence": {"context_parallel": {"engaged": False, "summary": verdict.summary}}}
+    record = {
+        "model": "m", "variant": "cp", "status": "ok", "features": {"context_parallel": {"ulysses": 2}},
+        "evidence": {"context_parallel": {"engaged": False, "summary": verdict.summary}},
+    }  # fmt: skip
     judge_measured_cell(record)
     assert record["status"] == "failed" and "context_parallel" in record["error"]
 

@@ -70,8 +70,8 @@ def test_images_and_report(inline_run):
     report = inline_run.report_path.read_text()
     assert "## tiny-flux" in report and "## tiny-wan" in report
     assert (
-        "| tiling | vae_use_tiling |" in report and "tiled decode ran on 2/2 runs" in report
-    )  # the timed pass and the stage pass
+        "| tiling | vae_use_tiling |" in report and "tiled decode ran on" in report
+    )  # the timed pass, the stage pass and the interleaved pairs' variant calls
     assert "| inf |" in report  # PSNR of the bit-identical variant
     assert "5-pixel border excluded" in report  # the pinned parity definition
     environment = json.loads((run_dir / "environment.json").read_text())
