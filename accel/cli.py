@@ -35,9 +35,9 @@ app.add_typer(engines_app, name="engines")
 
 def _setup_logging(verbose: bool) -> None:
     os.environ["OMNI_ACCEL_VERBOSE"] = "1" if verbose else "0"
-    from accel.sweep.preload import quiet_libraries
+    from accel.sweep.quiet import quiet_libraries
 
-    quiet_libraries(verbose)
+    quiet_libraries(verbose)  # imports nothing: the libraries read its settings when they are imported
 
 
 @app.command()
@@ -71,7 +71,7 @@ def sweep(
     else:
         path = profile or default_profile_path()
     loaded = load_profile(path)  # before the heavy imports: a bad profile is refused in well under a second
-    _setup_logging(verbose)  # imports torch and diffusers (accel.sweep.preload)
+    _setup_logging(verbose)
     run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
     from accel.sweep.runner import failed_models, run_sweep
 

@@ -21,6 +21,7 @@ PACKAGE = ROOT / "accel"
 # Rank of each top-level module or package of accel: higher ranks import lower ones, never the reverse.
 LAYERS = {
     "docs_gen": 10,
+    "bytecode": 10,
     "__main__": 9,
     "cli": 9,
     "pytest_plugin": 9,

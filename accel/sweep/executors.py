@@ -61,11 +61,15 @@ def _ray_submitter(timeout_s: float, address: str | None) -> RaySubmitter:
 
 def get_executor(name: str, timeout_s: float, ray_address: str | None = None) -> Callable[[CellSpec], Pending]:
     """The ``submit`` function of executor ``name`` (validated by the profile schema and the CLI). Ray's also
-    has ``started()``: the cells that reported their start, for the overlap of cells still running."""
+    has ``started()``: the cells that reported their start, for the overlap of cells still running. The
+    process executor starts its forkserver here, whose imports then run while the sweep prepares."""
     if name == "inline":
         return lambda spec: Pending(lambda: run_inline(spec))
     if name == "ray":
         return _ray_submitter(timeout_s, ray_address)
+    from accel.sweep.workers import start_forkserver
+
+    start_forkserver()
     return lambda spec: Pending(lambda: _run_process(spec, timeout_s))
 
 

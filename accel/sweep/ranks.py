@@ -263,7 +263,7 @@ def _rank_worker(
     import torch
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor ends the ranks itself
-    from accel.sweep.preload import quiet_libraries
+    from accel.sweep.quiet import quiet_libraries
 
     quiet_libraries(verbose=verbose)
     os.environ[PHASE_FILE_ENV] = result_path + ".phase"

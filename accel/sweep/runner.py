@@ -417,6 +417,9 @@ def run_sweep(
                 stop_helper_processes()  # what they print on stopping comes before the --resume line
                 raise Interrupted(interrupted_message(run_dir)) from None
     except BaseException:
+        from accel.sweep.workers import stop_helper_processes
+
+        stop_helper_processes()  # a refused input: the forkserver started for the cells is not left importing
         if created:
             _remove_if_empty(run_dir)  # refused or stopped before anything was written: no empty --out left
         raise
@@ -465,8 +468,16 @@ def interrupted_message(run_dir: Path) -> str:
     return f"interrupted: {kept} cell(s) recorded in {results} are kept; {resume}"
 
 
+def warmup_spec(cell: CellSpec) -> CellSpec:
+    """The first cell as the sweep's warm-up runs it: loaded, called once cold and timed over one pass, with no
+    extra warm-up call. What it warms (the file cache, the forkserver's first fork, the allocator) is warm after
+    that; the cell's full measurement ran three times as many calls for nothing."""
+    return replace(cell, measure=cell.measure.model_copy(update={"warmup": 0, "repeats": 1}))
+
+
 def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
-    """Run the first cell once, unrecorded, before the sweep (see ``measure.sweep_warmup``).
+    """Run the first cell once, shortened (``warmup_spec``) and unrecorded, before the sweep (see
+    ``measure.sweep_warmup``).
 
     Returns the warm-up's pending result keyed by its cell when that cell did not succeed: a cell that
     failed or timed out is recorded from its warm-up, never run a second time (a timeout would cost its
@@ -474,7 +485,7 @@ def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
     """
     if not todo:
         return {}
-    warm = submit(todo[0])
+    warm = submit(warmup_spec(todo[0]))
     return {} if warm.result().get("status") == "ok" else {todo[0].key: warm}
 
 
@@ -503,6 +514,7 @@ def _run_sweep(
     from accel.report.images import save_images
     from accel.report.markdown import write_report
     from accel.sweep.executors import get_executor
+    from accel.sweep.quiet import import_libraries_quietly
 
     started = time.perf_counter()
     previous: list[dict[str, Any]] = []
@@ -515,22 +527,27 @@ def _run_sweep(
             "or choose another --out"
         )
     prepare_run_dir(run_dir)
-    check_inputs(profile, source)
     measure = profile.measure
     executor = executor or measure.executor
-    submit = get_executor(executor, measure.timeout_s, ray_address)
+    # The CPU's peak first, while nothing else runs: the forkserver's imports, started next, would slow its GEMM.
+    peaks = cpu_peaks(profile, run_dir, resume)
+    # The process executor's forkserver imports torch and diffusers while this process does the same and
+    # checks the inputs (building zoo entries); Ray starts only once the inputs have passed.
+    submit = get_executor(executor, measure.timeout_s, ray_address) if executor == "process" else None
+    import_libraries_quietly()
+    check_inputs(profile, source)
+    submit = submit or get_executor(executor, measure.timeout_s, ray_address)
     if hasattr(submit, "check_sources"):  # checkpoints the workers read must be on every node
         submit.check_sources(local_sources_resolved(profile.models), source)
     log = ResultsLog(run_dir / RESULTS_FILE)
     if not resume:
         (run_dir / RESOLVED_PROFILE_FILE).write_text(yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
     environment = env.capture(profile.fingerprint(), run_dir)
-    environment[env.CPU_PEAKS_KEY] = cpu_peaks(profile, run_dir, resume)
+    environment[env.CPU_PEAKS_KEY] = peaks
     (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
 
     # Cells get the run directory as an absolute path (they never write there: their files come back in the
     # record) and the CPU peak measured here, instead of reading environment.json on a node that may lack it.
-    peaks = environment[env.CPU_PEAKS_KEY]
     cells = [replace(cell, cpu_peaks=peaks) for cell in plan(profile, Path(os.path.abspath(run_dir)))]
     (run_dir / PLANNED_CELLS_FILE).write_text(json.dumps([[cell.model.name, cell.variant] for cell in cells]) + "\n")
     keys = sample_keys(profile.workload)

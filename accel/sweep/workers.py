@@ -126,6 +126,16 @@ def _forkserver_context() -> Any:
     return _context
 
 
+def start_forkserver() -> None:
+    """Start the forkserver now, so that its imports (torch and diffusers: several seconds on 2 cores) overlap
+    the sweep's own preparation instead of delaying its first cell; the first worker waits for it to be ready.
+    """
+    from multiprocessing import forkserver
+
+    _forkserver_context()
+    forkserver.ensure_running()
+
+
 def stop_helper_processes() -> None:
     """Stop the forkserver, then the resource tracker, now rather than at exit: the tracker warns on stopping
     of the semaphores a killed worker left (a library's lock), and at exit that warning came after the
@@ -163,7 +173,7 @@ def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool, threads
 
     # Ctrl-C reaches the whole process group: the sweep stops this worker itself (no traceback here).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    from accel.sweep.preload import quiet_libraries
+    from accel.sweep.quiet import quiet_libraries
 
     quiet_libraries(verbose=verbose)
     os.environ[PHASE_FILE_ENV] = result_path + ".phase"
