@@ -1,19 +1,19 @@
 """Harness overhead: a truly bare ``pipe(...)`` loop against the calls a sweep actually times.
 
-The harness configurations call the sweep's own measurement functions (``accel.sweep.cell``), not a copy of
+The harness configurations call the sweep's own measurement functions (``accel.sweep.timed``), not a copy of
 them, so whatever a cell runs around its timed calls (every context manager, evidence window and meter) is
 what is measured here:
 
 - ``bare``: ``pipe(**kwargs)`` between two clock reads; nothing of omni-accel is installed on the pipeline
   (checked before every bare call: no forward hooks on its modules, ``vae.decode`` and ``scheduler.step``
   unwrapped).
-- ``headline``: one call through ``cell._measure_alone`` (the warm latency a report headlines: its meters from
-  ``cell.headline_meters``, the features' evidence window, the timer), on the pipeline with ``apply()`` entered
+- ``headline``: one call through ``timed.measure_alone`` (the warm latency a report headlines: its meters from
+  ``timed.headline_meters``, the features' evidence window, the timer), on the pipeline with ``apply()`` entered
   as a baseline cell has it.
-- ``interleaved``: one ABBA pair through ``cell.pair_drawer`` inside ``cell.interleaved_meters`` (the calls
+- ``interleaved``: one ABBA pair through ``timed.pair_drawer`` inside ``timed.interleaved_meters`` (the calls
   a speedup comes from); both of its calls are harness calls (the reference path pauses global state, the
   variant path opens evidence windows), here on the same pipeline.
-- ``recorder``: one call of ``cell._stage_pass`` (the stage hooks synchronise at every component boundary).
+- ``recorder``: one call of ``timed.stage_pass`` (the stage hooks synchronise at every component boundary).
 
 Each round runs every configuration once, in a rotating order, so drift and background load hit them alike.
 Prints each configuration's median, then per-round paired ratios (headline / bare is the one the README
@@ -64,7 +64,7 @@ def bootstrap_interval(values: list[float], resamples: int = 2000, seed: int = 0
 
 
 def one_call_spec(spec: Any) -> Any:
-    """``spec`` with one timed pass (``_measure_alone`` then times exactly one call per request)."""
+    """``spec`` with one timed pass (``measure_alone`` then times exactly one call per request)."""
     from dataclasses import replace
 
     return replace(spec, measure=spec.measure.model_copy(update={"repeats": 1, "warmup": 0}))
@@ -76,7 +76,7 @@ def measure(spec: Any, target: Any, applied: Any, request: Any, rounds: int, war
     import contextlib
 
     from accel.measure.timing import synchronize
-    from accel.sweep import cell
+    from accel.sweep import timed
 
     pipeline = target.pipeline
     single = one_call_spec(spec)
@@ -94,19 +94,19 @@ def measure(spec: Any, target: Any, applied: Any, request: Any, rounds: int, war
         sink.append(time.perf_counter() - start)
 
     def headline(sink: list[float]) -> None:
-        sink.extend(cell._measure_alone(single, target, applied, [request])["samples"])
+        sink.extend(timed.measure_alone(single, target, applied, [request])["samples"])
 
     def interleaved(sink: list[float]) -> None:
-        draw = cell.pair_drawer(target, target, applied, [request])
+        draw = timed.pair_drawer(target, target, applied, [request])
         with contextlib.ExitStack() as stack:
-            for meter in cell.interleaved_meters():
+            for meter in timed.interleaved_meters():
                 stack.enter_context(meter)
             reference_s, variant_s = draw(len(pairs))
         pairs.append((reference_s, variant_s))
         sink.append(variant_s)
 
     def recorder(sink: list[float]) -> None:
-        report = cell._stage_pass(target, applied, [request])
+        report = timed.stage_pass(target, applied, [request])
         sink.extend(report["outer_s"] if report else [])
 
     run = {"bare": bare, "headline": headline, "interleaved": interleaved, "recorder": recorder}
@@ -146,7 +146,7 @@ def machine() -> str:
 def baseline_cell(source: str, device: str, steps: int, size: int, images: int) -> Any:
     """The quickstart's mini-flux workload (its first prompt) as a baseline cell's spec."""
     from accel.profile import Measure, ModelSpec, Workload
-    from accel.sweep.cell import BASELINE, CellSpec
+    from accel.sweep.spec import BASELINE, CellSpec
 
     workload = Workload(
         prompts=["a white circle on the left, on a cyan background"], negative_prompt="blurry", seeds=[0],

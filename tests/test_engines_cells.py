@@ -15,7 +15,8 @@ from accel.gate import GateData, gate_records, judge_engine_engagement, load_gat
 from accel.profile import Measure, ModelSpec, Workload
 from accel.report.markdown import model_table
 from accel.report.tables import performance_table, support_matrix
-from accel.sweep.cell import CELL_FILES, CellSpec, run_cell
+from accel.sweep.cell import run_cell
+from accel.sweep.spec import CELL_FILES, CellSpec
 
 FAKE = Path(__file__).resolve().parent / "fake_engine"
 ATTENTION_LOG = (

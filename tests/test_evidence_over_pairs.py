@@ -7,12 +7,12 @@ import torch
 from conftest import small_profile
 
 from accel.profile import parse_profile
-from accel.sweep import cell
+from accel.sweep import timed
 from accel.sweep.runner import run_sweep
 
 
 def test_a_recompile_during_the_interleaved_pairs_is_judged(tmp_path, monkeypatch):
-    original = cell.pair_drawer
+    original = timed.pair_drawer
 
     def pair_drawer(target, reference, applied, requests):
         draw = original(target, reference, applied, requests)
@@ -24,7 +24,7 @@ def test_a_recompile_during_the_interleaved_pairs_is_judged(tmp_path, monkeypatc
 
         return drop_compiled_code_before_the_second_pair
 
-    monkeypatch.setattr(cell, "pair_drawer", pair_drawer)
+    monkeypatch.setattr(timed, "pair_drawer", pair_drawer)
     variants = [{"name": "compiled", "features": {"compile": {"backend": "eager"}}}]
     raw = small_profile(["tiny-flux"], variants, steps=1, height=32, width=32)
     raw["measure"].update(noise_floor=False, pairs=3, max_pairs=3)

@@ -10,8 +10,8 @@ from conftest import invoke, small_profile
 
 from accel.profile import parse_profile
 from accel.results import read_results
-from accel.sweep.cell import REFERENCE_OUTPUT_KEY
 from accel.sweep.runner import attach_parity, run_sweep
+from accel.sweep.spec import REFERENCE_OUTPUT_KEY
 
 VARIANTS = [
     {"name": "cache-dit", "features": {"cache_dit": {"residual_diff_threshold": 0.5, "max_warmup_steps": 2}}},

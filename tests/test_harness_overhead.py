@@ -26,7 +26,7 @@ from accel.targets.native import make_target
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
 # The innermost sweep function of each kind of timed call: the stack below it is the timed path.
-TIMED_ROOTS = {"_measure_alone": "headline", "draw_pair": "interleaved"}
+TIMED_ROOTS = {"measure_alone": "headline", "draw_pair": "interleaved"}
 
 
 def _script():

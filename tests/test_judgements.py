@@ -150,7 +150,7 @@ def test_vae_tiling_and_slicing_need_their_decode_on_every_run():
 
 
 def test_outputs_are_stable_only_when_every_pass_equals_the_first():
-    from accel.sweep.cell import outputs_stable
+    from accel.sweep.collect import outputs_stable
 
     a, b = np.zeros((1, 2, 2, 3)), np.ones((1, 2, 2, 3))
     assert outputs_stable([[a, a], [a, a]])
@@ -161,7 +161,7 @@ def test_outputs_are_stable_only_when_every_pass_equals_the_first():
 
 def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
     import accel.targets.native
-    from accel.sweep import cell
+    from accel.sweep import timed
 
     calls: list[str] = []
 
@@ -185,14 +185,14 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
         pairs=4, max_pairs=4, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
     )
     spec = types.SimpleNamespace(model=None, measure=measure)
-    paired = cell._measure_interleaved(spec, Fake("V"), applied, ["request"])
+    paired = timed.measure_interleaved(spec, Fake("V"), applied, ["request"])
     assert calls[1:] == ["R", "V", "V", "R", "R", "V", "V", "R"]  # [0]: the reference's output, kept untimed
     assert len(paired["reference_s"]) == len(paired["variant_s"]) == 4
 
 
 def _run_with_reference(tmp_path, shift):
     from accel.results import outputs_path
-    from accel.sweep.cell import REFERENCE_OUTPUT_KEY
+    from accel.sweep.spec import REFERENCE_OUTPUT_KEY
 
     sample = np.full((1, 4, 4, 3), 0.5, dtype=np.float32)
     baseline = tmp_path / outputs_path("", "m", "baseline")

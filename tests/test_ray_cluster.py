@@ -249,7 +249,7 @@ def test_a_waiting_cell_no_node_left_can_run_fails_instead_of_waiting_forever(mo
     """A node dies and no node alive has what a cell asks for: Ray would keep it pending for ever."""
     from accel.profile import Measure, ModelSpec, Workload
     from accel.sweep import ray_executor
-    from accel.sweep.cell import CellSpec
+    from accel.sweep.spec import CellSpec
 
     class FakeRay:
         exceptions = type("exceptions", (), {"RayError": RuntimeError})

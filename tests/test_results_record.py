@@ -56,8 +56,9 @@ def _written_keys(path: Path) -> set[str]:
     """String keys the module writes into a record: ``record["k"] = ``, ``record.setdefault("k")``,
     ``record.update(k=...)`` (also on ``result``), and the dicts the cell functions build a record from."""
     tree = ast.parse(path.read_text())
-    names = {"record", "result"} if path.name == "cell.py" else {"record"}  # elsewhere a result is not a record
-    builders = {"record_head", "_measure_engine", "_measure", "_collect", "failure"}
+    # In cell.py and collect.py a result is the record being built; elsewhere it is not a record.
+    names = {"record", "result"} if path.name in ("cell.py", "collect.py") else {"record"}
+    builders = {"record_head", "_measure_engine", "_measure", "collect_record", "failure"}
     keys: set[str] = set()
 
     def is_record(node: ast.AST) -> bool:
@@ -159,7 +160,7 @@ def test_evidence_fields_are_type_checked_on_read(tmp_path, entry, message):
 
 def test_the_cell_builds_a_versioned_record(tmp_path):
     from accel.profile import Measure, ModelSpec, Workload
-    from accel.sweep.cell import CellSpec
+    from accel.sweep.spec import CellSpec
     from accel.sweep.workers import failure
 
     spec = CellSpec(

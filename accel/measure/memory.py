@@ -10,7 +10,7 @@ does not start, are read at the region's two ends.
 
 Where the kernel cannot give a region's peak (not Linux, or ``clear_refs`` not writable), ``PeakMemory``
 falls back to a sampling thread and says so in ``method``; the sweep then takes memory in an untimed call of
-its own instead of around the timed ones (``accel.sweep.cell``). CUDA's peak statistics cost nothing and are
+its own instead of around the timed ones (``accel.sweep.timed``). CUDA's peak statistics cost nothing and are
 always read.
 """
 

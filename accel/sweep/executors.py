@@ -13,7 +13,7 @@ executors that run cells concurrently (Ray) overlap them while results still lan
   GPU requests from the profile, on a local Ray instance or ``--ray-address``. The record and the cell's
   files come back in the task's result; Ray retries only a lost node or worker, never the cell's own crash.
 
-Every executor returns the cell's files in its record (``cell.CELL_FILES``); the runner writes them.
+Every executor returns the cell's files in its record (``spec.CELL_FILES``); the runner writes them.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from accel.errors import UnavailableError
-from accel.sweep.cell import CellSpec, run_cell
+from accel.sweep.cell import run_cell
+from accel.sweep.spec import CellSpec
 from accel.sweep.workers import FAULT_ENV, Pending, cancel_pending, failure, run_in_process
 
 if TYPE_CHECKING:

@@ -32,8 +32,9 @@ from typing import Any
 
 import numpy as np
 
-from accel.sweep.cell import CELL_FILES, PHASE_FILE_ENV, CellSpec, describe_phase, note_phase, run_cell
+from accel.sweep.cell import PHASE_FILE_ENV, describe_phase, note_phase, run_cell
 from accel.sweep.resume import RERUN_ON_RESUME
+from accel.sweep.spec import CELL_FILES, CellSpec
 from accel.sweep.workers import FAULT_ENV, _describe_exit, _forkserver_context, failure, timeout_message
 
 # How long the other ranks may run on after one rank finished (collecting the record, compressing outputs)

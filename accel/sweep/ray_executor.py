@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import ConfigError, UnavailableError
-from accel.sweep.cell import CellSpec
+from accel.sweep.spec import CellSpec
 from accel.sweep.workers import FAULT_ENV, Pending, failure, run_supervised
 
 RETRIES = 1  # a lost worker or node: the cell runs again, once, wherever Ray puts it

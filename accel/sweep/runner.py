@@ -25,7 +25,6 @@ from accel.measure.overlap import attach_overlap, placements, running_spans, sha
 from accel.profile import ModelSpec, Profile
 from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, outputs_path, peak_memory_bytes, write_table
 from accel.sweep.adherence import attach_adherence
-from accel.sweep.cell import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, sample_keys
 from accel.sweep.resume import (
     PLANNED_CELLS_FILE,
     RESOLVED_PROFILE_FILE,
@@ -33,6 +32,7 @@ from accel.sweep.resume import (
     measured_records,
     resolved_profile,
 )
+from accel.sweep.spec import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, sample_keys
 
 ENVIRONMENT_FILE = "environment.json"
 
@@ -297,7 +297,7 @@ def attach_speedup(
 
 def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -> str | None:
     """Why the interleaved reference cannot stand for the baseline (its output differs), or None."""
-    from accel.sweep.cell import REFERENCE_OUTPUT_KEY
+    from accel.sweep.spec import REFERENCE_OUTPUT_KEY
 
     baseline_file = outputs_path(run_dir, record["model"], BASELINE)
     with np.load(baseline_file) as reference, np.load(run_dir / record["outputs_file"]) as candidate:

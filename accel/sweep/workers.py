@@ -21,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from accel.sweep.cell import PHASE_FILE_ENV, CellSpec, describe_phase, note_phase, record_head, run_cell
+from accel.sweep.cell import PHASE_FILE_ENV, describe_phase, note_phase, record_head, run_cell
+from accel.sweep.spec import CellSpec
 
 PRELOAD_MODULE = "accel.sweep.preload"
 FAULT_ENV = "OMNI_ACCEL_FAULT"  # fault injection for tests: "segfault:<model>/<variant>"

@@ -107,8 +107,8 @@ def finish_partial(run_dir: Path) -> None:
     """Write figures and report.md from the cells recorded before the sweep was stopped."""
     from accel.report.figures import write_figures
     from accel.report.markdown import write_report
-    from accel.sweep.cell import sample_keys
     from accel.sweep.resume import measured_records, resolved_profile
+    from accel.sweep.spec import sample_keys
 
     profile = resolved_profile(run_dir)
     records = measured_records(run_dir)
