@@ -95,7 +95,7 @@ def sweep(
 def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
     """Print the cells a sweep of PROFILE would run, without running anything."""
     from accel.profile import load_profile
-    from accel.sweep.runner import check_inputs
+    from accel.sweep.checks import check_inputs
     from accel.sweep.runner import plan as plan_cells
 
     loaded = load_profile(profile)

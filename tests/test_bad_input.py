@@ -195,7 +195,7 @@ def test_num_frames_on_an_image_model_is_a_profile_error(write_profile, tmp_path
 def test_num_frames_with_a_video_model_among_image_models_is_fine():
     """The workload is shared: with a video model in the profile, num_frames is for it (as in quickstart)."""
     from accel.profile import parse_profile
-    from accel.sweep.runner import check_inputs
+    from accel.sweep.checks import check_inputs
 
     check_inputs(parse_profile(small_profile(["tiny-flux", "tiny-wan"], num_frames=9)), "p.yaml")
 

@@ -116,7 +116,7 @@ def test_declared_conflicts_are_rejected_like_rules_yaml(dither):
 
 def test_declared_roofline_exemption_reaches_the_floor_check(dither):
     from accel.gate import judge_measured_cell
-    from accel.sweep.runner import attach_roofline
+    from accel.sweep.compare import attach_roofline
 
     baseline = {"flops_per_denoiser_call": 1e12, "denoiser_calls_per_call": 2, "stages": {"steps_per_call": 2}}
     cell = {"features": {"dither": {}}, "step_times": [1e-9], "peak_flops": 1e12}

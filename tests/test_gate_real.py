@@ -10,7 +10,8 @@ from conftest import invoke, small_profile
 
 from accel.profile import parse_profile
 from accel.results import read_results
-from accel.sweep.runner import attach_parity, run_sweep
+from accel.sweep.compare import attach_parity
+from accel.sweep.runner import run_sweep
 from accel.sweep.spec import REFERENCE_OUTPUT_KEY
 
 VARIANTS = [

@@ -204,7 +204,7 @@ def _run_with_reference(tmp_path, shift):
 
 
 def test_a_reference_that_differs_from_the_baseline_is_a_leak(tmp_path):
-    from accel.sweep.runner import _reference_problem
+    from accel.sweep.compare import _reference_problem
 
     assert _reference_problem(_run_with_reference(tmp_path, 0.0), tmp_path, ["s0"]) is None
     assert _reference_problem(_run_with_reference(tmp_path, 1 / 255), tmp_path, ["s0"]) is None  # 8-bit rounding
@@ -222,7 +222,7 @@ def _floor(verdict: str, low: float, high: float) -> dict:
 
 def test_the_noise_band_is_the_threshold_and_a_noisy_floor_unverifies_claims(tmp_path):
     from accel.measure.speedup import SpeedupEstimate
-    from accel.sweep.runner import attach_speedup
+    from accel.sweep.compare import attach_speedup
 
     measure = types.SimpleNamespace(min_effect=0.05, confidence=0.95)
     estimate = SpeedupEstimate(1.3, 1.2, 1.4, 0.98, 10, "interleaved")

@@ -14,7 +14,8 @@ from accel.gate import judge_measured_cell
 from accel.measure.flops import count_flops, measure_cpu_peak, roofline
 from accel.measure.timing import summarize
 from accel.profile import parse_profile
-from accel.sweep.runner import attach_roofline, run_sweep
+from accel.sweep.compare import attach_roofline
+from accel.sweep.runner import run_sweep
 
 
 @pytest.fixture(scope="module")
@@ -227,7 +228,7 @@ def test_memory_reduction_uses_the_peak_columns_measure(tmp_path):
     """On a GPU the peak column is device memory: the reduction must be too, not host RSS."""
     import numpy as np
 
-    from accel.sweep.runner import attach_parity
+    from accel.sweep.compare import attach_parity
 
     for variant in ("baseline", "offload"):
         (tmp_path / "outputs" / "m").mkdir(parents=True, exist_ok=True)

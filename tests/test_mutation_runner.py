@@ -21,7 +21,8 @@ def test_the_curated_list_covers_the_reviews_faults_and_every_judging_area():
     assert {"F1", "F2", "F3", "F4", "F5a", "F5b", "F7", "F8"} <= names
     files = {m.file for m in mutations}
     judging = ("gate/judge.py", "gate/limits.py", "gate/evidence.py")  # the gate's verdicts, limits and evidence
-    for module in (*judging, "speedup.py", "parity.py", "adherence.py", "cell.py", "runner.py"):
+    sweep = ("cell.py", "timed.py", "collect.py", "compare.py")  # the phase order, ABBA, stability, claims
+    for module in (*judging, "speedup.py", "parity.py", "adherence.py", *sweep):
         assert any(f.endswith(module) for f in files), module
     for family in ("compile", "cache", "quant", "offload", "vae", "attention"):  # every family's evidence check
         assert f"accel/features/{family}.py" in files, family

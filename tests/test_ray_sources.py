@@ -4,7 +4,8 @@ another node runs in another working directory; a hostile review saw a shared ch
 from __future__ import annotations
 
 from accel.profile import parse_profile
-from accel.sweep.runner import local_sources_resolved, plan
+from accel.sweep.checks import local_sources_resolved
+from accel.sweep.runner import plan
 
 
 def test_a_relative_checkpoint_path_reaches_the_cells_absolute(tmp_path, monkeypatch):

@@ -87,7 +87,7 @@ def test_weights_are_made_on_the_target_device_and_dtype_and_reproduce():
 
 def test_sources_resolve_without_files_and_check_the_resolution(write_profile, tmp_path):
     from accel.profile import ModelSpec, load_profile
-    from accel.sweep.runner import check_inputs
+    from accel.sweep.checks import check_inputs
     from accel.targets.adapter import default_call_kwargs, resolution_factor, resolve_source
 
     assert resolve_source(ModelSpec(name="f", source=SMALL)) == SMALL

@@ -2,7 +2,8 @@
 
 For each model the baseline runs first, then every variant with the same prompts and seeds. Each cell's
 record gets its parity against the baseline and its speedup, then is appended to ``results.jsonl``
-before the next cell starts. At the end the results table, images and ``report.md`` are written.
+before the next cell starts. At the end the results table, images and ``report.md`` are written. The input
+checks are in ``accel.sweep.checks``, the comparisons with the baseline in ``accel.sweep.compare``.
 """
 
 from __future__ import annotations
@@ -17,14 +18,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import yaml
 
-from accel.errors import ConfigError, did_you_mean
-from accel.measure.overlap import attach_overlap, placements, running_spans, shared_reason, span
-from accel.profile import ModelSpec, Profile
-from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, outputs_path, peak_memory_bytes, write_table
+from accel.errors import ConfigError
+from accel.measure.overlap import attach_overlap, placements, running_spans, span
+from accel.profile import Profile
+from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, write_table
 from accel.sweep.adherence import attach_adherence
+from accel.sweep.checks import check_inputs, local_sources_resolved, prepare_run_dir
+from accel.sweep.compare import attach_parity, attach_reference_parity, attach_roofline, attach_speedup
 from accel.sweep.resume import (
     PLANNED_CELLS_FILE,
     RESOLVED_PROFILE_FILE,
@@ -45,22 +47,6 @@ class SweepResult:
     records: list[dict[str, Any]]
     report_path: Path
     wall_s: float
-
-
-def local_sources_resolved(models: list[Any]) -> list[Any]:
-    """``models`` with each checkpoint given as a relative local path made absolute (from the driver's working
-    directory): a worker on another node, in another directory, then reads the same path."""
-    from accel import zoo
-    from accel.zoo import synthetic
-
-    resolved = []
-    for model in models:
-        source = model.source
-        local = not zoo.is_zoo_name(source) and not synthetic.is_synthetic(source)
-        if local and not Path(source).expanduser().is_absolute() and Path(source).expanduser().exists():
-            model = model.model_copy(update={"source": str(Path(source).expanduser().resolve())})
-        resolved.append(model)
-    return resolved
 
 
 def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
@@ -99,258 +85,6 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
     else:
         return []
     return [(model, variant) for model, variant in planned if (model, variant) not in measured]
-
-
-def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
-    """Everything that can be checked without running: sources exist, resolution fits each model, and each
-    local checkpoint's files, classes, configs and weight shapes and the variants' components agree.
-
-    ``build`` false (``omni-accel plan``): only what is already on this machine is checked; a zoo entry not
-    built yet and a hub id are left to the sweep (building or looking up costs time or the network)."""
-    from accel.errors import ModelUnavailable
-    from accel.targets.adapter import resolution_factor
-
-    image_models: list[str] = []
-    indexes: dict[str, dict[str, Any]] = {}
-    for index, model in enumerate(profile.models):
-        where = f"{source}: models[{index}]"
-        try:
-            location = _location(model, where, build)
-        except ModelUnavailable:  # a zoo family this diffusers lacks: its cells say so, the others run
-            continue
-        if location is None:
-            continue
-        if Path(location).is_dir():
-            makes_video, indexes[model.name] = check_model_files(profile, index, location, source)
-            if makes_video is False:
-                image_models.append(model.name)
-        factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None
-        for key in ("height", "width"):
-            value = getattr(profile.workload, key)
-            if factor and value % factor:
-                raise ConfigError(
-                    f"{source}: workload.{key}: {value} is not a multiple of {factor}, the resolution factor "
-                    f"of model '{model.name}' (VAE downsampling x 2x2 patches)"
-                )
-    if profile.workload.num_frames is not None and len(image_models) == len(profile.models):
-        raise ConfigError(
-            f"{source}: workload.num_frames: no model of this profile makes videos ({', '.join(image_models)}: "
-            "images); num_frames applies to video models only: remove it, or add a video model"
-        )
-    check_components(profile, indexes, source)
-
-
-def _location(model: ModelSpec, where: str, build: bool) -> str | None:
-    from accel import zoo
-    from accel.targets.adapter import _looks_like_path, resolve_source
-    from accel.zoo import synthetic
-
-    if not build and zoo.is_zoo_name(model.source) and not zoo.is_built(model.source):
-        return None
-    if not build and not synthetic.is_synthetic(model.source) and not _looks_like_path(model.source):
-        return None  # a hub id (org/name): the sweep looks it up
-    return resolve_source(model, where)
-
-
-def check_components(profile: Profile, indexes: dict[str, dict[str, Any]], source: str) -> None:
-    """Every ``components`` a variant's feature names (quantization's) is a component with weights of each
-    local model the variant runs on. A misspelt one used to become an unsupported, skipped cell and a green
-    gate."""
-    from accel.sweep.checkpoint import WEIGHTLESS_SUFFIXES
-
-    for variant in profile.variant_plan().variants:
-        for feature, config in variant.configs.items():
-            wanted = getattr(config, "components", None)
-            if not wanted:
-                continue
-            for model_name, index in indexes.items():
-                if variant.models is not None and model_name not in variant.models:
-                    continue
-                present = sorted(
-                    name
-                    for name, entry in index.items()
-                    if not name.startswith("_")
-                    and isinstance(entry, list)
-                    and len(entry) == 2
-                    and isinstance(entry[1], str)
-                    and not entry[1].endswith(WEIGHTLESS_SUFFIXES)
-                )
-                for component in wanted:
-                    if component not in present:
-                        raise ConfigError(
-                            f"{source}: variant '{variant.name}': {feature}.components: model '{model_name}' has "
-                            f"no component '{component}'.{did_you_mean(component, present)} Components with "
-                            f"weights: {', '.join(present)}"
-                        )
-
-
-def check_model_files(
-    profile: Profile, position: int, location: str, source: str
-) -> tuple[bool | None, dict[str, Any]]:
-    """Model ``position``'s checkpoint is complete, its classes, configs and weights agree, and ``target:
-    native`` has a pipeline for it; errors name the model, the component and the file. Returns whether it
-    makes videos (None: cannot tell) and its ``model_index.json``."""
-    from accel.sweep.checkpoint import check_checkpoint, check_classes, is_video_pipeline
-
-    model = profile.models[position]
-    where = f"{source}: models[{position}]"
-    index = check_checkpoint(location, f"{where} ('{model.name}')")
-    if model.target == "native":
-        from accel.native import native_for
-
-        try:
-            native_for(location, model.native_pipeline)
-        except ConfigError as error:
-            raise ConfigError(f"{where}.target: model '{model.name}': {error}") from error
-    custom = model.target != "adapter" or "custom_pipeline" in model.load_kwargs
-    check_classes(location, index, f"{where} ('{model.name}')", pipeline_class=not custom)
-    return (False if model.target != "adapter" else is_video_pipeline(index)), index
-
-
-def prepare_run_dir(run_dir: Path) -> None:
-    """Create the run directory and prove it is writable before anything is measured."""
-    probe = run_dir / ".write-probe"
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe.write_text("ok")
-        probe.unlink()
-    except OSError as error:
-        raise ConfigError(f"{run_dir}: output directory is not writable: {error.strerror or error}") from error
-
-
-def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_dir: Path, keys: list[str]) -> None:
-    """Add parity against the baseline's outputs and the warm speedup to a measured record."""
-    from accel.measure.parity import aggregate, compare
-
-    if record["variant"] == BASELINE or record.get("warm") is None:
-        return
-    if baseline is None or baseline.get("warm") is None:
-        record.setdefault("notes", []).append("no baseline measured: parity and speedup unavailable")
-        return
-    record["memory_reduction"] = _ratio(peak_memory_bytes(baseline), peak_memory_bytes(record))  # as the peak column
-    with (
-        np.load(outputs_path(run_dir, record["model"], BASELINE)) as reference,
-        np.load(outputs_path(run_dir, record["model"], record["variant"])) as candidate,
-    ):
-        per_sample = [compare(candidate[key], reference[key]) for key in keys]
-    record["parity"] = aggregate(per_sample).to_dict()
-
-
-# The interleaved reference must reproduce the baseline: 8-bit rounding of its output is the tolerance.
-REFERENCE_TOLERANCE = 2 / 255
-
-
-def attach_speedup(
-    record: dict[str, Any],
-    baseline: dict[str, Any] | None,
-    noise_floor: dict[str, Any] | None,
-    run_dir: Path,
-    keys: list[str],
-    measure: Any,
-) -> None:
-    """The speedup with its interval, and what it may be published as (``speedup_ci``; ``speedup`` = its ratio).
-
-    Interleaved cells carry their own paired timings (drawn until decided: ``accel.measure.speedup``); others
-    (engines, ``measure.timing: sequential``) are compared with the baseline cell's samples and stay unverified.
-    Every interval is judged against the same noise threshold (``1 ± measure.min_effect``); a variant's claim
-    stands only when its model's noise-floor cell landed inside that band (never widened to fit).
-    """
-    from accel.measure.speedup import (
-        SpeedupClaim,
-        SpeedupEstimate,
-        against_noise_floor,
-        classify,
-        noise_band,
-        sequential_speedup,
-    )
-
-    if record["variant"] == BASELINE or record.get("warm") is None or not baseline or baseline.get("warm") is None:
-        return
-    paired = record.get("paired")
-    if paired:
-        estimate = SpeedupEstimate(**paired["estimate"])
-    else:
-        estimate = sequential_speedup(baseline["warm_samples"], record["warm_samples"], measure.confidence)
-    why_unverified = (_reference_problem(record, run_dir, keys) if paired else None) or shared_reason(record)
-    band: tuple[float, float] | None = noise_band(measure.min_effect)
-    floor_claim: SpeedupClaim | None = None
-    if record["variant"] != NOISE_FLOOR:
-        floor_ci = (noise_floor or {}).get("speedup_ci") or {}
-        floor_usable = (noise_floor or {}).get("paired") and floor_ci and not floor_ci.get("reference_problem")
-        if not floor_usable:
-            band = None
-        else:
-            floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci["reason"], band)
-        if floor_usable and shared_reason(noise_floor):  # its band is contaminated: no claim against it
-            why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
-    claim = against_noise_floor(classify(estimate, band, measure.confidence, why_unverified), floor_claim)
-    record["speedup"] = estimate.ratio
-    record["speedup_ci"] = {
-        **estimate.to_dict(),
-        "overall_confidence": estimate.overall_confidence,
-        "verdict": claim.verdict,
-        "reason": claim.reason,
-        "band": list(claim.band) if claim.band else None,
-        "reference_problem": why_unverified,
-    }
-
-
-def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -> str | None:
-    """Why the interleaved reference cannot stand for the baseline (its output differs), or None."""
-    from accel.sweep.spec import REFERENCE_OUTPUT_KEY
-
-    baseline_file = outputs_path(run_dir, record["model"], BASELINE)
-    with np.load(baseline_file) as reference, np.load(run_dir / record["outputs_file"]) as candidate:
-        if REFERENCE_OUTPUT_KEY not in candidate.files:
-            return "the interleaved reference's output was not kept"
-        mine = candidate[REFERENCE_OUTPUT_KEY]
-        theirs = reference[keys[0]][: mine.shape[0]]
-        if mine.shape != theirs.shape:
-            return f"the interleaved reference's output has shape {mine.shape}, the baseline's {theirs.shape}"
-        difference = float(np.abs(mine.astype(np.float64) - theirs).max())
-    if difference > REFERENCE_TOLERANCE:
-        return (
-            f"the interleaved reference's output differs from the baseline's (max abs diff {difference:.4f}): "
-            "a process-global setting of this variant reached the unaccelerated reference"
-        )
-    return None
-
-
-def attach_reference_parity(record: dict[str, Any], reference: str, run_dir: Path, keys: list[str]) -> None:
-    """Parity of a model's baseline against the reference model's baseline (same prompts and seeds)."""
-    from accel.measure.parity import aggregate, compare
-
-    if record["model"] == reference or not record.get("outputs_file"):
-        return
-    reference_file = outputs_path(run_dir, reference, BASELINE)
-    if not reference_file.is_file():
-        record.setdefault("notes", []).append(f"reference model '{reference}' has no baseline outputs")
-        return
-    with np.load(reference_file) as ref, np.load(run_dir / record["outputs_file"]) as mine:
-        record["parity_vs_reference"] = aggregate([compare(mine[k], ref[k]) for k in keys]).to_dict()
-    record["reference_model"] = reference
-
-
-def _ratio(numerator: float | None, denominator: float | None) -> float | None:
-    return numerator / denominator if numerator and denominator else None
-
-
-def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> None:
-    """FLOPs per step from the baseline, floor time per step and MFU, and whether a step beat the floor (a
-    fact: what it means for the cell, a feature's exemption included, is ``gate.judge_timing_validity``'s)."""
-    from accel.measure.flops import roofline
-
-    if not baseline or not baseline.get("flops_per_denoiser_call") or not record.get("step_times"):
-        return
-    steps = (baseline.get("stages") or {}).get("steps_per_call") or 0
-    calls = baseline.get("denoiser_calls_per_call") or 0
-    if not steps or not calls:
-        return
-    flops_per_step = baseline["flops_per_denoiser_call"] * calls / steps
-    result = roofline(flops_per_step, record.get("peak_flops"), record["step_times"])
-    result["flops_per_step"] = flops_per_step
-    result["flops_per_call"] = flops_per_step * steps
-    record["roofline"] = result
 
 
 def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] | None:
