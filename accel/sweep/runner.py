@@ -209,9 +209,10 @@ def warmup_spec(cell: CellSpec) -> CellSpec:
     return replace(cell, measure=cell.measure.model_copy(update={"warmup": 0, "repeats": 1}))
 
 
-def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
+def sweep_warmup(submit: Any, todo: list[CellSpec], meanwhile: Any = None) -> dict[str, Any]:
     """Run the first cell once, shortened (``warmup_spec``) and unrecorded, before the sweep (see
-    ``measure.sweep_warmup``).
+    ``measure.sweep_warmup``); ``meanwhile()``, if given, runs here while the warm-up does (nothing measured
+    runs then: the first measured cell is submitted after the warm-up's result).
 
     Returns the warm-up's pending result keyed by its cell when that cell did not succeed: a cell that
     failed or timed out is recorded from its warm-up, never run a second time (a timeout would cost its
@@ -220,6 +221,8 @@ def sweep_warmup(submit: Any, todo: list[CellSpec]) -> dict[str, Any]:
     if not todo:
         return {}
     warm = submit(warmup_spec(todo[0]))
+    if meanwhile is not None:
+        meanwhile()
     return {} if warm.result().get("status") == "ok" else {todo[0].key: warm}
 
 
@@ -248,7 +251,7 @@ def _run_sweep(
     from accel.report.images import save_images
     from accel.report.markdown import write_report
     from accel.sweep.executors import get_executor
-    from accel.sweep.quiet import import_libraries_quietly
+    from accel.sweep.quiet import import_comparison_libraries, import_libraries_quietly
 
     started = time.perf_counter()
     previous: list[dict[str, Any]] = []
@@ -292,7 +295,9 @@ def _run_sweep(
     todo = [cell for cell in cells if (cell.model.name, cell.variant) not in done]
     # Ray: a warm-up would warm one worker on one node, then be thrown away; cells there start cold alike.
     warm_up = measure.sweep_warmup and executor == "process"
-    warmed = sweep_warmup(submit, todo) if warm_up else {}  # a successful warm-up's files are never written
+    warmed = (
+        sweep_warmup(submit, todo, import_comparison_libraries) if warm_up else {}
+    )  # a successful warm-up's files are never written
     pending = {cell.key: warmed.get(cell.key) or submit(cell) for cell in todo}
     started_cells = getattr(submit, "started", None)
     with _progress(show_progress, len(cells)) as advance:
