@@ -76,22 +76,31 @@ def device_name(device: str) -> str:
 CPU_PEAKS_KEY = "cpu_peak_flops"
 
 
-def measure_cpu_peaks(dtypes: Iterable[str]) -> dict[str, Any]:
-    """The CPU's peak FLOP/s per dtype, measured once for a sweep, with the host it was measured on."""
+def measure_cpu_peaks(dtypes: Iterable[str], threads: int | None = None) -> dict[str, Any]:
+    """The CPU's peak FLOP/s per dtype, measured once for a sweep with ``threads`` torch threads (unset: the
+    current count), with the host and the thread count it was measured on."""
     import socket
 
     from accel.measure.flops import measure_cpu_peak
+    from accel.measure.timing import torch_threads
 
-    return {"host": socket.gethostname(), "flops": {dtype: measure_cpu_peak(dtype) for dtype in sorted(set(dtypes))}}
+    with torch_threads(threads) as used:
+        flops = {dtype: measure_cpu_peak(dtype) for dtype in sorted(set(dtypes))}
+    return {"host": socket.gethostname(), "threads": used, "flops": flops}
 
 
 def recorded_cpu_peak(peaks: dict[str, Any] | None, dtype: str) -> float | None:
-    """The peak the sweep measured on its host (``peaks``, as in ``environment.json``) for this host and dtype."""
+    """The peak the sweep measured (``peaks``, as in ``environment.json``) for this dtype, when it was measured on
+    this host with the thread count this process runs with; otherwise None (the cell measures its own)."""
     import socket
+
+    import torch
 
     peaks = peaks or {}
     if peaks.get("host") != socket.gethostname():
         return None  # another host (a Ray worker): its own peak, measured in the cell
+    if peaks.get("threads", torch.get_num_threads()) != torch.get_num_threads():
+        return None  # measured with another thread count: not this cell's peak
     return (peaks.get("flops") or {}).get(dtype)
 
 

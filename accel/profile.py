@@ -251,6 +251,16 @@ class Measure(StrictModel):
             "does not, the model's claims are unverified (the machine was too noisy for it), never widened."
         ),
     )
+    threads: int | None = Field(
+        default=None,
+        ge=1,
+        description=(
+            "torch threads each cell runs with (every executor; on Ray it replaces the thread count that "
+            "cpus_per_cell gives), and the CPU peak behind MFU is measured with as many; unset: torch's default "
+            "(one per core). A CPU call bound by dispatch rather than GEMMs (mini-flux at 64x64) is as fast on one "
+            "thread and its adjacent calls spread about half as much (benchmarks/cpu_threads.py)."
+        ),
+    )
     sweep_warmup: bool = Field(
         default=True,
         description=(

@@ -33,6 +33,21 @@ def timed(device: str, sink: list[float]) -> Iterator[None]:
         sink.append(time.perf_counter() - start)
 
 
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[int]:
+    """Run the block with ``threads`` torch intra-op threads (unset: as they are), restored afterwards; yields
+    the count the block runs with."""
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+
+
 @dataclass(frozen=True)
 class TimingStats:
     """Summary of repeated timings, in seconds; ``cv`` is stdev / mean (0 for one sample)."""

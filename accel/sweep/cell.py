@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from accel.errors import AccelError, ModelUnavailable
+from accel.measure.timing import torch_threads
 from accel.profile import DEFAULT_VIDEO_FRAMES, Workload
 from accel.results import SCHEMA_VERSION, outputs_path
 from accel.sweep.collect import collect_record
@@ -80,7 +81,8 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     wall_start = time.time()
     record = record_head(spec)
     try:
-        record.update(_measure(spec))
+        with torch_threads(spec.measure.threads):
+            record.update(_measure(spec))
     except ModelUnavailable as error:  # a family this diffusers lacks, an input the workload cannot give
         record.update(status="unsupported", unsupported_scope=error.scope, error=str(error))
     except AccelError as error:

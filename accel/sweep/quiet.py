@@ -97,5 +97,5 @@ def import_comparison_libraries() -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot
     import pandas  # noqa: F401
-    import pyarrow.parquet  # noqa: F401
+    import pyarrow.parquet  # type: ignore[import-untyped]  # noqa: F401
     from torchmetrics.functional.image import structural_similarity_index_measure  # noqa: F401

@@ -106,9 +106,11 @@ def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] |
             kept = json.loads((run_dir / ENVIRONMENT_FILE).read_text()).get(env.CPU_PEAKS_KEY) or {}
         except (OSError, ValueError):
             kept = {}
-        if kept.get("host") == socket.gethostname() and set(dtypes) <= set(kept.get("flops") or {}):
+        threads = profile.measure.threads or torch.get_num_threads()
+        same_host = kept.get("host") == socket.gethostname() and kept.get("threads") == threads
+        if same_host and set(dtypes) <= set(kept.get("flops") or {}):
             return kept
-    return env.measure_cpu_peaks(dtypes)
+    return env.measure_cpu_peaks(dtypes, profile.measure.threads)
 
 
 def run_sweep(
