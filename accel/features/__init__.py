@@ -16,9 +16,9 @@ from pydantic import ValidationError
 from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
 from accel.features.attention import AttentionBackend, AttentionBackendConfig
 from accel.features.base import AnyFeature, Feature, FeatureConfig
-from accel.features.cache import (
-    CacheDit,
-    CacheDitConfig,
+from accel.features.cache_dit import CacheDit, CacheDitConfig
+from accel.features.compile import Compile, CompileConfig
+from accel.features.diffusers_cache import (
     FasterCache,
     FasterCacheConfig,
     FirstBlockCache,
@@ -30,7 +30,6 @@ from accel.features.cache import (
     TaylorSeerCache,
     TaylorSeerCacheConfig,
 )
-from accel.features.compile import Compile, CompileConfig
 from accel.features.offload import (
     GroupOffload,
     GroupOffloadConfig,

@@ -1,0 +1,284 @@
+"""diffusers' own cache hooks, where the model supports them (``transformer.enable_cache``).
+
+``first_block_cache``, ``mag_cache``, ``taylorseer_cache``, ``pyramid_attention_broadcast`` and
+``faster_cache``: each builds diffusers' hook config from its options, and a ``WorkCounter`` counts the
+attention work a run computed; evidence is the share it skipped (``accel.features.cache``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from accel.features.base import (
+    LOSSY_LIMITS,
+    ConfigT,
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+)
+from accel.features.cache import (
+    SKIPS_WORK,
+    WorkCounter,
+    count_attention_modules,
+    runs_cfg_as_separate_calls,
+    verify_skipped_work,
+)
+from accel.features.dispatch import native_attention_layers
+
+
+class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
+    """A diffusers cache hook enabled with ``transformer.enable_cache(config)``."""
+
+    family = "cache"
+    feature_class = FeatureClass.LOSSY
+    stage = Stage.CACHE
+    lossy_limits = LOSSY_LIMITS
+    roofline_exempt = SKIPS_WORK
+    global_state = ("attention_backends",)  # the work counter wraps diffusers' registered backends
+    needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
+    needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
+
+    def hook_config(self, pipeline: Any, options: ConfigT, context: RunContext) -> Any:
+        raise NotImplementedError
+
+    def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
+        transformer = getattr(pipeline, "transformer", None)
+        if transformer is None or not hasattr(transformer, "enable_cache"):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
+        if self.needs_diffusers_attention and native_attention_layers(transformer):
+            return Support.no(
+                f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
+                "attention layer"
+            )
+        if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
+            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule")
+        if not native_attention_layers(transformer) and not count_attention_modules(transformer):
+            return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
+        return Support.yes()
+
+    def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> WorkCounter:
+        transformer = pipeline.transformer
+        transformer.enable_cache(self.hook_config(pipeline, options, context))
+        return WorkCounter(transformer, undo=transformer.disable_cache, device=context.device)
+
+    def verify(self, handle: WorkCounter) -> Verdict:
+        return verify_skipped_work(handle, self.name)
+
+
+class FirstBlockCacheConfig(FeatureConfig):
+    """Options of ``first_block_cache``."""
+
+    threshold: float = Field(default=0.05, gt=0, description="Reuse when the first block changed less; higher: faster.")
+
+
+class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
+    name = "first_block_cache"
+    config_cls = FirstBlockCacheConfig
+    primary_option = "threshold"
+    description = "diffusers FirstBlockCache"
+
+    def hook_config(self, pipeline: Any, options: FirstBlockCacheConfig, context: RunContext) -> Any:
+        from diffusers import FirstBlockCacheConfig as DiffusersFirstBlockCacheConfig
+
+        return DiffusersFirstBlockCacheConfig(threshold=options.threshold)
+
+
+class MagCacheConfig(FeatureConfig):
+    """Options of ``mag_cache``; without ``mag_ratios`` the model's published ratios are used (Flux)."""
+
+    threshold: float = Field(default=0.06, gt=0, description="Accumulated error allowed; higher: faster, lossier.")
+    max_skip_steps: int = Field(default=3, ge=1, description="Consecutive skips allowed.")
+    retention_ratio: float = Field(default=0.2, ge=0, le=1, description="Share of first steps always computed.")
+    mag_ratios: list[float] | None = Field(default=None, description="Per-step magnitude ratios (calibrated).")
+
+
+class MagCache(_DiffusersHookFeature[MagCacheConfig]):
+    name = "mag_cache"
+    config_cls = MagCacheConfig
+    needs_steps = True  # diffusers' MagCache takes num_inference_steps
+    description = "diffusers MagCache (magnitude-ratio skipping)"
+
+    def check(self, pipeline: Any, device: str, options: MagCacheConfig) -> Support:
+        support = super().check(pipeline, device, options)
+        if (
+            support.supported
+            and options.mag_ratios is None
+            and type(pipeline.transformer).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer")
+        ):
+            return Support.no(
+                f"MagCache ratios are published for Flux only (found {type(pipeline.transformer).__name__}); "
+                "pass mag_ratios calibrated for this model"
+            )
+        return support
+
+    def hook_config(self, pipeline: Any, options: MagCacheConfig, context: RunContext) -> Any:
+        from diffusers import MagCacheConfig as DiffusersMagCacheConfig
+        from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
+
+        ratios = options.mag_ratios if options.mag_ratios is not None else FLUX_MAG_RATIOS
+        return DiffusersMagCacheConfig(
+            threshold=options.threshold,
+            max_skip_steps=options.max_skip_steps,
+            retention_ratio=options.retention_ratio,
+            num_inference_steps=context.steps,
+            mag_ratios=ratios,
+        )
+
+
+# Modules TaylorSeer caches, per transformer class, where diffusers' default patterns miss them: its
+# defaults ("^blocks.*attn", ... with re.fullmatch) never match Wan's "blocks.N.attn1"/"blocks.N.attn2".
+TAYLORSEER_IDENTIFIERS: dict[str, tuple[str, ...]] = {
+    "WanTransformer3DModel": (r"^blocks\.\d+\.attn[12]$",),
+}
+
+
+class TaylorSeerCacheConfig(FeatureConfig):
+    """Options of ``taylorseer_cache``."""
+
+    cache_interval: int = Field(default=5, ge=1, description="Compute every N steps, predict between; more: faster.")
+    disable_cache_before_step: int = Field(default=3, ge=0, description="Steps always computed first.")
+    max_order: int = Field(default=1, ge=1, le=4, description="Taylor expansion order.")
+    cache_identifiers: tuple[str, ...] | None = Field(
+        default=None,
+        description="Regexes (re.fullmatch) of the module names to cache; default: per model (Wan: its attn1/attn2 "
+        "modules), else diffusers' own patterns.",
+    )
+
+
+def taylorseer_identifiers(transformer: Any, options: TaylorSeerCacheConfig) -> tuple[str, ...]:
+    """The module-name patterns TaylorSeer hooks on this transformer: the option, the model's, or diffusers'."""
+    if options.cache_identifiers is not None:
+        return options.cache_identifiers
+    if type(transformer).__name__ in TAYLORSEER_IDENTIFIERS:
+        return TAYLORSEER_IDENTIFIERS[type(transformer).__name__]
+    from diffusers.hooks.taylorseer_cache import _TRANSFORMER_BLOCK_IDENTIFIERS
+
+    return tuple(_TRANSFORMER_BLOCK_IDENTIFIERS)
+
+
+def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
+    import re
+
+    return [name for name, _ in transformer.named_modules() if any(re.fullmatch(p, name) for p in patterns)]
+
+
+class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
+    name = "taylorseer_cache"
+    config_cls = TaylorSeerCacheConfig
+    description = "diffusers TaylorSeer cache (feature forecasting)"
+
+    def check(self, pipeline: Any, device: str, options: TaylorSeerCacheConfig) -> Support:
+        support = super().check(pipeline, device, options)
+        if not support.supported:
+            return support
+        transformer = pipeline.transformer
+        patterns = taylorseer_identifiers(transformer, options)
+        if not _matching_modules(transformer, patterns):
+            attention = [n for n, m in transformer.named_modules() if hasattr(m, "processor")][:2]
+            return Support.no(
+                f"TaylorSeer cache_identifiers {list(patterns)} match no module of {type(transformer).__name__} "
+                f"(its attention modules are named like {attention}); set cache_identifiers"
+            )
+        return support
+
+    def apply(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> WorkCounter:
+        handle = super().apply(pipeline, options, context)
+        handle.hooked = _matching_modules(pipeline.transformer, taylorseer_identifiers(pipeline.transformer, options))
+        return handle
+
+    def hook_config(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> Any:
+        import torch
+        from diffusers import TaylorSeerCacheConfig as DiffusersTaylorSeerCacheConfig
+
+        return DiffusersTaylorSeerCacheConfig(
+            **options.model_dump(exclude={"cache_identifiers"}),
+            cache_identifiers=list(taylorseer_identifiers(pipeline.transformer, options)),
+            taylor_factors_dtype=torch.float32,
+        )
+
+    def verify(self, handle: WorkCounter) -> Verdict:
+        verdict = verify_skipped_work(handle, self.name)
+        verdict.evidence["hooked_modules"] = len(handle.hooked)
+        return verdict
+
+
+class PyramidAttentionBroadcastConfig(FeatureConfig):
+    """Options of ``pyramid_attention_broadcast``."""
+
+    spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
+    spatial_attention_timestep_skip_range: tuple[int, int] = Field(
+        default=(100, 800), description="Timesteps (0-1000) within which attention may be reused."
+    )
+
+
+class PyramidAttentionBroadcast(_DiffusersHookFeature[PyramidAttentionBroadcastConfig]):
+    name = "pyramid_attention_broadcast"
+    needs_diffusers_attention = True
+    needs_current_timestep = True
+    config_cls = PyramidAttentionBroadcastConfig
+    description = "diffusers Pyramid Attention Broadcast"
+
+    def hook_config(self, pipeline: Any, options: PyramidAttentionBroadcastConfig, context: RunContext) -> Any:
+        from diffusers import PyramidAttentionBroadcastConfig as DiffusersPyramidAttentionBroadcastConfig
+
+        return DiffusersPyramidAttentionBroadcastConfig(
+            **options.model_dump(), current_timestep_callback=lambda: pipeline.current_timestep
+        )
+
+
+# Transformers that take spatial (video) latents, which FasterCache's frequency filtering needs.
+FASTER_CACHE_LAYOUTS = ("Wan", "CogVideoX", "HunyuanVideo", "Mochi", "Latte", "LTX", "Allegro")
+
+
+class FasterCacheConfig(FeatureConfig):
+    """Options of ``faster_cache``."""
+
+    spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
+    spatial_attention_timestep_skip_range: tuple[int, int] = Field(default=(-1, 681))
+    unconditional_batch_skip_range: int = Field(default=5, ge=1, description="Reuse the CFG branch every N steps.")
+    is_guidance_distilled: bool = Field(default=False, description="True for guidance-distilled models (Flux-dev).")
+
+
+class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
+    name = "faster_cache"
+    needs_diffusers_attention = True
+    needs_current_timestep = True
+    config_cls = FasterCacheConfig
+    description = "diffusers FasterCache"
+
+    def hook_config(self, pipeline: Any, options: FasterCacheConfig, context: RunContext) -> Any:
+        from diffusers import FasterCacheConfig as DiffusersFasterCacheConfig
+
+        return DiffusersFasterCacheConfig(
+            **options.model_dump(),
+            current_timestep_callback=lambda: pipeline.current_timestep,
+            attention_weight_callback=lambda _: 0.5,
+            tensor_format="BFCHW",  # Wan-style video transformers take (B, C, F, H, W) but filter per frame
+        )
+
+    def check(self, pipeline: Any, device: str, options: FasterCacheConfig) -> Support:
+        support = super().check(pipeline, device, options)
+        if not support.supported:
+            return support
+        name = type(pipeline.transformer).__name__
+        if not name.startswith(FASTER_CACHE_LAYOUTS):
+            # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
+            return Support.no(
+                f"FasterCache's frequency filtering expects spatial latents (B, C, F, H, W); {name} takes packed "
+                "token sequences"
+            )
+        if runs_cfg_as_separate_calls(pipeline):
+            # Seen on Wan: the hook splits every batch in halves as (uncond, cond); with two videos per prompt
+            # it reused one video's features for the other (SSIM 0.87), with one it failed. Its state is not
+            # kept per CFG branch either, so is_guidance_distilled would mix the two calls' attention.
+            return Support.no(
+                f"FasterCache takes each transformer batch as [uncond, cond] halves; {type(pipeline).__name__} runs "
+                "the unconditional branch as a separate transformer call, so the halves are two different samples"
+            )
+        return support
