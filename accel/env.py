@@ -99,7 +99,7 @@ def recorded_cpu_peak(peaks: dict[str, Any] | None, dtype: str) -> float | None:
     peaks = peaks or {}
     if peaks.get("host") != socket.gethostname():
         return None  # another host (a Ray worker): its own peak, measured in the cell
-    if peaks.get("threads", torch.get_num_threads()) != torch.get_num_threads():
+    if peaks.get("threads") != torch.get_num_threads():
         return None  # measured with another thread count: not this cell's peak
     return (peaks.get("flops") or {}).get(dtype)
 

@@ -255,10 +255,11 @@ class Measure(StrictModel):
         default=None,
         ge=1,
         description=(
-            "torch threads each cell runs with (every executor; on Ray it replaces the thread count that "
-            "cpus_per_cell gives), and the CPU peak behind MFU is measured with as many; unset: torch's default "
-            "(one per core). A CPU call bound by dispatch rather than GEMMs (mini-flux at 64x64) is as fast on one "
-            "thread and its adjacent calls spread about half as much (benchmarks/cpu_threads.py)."
+            "torch threads each cell runs with, split among a parallel cell's ranks; on Ray the cell reserves at "
+            "least that many CPUs and runs with this count instead of cpus_per_cell's; the CPU peak behind MFU is "
+            "measured with as many. Unset: torch's default (one per core); more than the machine's cores is refused "
+            "(process and inline executors). A CPU call bound by dispatch rather than GEMMs (mini-flux at 64x64) "
+            "is as fast on one thread, and identical adjacent calls spread 2.2-3.3x less (benchmarks/cpu_threads.py)."
         ),
     )
     sweep_warmup: bool = Field(

@@ -3,6 +3,8 @@ runs (never beside a measured cell)."""
 
 from __future__ import annotations
 
+import time
+
 from accel.profile import parse_profile
 from accel.sweep.runner import plan, sweep_warmup, warmup_spec
 
@@ -19,11 +21,15 @@ def _cells(tmp_path):
 
 
 class _Pending:
-    def __init__(self, events, status):
-        self.events, self.status = events, status
+    """A cell that runs when its result is asked for, as the process executor's does."""
+
+    def __init__(self, events, status, seconds=0.0):
+        self.events, self.status, self.seconds = events, status, seconds
 
     def result(self):
-        self.events.append("result")
+        self.events.append(("cell starts", time.perf_counter()))
+        time.sleep(self.seconds)
+        self.events.append(("cell ends", time.perf_counter()))
         return {"status": self.status}
 
 
@@ -36,16 +42,28 @@ def test_warmup_spec_runs_one_pass_without_a_warmup_call_and_changes_nothing_els
     assert (warm.key, warm.variant, warm.model) == (first.key, first.variant, first.model)
 
 
-def test_meanwhile_runs_after_the_warmup_is_submitted_and_before_its_result_is_awaited(tmp_path):
-    events: list[str] = []
+def test_meanwhile_runs_while_the_warmup_cell_runs_and_ends_before_the_sweep_goes_on(tmp_path):
+    events: list[tuple[str, float]] = []
     cells = _cells(tmp_path)
 
-    def submit(cell):
-        events.append(f"submit {cell.key}")
-        return _Pending(events, "ok")
+    def meanwhile():
+        events.append(("meanwhile starts", time.perf_counter()))
+        time.sleep(0.6)  # longer than the cell: only a join makes the sweep wait for it
+        events.append(("meanwhile ends", time.perf_counter()))
 
-    assert sweep_warmup(submit, cells, lambda: events.append("meanwhile")) == {}
-    assert events == [f"submit {cells[0].key}", "meanwhile", "result"]
+    assert sweep_warmup(lambda cell: _Pending(events, "ok", seconds=0.3), cells, meanwhile) == {}
+    returned = time.perf_counter()
+    at = dict(events)
+    # overlapped: each began before the other ended (one after the other, they would not)
+    assert at["meanwhile starts"] < at["cell ends"] and at["cell starts"] < at["meanwhile ends"]
+    assert at["meanwhile ends"] <= returned  # joined: nothing of it runs beside the first measured cell
+
+
+def test_a_failing_meanwhile_does_not_stop_the_sweep(tmp_path):
+    def meanwhile():
+        raise ImportError("no torchmetrics here")
+
+    assert sweep_warmup(lambda cell: _Pending([], "ok"), _cells(tmp_path), meanwhile) == {}
 
 
 def test_a_failed_warmup_is_kept_as_its_cells_result_and_not_run_again(tmp_path):

@@ -62,3 +62,27 @@ def test_threads_must_be_a_positive_count():
     data["measure"]["threads"] = 0
     with pytest.raises(ConfigError, match=r"measure\.threads"):
         parse_profile(data, "p.yaml")
+
+
+def test_more_threads_than_cores_is_refused_before_anything_runs(tmp_path):
+    import os
+
+    data = small_profile()
+    data["measure"]["threads"] = (os.cpu_count() or 1) + 1
+    with pytest.raises(ConfigError, match=r"t\.yaml: measure\.threads: \d+ is more than this machine's \d+ core"):
+        run_sweep(parse_profile(data), "t.yaml", tmp_path / "run", show_progress=False)
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
+def test_a_resumed_sweep_keeps_its_cpu_peak_only_for_the_same_thread_count(tmp_path, two_threads):
+    from accel.sweep.runner import cpu_peaks
+
+    data = small_profile()
+    data["measure"]["threads"] = 1
+    profile = parse_profile(data)
+    kept = {"host": socket.gethostname(), "threads": 1, "flops": {"float32": 1.0}}
+    (tmp_path / "environment.json").write_text(json.dumps({env.CPU_PEAKS_KEY: kept}))
+    assert cpu_peaks(profile, tmp_path, resume=True) == kept
+    (tmp_path / "environment.json").write_text(json.dumps({env.CPU_PEAKS_KEY: {**kept, "threads": 2}}))
+    measured = cpu_peaks(profile, tmp_path, resume=True)
+    assert measured["threads"] == 1 and measured["flops"]["float32"] != 1.0  # measured again, with one thread

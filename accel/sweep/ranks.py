@@ -88,8 +88,8 @@ def run_ranks(spec: CellSpec, timeout_s: float, threads: int | None = None) -> d
         record = failure(spec, reason, started)
         record.update(status="unsupported", unsupported_scope=scope, device=device, dtype=spec.model.dtype)
         return record
-    if threads is None and device == "cpu":  # the ranks share the host's cores
-        threads = max(1, (os.cpu_count() or 1) // size)
+    if threads is None and device == "cpu":  # the ranks share the cell's cores (measure.threads, else the host's)
+        threads = max(1, (spec.measure.threads or os.cpu_count() or 1) // size)
     fault = os.environ.get(FAULT_ENV, "")
     verbose = os.environ.get("OMNI_ACCEL_VERBOSE") == "1"
     with tempfile.TemporaryDirectory(prefix="omni-accel-ranks-") as scratch:
@@ -270,6 +270,8 @@ def _rank_worker(
     os.environ[PHASE_FILE_ENV] = result_path + ".phase"
     if threads:
         torch.set_num_threads(threads)
+        # run_cell sets measure.threads: each rank's share of the cell's threads, not the whole count
+        spec = dataclasses.replace(spec, measure=spec.measure.model_copy(update={"threads": threads}))
     note_phase(f"rank {rank}'s start")
     if launch.backend == "nccl":
         torch.cuda.set_device(rank)

@@ -8,7 +8,8 @@
   out-of-memory kill or ``measure.timeout_s`` (counted from the cell's start, on its node) is recorded as a
   failed cell naming the signal, exactly as in the process executor, and never retried. Ray retries a task
   only when its worker or node is lost (``max_retries``, ``retry_exceptions=False``).
-- **Resources.** ``ceil(measure.cpus_per_cell)`` CPUs, and the cell runs with that many torch threads; GPUs
+- **Resources.** ``ceil(measure.cpus_per_cell)`` CPUs (at least ``measure.threads`` when that is set), and the
+  cell runs with that many torch threads (``measure.threads`` when set); GPUs
   from ``measure.gpus_per_cell`` (auto: one for a model on ``cuda``, or on ``device: auto`` when the cluster
   has GPUs). A cell reserving no GPU sees none. A cell no node of the cluster could ever run fails at once.
 - **Overlap.** Every task reports its start (node, time) to a registry actor, so the runner knows which cells
@@ -168,7 +169,7 @@ class RaySubmitter:
 
     def __call__(self, spec: CellSpec) -> Pending:
         ray = self.ray
-        cpus = math.ceil(spec.measure.cpus_per_cell)
+        cpus = max(math.ceil(spec.measure.cpus_per_cell), spec.measure.threads or 0)
         gpus = self.gpus_for(spec)
         reason = self.unschedulable(spec, cpus, gpus)
         if reason:
@@ -178,7 +179,7 @@ class RaySubmitter:
         fault = os.environ.get(FAULT_ENV, "")
         verbose = os.environ.get("OMNI_ACCEL_VERBOSE") == "1"
         ref = self.remote.options(num_cpus=cpus, num_gpus=gpus).remote(
-            spec, fault, verbose, cpus, self.timeout_s, self.registry
+            spec, fault, verbose, spec.measure.threads or cpus, self.timeout_s, self.registry
         )
 
         def collect() -> dict[str, Any]:

@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
@@ -213,8 +214,9 @@ def warmup_spec(cell: CellSpec) -> CellSpec:
 
 def sweep_warmup(submit: Any, todo: list[CellSpec], meanwhile: Any = None) -> dict[str, Any]:
     """Run the first cell once, shortened (``warmup_spec``) and unrecorded, before the sweep (see
-    ``measure.sweep_warmup``); ``meanwhile()``, if given, runs here while the warm-up does (nothing measured
-    runs then: the first measured cell is submitted after the warm-up's result).
+    ``measure.sweep_warmup``); ``meanwhile()``, if given, runs in a thread of this process while the warm-up
+    runs (a process cell starts when its result is asked for) and has ended before this returns, so it never
+    runs beside a measured cell. An exception in it is dropped: what it imports is imported again where needed.
 
     Returns the warm-up's pending result keyed by its cell when that cell did not succeed: a cell that
     failed or timed out is recorded from its warm-up, never run a second time (a timeout would cost its
@@ -223,9 +225,23 @@ def sweep_warmup(submit: Any, todo: list[CellSpec], meanwhile: Any = None) -> di
     if not todo:
         return {}
     warm = submit(warmup_spec(todo[0]))
-    if meanwhile is not None:
-        meanwhile()
-    return {} if warm.result().get("status") == "ok" else {todo[0].key: warm}
+    beside = threading.Thread(target=_suppressed(meanwhile), name="omni-accel-meanwhile") if meanwhile else None
+    if beside is not None:
+        beside.start()
+    try:
+        status = warm.result().get("status")
+    finally:
+        if beside is not None:
+            beside.join()
+    return {} if status == "ok" else {todo[0].key: warm}
+
+
+def _suppressed(function: Any) -> Any:
+    def run() -> None:
+        with contextlib.suppress(Exception):
+            function()
+
+    return run
 
 
 def failed_models(records: list[dict[str, Any]]) -> dict[str, str]:
@@ -265,9 +281,15 @@ def _run_sweep(
             f"{run_dir}: already holds results; continue it with 'omni-accel sweep --resume {run_dir}' "
             "or choose another --out"
         )
-    prepare_run_dir(run_dir)
     measure = profile.measure
     executor = executor or measure.executor
+    cores = os.cpu_count() or 1
+    if executor != "ray" and measure.threads and measure.threads > cores:
+        raise ConfigError(
+            f"{source}: measure.threads: {measure.threads} is more than this machine's {cores} core(s); "
+            f"choose 1 to {cores}, or leave it unset (one thread per core)"
+        )
+    prepare_run_dir(run_dir)
     # The CPU's peak first, while nothing else runs: the forkserver's imports, started next, would slow its GEMM.
     peaks = cpu_peaks(profile, run_dir, resume)
     # The process executor's forkserver imports torch and diffusers while this process does the same and
