@@ -90,7 +90,7 @@ def import_libraries_quietly() -> None:
 
 def import_comparison_libraries() -> None:
     """Import what the parent needs once cells come back (torchmetrics for parity, matplotlib for the figures,
-    pandas and pyarrow for the parquet table): 4 to 5 s on 2 cores, otherwise paid between the noise floor and
+    pandas and pyarrow for the parquet table): about 5 s on 2 cores, otherwise paid between the noise floor and
     the next cell. The sweep calls it while its untimed warm-up cell runs, never beside a measured one."""
     import matplotlib
 
