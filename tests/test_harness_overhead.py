@@ -26,7 +26,8 @@ from accel.targets.native import make_target
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
 # The innermost sweep function of each kind of timed call: the stack below it is the timed path.
-TIMED_ROOTS = {"measure_alone": "headline", "draw_pair": "interleaved"}
+# The nearest root names a call: the stage pass runs inside measure_alone (between its passes) but is its own kind.
+TIMED_ROOTS = {"measure_alone": "headline", "draw_pair": "interleaved", "stage_pass": "stage"}
 
 
 def _script():
@@ -99,7 +100,7 @@ def test_the_benchmark_times_what_a_sweep_cell_times(timed_environments, tmp_pat
     timed_environments.clear()
     _benchmark_run(rounds=2)
     benchmark = set(timed_environments)
-    assert {kind for kind, *_ in sweep} == {"headline", "interleaved"}
+    assert {kind for kind, *_ in sweep} == {"headline", "interleaved", "stage"}
     only_sweep, only_benchmark = sweep - benchmark, benchmark - sweep
     assert sweep == benchmark, f"timed in the sweep only: {only_sweep}; in the benchmark only: {only_benchmark}"
 
@@ -114,6 +115,21 @@ def test_nothing_samples_or_profiles_beside_a_headline_call(timed_environments, 
     for _, _, threads, profiled in headline:
         assert threads <= before, f"threads beside a headline call: {sorted(threads - before)}"
         assert not profiled
+
+
+def test_the_stage_pass_runs_between_the_headline_passes(timed_environments, tmp_path):
+    """Drift on the host moves the headline median and the stage pass alike only when the stage pass runs in
+    the middle of the headline passes: with 2 passes over 2 requests, 2 headline calls, the stage pass's 2,
+    then 2 more."""
+    from accel.sweep.timed import midway_after
+
+    raw = small_profile(["tiny-flux"], [], steps=1, height=32, width=32)
+    raw["workload"]["seeds"] = [0, 1]
+    raw["measure"].update(noise_floor=False, repeats=2)
+    run_sweep(parse_profile(raw), "test.yaml", tmp_path, show_progress=False)
+    order = [kind for kind, *_ in timed_environments]
+    assert order == ["headline", "headline", "stage", "stage", "headline", "headline"]
+    assert [midway_after(repeats) for repeats in (1, 2, 3, 4)] == [1, 1, 1, 2]
 
 
 def test_the_bootstrap_interval_brackets_the_median_and_narrows_with_agreement():

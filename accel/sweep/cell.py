@@ -267,8 +267,8 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
 
 
 def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
-    """With the features applied: warm up, measure (alone, then a stage pass, then interleaved with a
-    reference), verify, remove; collect the record and save the outputs."""
+    """With the features applied: warm up, measure (alone, with a stage pass between the headline passes,
+    then interleaved with a reference), verify, remove; collect the record and save the outputs."""
     from accel.measure.contention import timing_window
     from accel.measure.flops import InputCapture
 
@@ -285,9 +285,15 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
         note_phase("the cold call (compilation and warm-up included)")
         first_call_s = warm_up(spec, target, applied, requests)
         note_phase("the timed calls")
-        alone = measure_alone(spec, target, applied, requests)
-        note_phase("the stage pass")
-        stages = stage_pass(target, applied, stage_pass_requests(spec, requests))
+
+        def stage_pass_midway() -> dict[str, Any] | None:
+            note_phase("the stage pass (between the timed passes)")
+            stages = stage_pass(target, applied, stage_pass_requests(spec, requests))
+            note_phase("the timed calls (after the stage pass)")
+            return stages
+
+        alone = measure_alone(spec, target, applied, requests, midway=stage_pass_midway)
+        stages = alone["midway"]
         if spec.variant != BASELINE and spec.measure.timing == INTERLEAVED:
             note_phase("the interleaved pairs with a reference")
             paired = measure_interleaved(spec, target, applied, requests)

@@ -49,7 +49,7 @@ def collect_record(
         "method": spec.measure.timing if spec.variant != BASELINE else "alone",
         **execution_context(target.device),
         "alone": alone["contention"].to_dict(),
-        "stage_pass": "separate" if stages is not None else "native pipeline's own stage timers",
+        "stage_pass": "between the headline passes" if stages is not None else "native pipeline's own stage timers",
     }
     result: dict[str, Any] = {
         "first_call_s": first_call_s,

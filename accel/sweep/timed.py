@@ -1,7 +1,8 @@
 """A cell's timed calls, with its features applied: warm-up, headline passes, stage pass, interleaved pairs.
 
 ``warm_up`` makes the cold call and the untimed warm-up calls; ``measure_alone`` the headline passes, the
-pipeline alone in its process inside ``headline_meters``; ``stage_pass`` one pass with the stage recorder;
+pipeline alone in its process inside ``headline_meters``; ``stage_pass`` one pass with the stage recorder,
+run between the headline passes (``measure_alone``'s ``midway``) so that drift cancels between the two;
 ``measure_interleaved`` the ABBA pairs against a freshly loaded, unaccelerated reference inside
 ``interleaved_meters``. ``benchmarks/harness_overhead.py`` times its calls through these very functions.
 """
@@ -9,6 +10,7 @@ pipeline alone in its process inside ``headline_meters``; ``stage_pass`` one pas
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -52,26 +54,36 @@ def headline_meters(device: str, memory_in_region: bool) -> list[Any]:
     return [PeakMemory(device), ContentionMeter()] if memory_in_region else [ContentionMeter()]
 
 
-def measure_alone(spec: CellSpec, target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]:
+def measure_alone(
+    spec: CellSpec, target: Any, applied: Any, requests: list[Any], midway: Callable[[], Any] | None = None
+) -> dict[str, Any]:
     """``measure.repeats`` passes over every request, the pipeline alone in its process: the headline latency
-    (no stage hooks synchronising inside the call, nothing sampling beside it), peak memory and the outputs."""
+    (no stage hooks synchronising inside the call, nothing sampling beside it), peak memory and the outputs.
+
+    ``midway`` (the cell's stage pass) runs after the first half of the passes (``midway_after``), its result
+    under ``"midway"``: on a host whose speed drifts, calls timed on both sides of it centre the headline
+    median on the moment it ran, so its end-to-end time and the headline agree (timed after the headline, it
+    missed by 9.5% in one of three quickstart runs). Its calls are not headline samples."""
     from accel.measure.memory import PeakMemory, process_pss, region_peak_available
 
     samples: list[float] = []
     passes: list[list[np.ndarray]] = []
+    midway_result: Any = None
     native_calls: list[dict[str, Any]] = []
     explicit = getattr(target, "explicit_stages", False)  # native pipelines time their own stages
     meters = headline_meters(target.device, memory_in_region=region_peak_available())
     with contextlib.ExitStack() as stack:
         for meter in meters:
             stack.enter_context(meter)
-        for _ in range(spec.measure.repeats):
+        for index in range(spec.measure.repeats):
             outputs: list[np.ndarray] = []
             for request in requests:
                 outputs.extend(_generate(target, applied, request, samples))
                 if explicit:
                     native_calls.append(target.stage_report())
             passes.append(outputs)
+            if midway is not None and index + 1 == midway_after(spec.measure.repeats):
+                midway_result = midway()
     memory = next((m for m in meters if isinstance(m, PeakMemory)), None)
     if memory is None:  # no kernel high-water mark here: a sampled, untimed call of its own gives the peak
         with PeakMemory(target.device, sample=True) as memory:
@@ -84,7 +96,14 @@ def measure_alone(spec: CellSpec, target: Any, applied: Any, requests: list[Any]
         "memory": memory.peaks,
         "pss": process_pss(),
         "contention": contention.result,
+        "midway": midway_result,
     }
+
+
+def midway_after(repeats: int) -> int:
+    """After how many headline passes ``measure_alone`` runs its ``midway`` call: half of them (at least one:
+    with a single pass it runs after it)."""
+    return max(1, repeats // 2)
 
 
 def stage_pass_requests(spec: CellSpec, requests: list[Any]) -> list[Any]:
