@@ -26,7 +26,15 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 from accel.errors import ConfigError, UnavailableError
-from accel.features.base import AnyFeature, FeatureConfig, Handle, RunContext, Verdict, compute_dtype
+from accel.features.base import (
+    AnyFeature,
+    FeatureConfig,
+    Handle,
+    RunContext,
+    Verdict,
+    compute_dtype,
+    untouched_denoisers_refusal,
+)
 from accel.features.registry import FEATURES
 from accel.features.rules import check_conflicts
 
@@ -234,6 +242,9 @@ def apply(
             ):
                 if not support.supported:
                     raise FeatureUnavailable(feature.name, scope, support.reason)
+            untouched = untouched_denoisers_refusal(feature, pipeline, config)
+            if untouched is not None:
+                raise FeatureUnavailable(feature.name, "model", untouched)
     applied = Applied(pipeline, RunContext(device=device, steps=steps or 0))
     setattr(pipeline, ACTIVE_ATTRIBUTE, applied)  # one apply() at a time: removed again by remove()
     try:

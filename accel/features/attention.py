@@ -24,6 +24,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Reach,
     RunContext,
     Stage,
     Support,
@@ -177,6 +178,7 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
     """Route the transformer's attention through one diffusers backend."""
 
     name = "attention_backend"
+    reach = Reach.FIRST_DENOISER
     family = "attention"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.ATTENTION

@@ -196,6 +196,43 @@ class Handle(ABC):
         """Undo ``apply``: the pipeline behaves as before."""
 
 
+# The components that denoise, in the order pipelines name them: some pipelines carry two (Wan 2.2's
+# high-noise ``transformer`` and low-noise ``transformer_2``, switched by the scheduler's progress).
+DENOISER_COMPONENTS = ("transformer", "transformer_2", "unet")
+
+
+def denoisers(pipeline: Any) -> dict[str, Any]:
+    """The pipeline's denoising models present (``transformer``, ``transformer_2``, ``unet``), by name."""
+    found = {name: getattr(pipeline, name, None) for name in DENOISER_COMPONENTS}
+    return {name: module for name, module in found.items() if module is not None and hasattr(module, "modules")}
+
+
+class Reach(str, Enum):
+    """What a feature acts on: the pipeline as a whole (VAE, model offload: every component alike), its first
+    denoiser only (``transformer``, or ``unet``), or every denoiser it has (``Feature.denoisers_reached``)."""
+
+    PIPELINE = "pipeline"
+    FIRST_DENOISER = "first denoiser"
+    EVERY_DENOISER = "every denoiser"
+
+
+def untouched_denoisers_refusal(feature: Any, pipeline: Any, options: Any) -> str | None:
+    """Why ``feature`` cannot run on a pipeline with a denoiser it would leave untouched (None: it reaches every
+    one): a feature reported engaged while a second denoiser ran without it would be a false verdict."""
+    present = denoisers(pipeline)
+    reached = feature.denoisers_reached(pipeline, options)
+    if reached is None or len(present) < 2:
+        return None
+    untouched = [name for name in present if name not in reached]
+    if not untouched:
+        return None
+    return (
+        f"{type(pipeline).__name__} denoises with {', '.join(present)}; {feature.name} reaches "
+        f"{', '.join(sorted(reached)) or 'none of them'} only, so {', '.join(untouched)} would run untouched"
+        + (f" ({feature.untouched_hint})" if feature.untouched_hint else "")
+    )
+
+
 def compute_dtype(pipeline: Any) -> str | None:
     """The dtype the pipeline's denoiser computes in (``bfloat16``, ``float32``, ...), or None if unknown."""
     module: Any = getattr(pipeline, "transformer", None) or getattr(pipeline, "unet", None)
@@ -242,6 +279,10 @@ class Feature(ABC, Generic[ConfigT, HandleT]):
     no_effect_on_cpu: ClassVar[str | None] = None
     # Plans by denoising step (needs ``RunContext.steps`` to match the calls): ``apply`` refuses other steps.
     needs_steps: ClassVar[bool] = False
+    # What it acts on (``Reach``): a first-denoiser feature is refused on a pipeline with a second denoiser,
+    # which would run untouched (``untouched_denoisers_refusal``); ``untouched_hint`` says what to do instead.
+    reach: ClassVar[Reach] = Reach.PIPELINE
+    untouched_hint: ClassVar[str] = ""
 
     def parse_options(self, raw: Any) -> ConfigT:
         """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""
@@ -270,6 +311,16 @@ class Feature(ABC, Generic[ConfigT, HandleT]):
         ``omni-accel features`` lists it. Default: nothing device-specific.
         """
         return Support.yes()
+
+    def denoisers_reached(self, pipeline: Any, options: ConfigT) -> set[str] | None:
+        """The denoisers (``denoisers(pipeline)`` names) this feature acts on with these options; None for a
+        feature of the whole pipeline. Default: from ``reach``."""
+        present = list(denoisers(pipeline))
+        if self.reach is Reach.PIPELINE:
+            return None
+        if self.reach is Reach.EVERY_DENOISER:
+            return set(present)
+        return set(present[:1])
 
     def option_values(self) -> list[Any]:
         """The values of the primary option worth listing (each Literal choice), or [] for none."""

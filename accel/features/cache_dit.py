@@ -19,6 +19,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Reach,
     RunContext,
     Stage,
     Support,
@@ -107,6 +108,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
     """Cache-DiT DBCache on the whole pipeline (``cache_dit.enable_cache``)."""
 
     name = "cache_dit"
+    reach = Reach.FIRST_DENOISER
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE

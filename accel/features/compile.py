@@ -6,10 +6,13 @@ graphs. Full compile traces the whole transformer: possibly faster, much slower 
 not combine with cache or offload hooks. Compile time is part of the cold time (the first call).
 
 Lossless in intent; on a CPU inductor's fused kernels can round differently (the report shows how much).
-Evidence: the compiled modules, the graphs and graph breaks dynamo recorded, and calls that went
-through the compiled code during each timed run. The graph count must stay stable across the timed runs:
-a run in which dynamo converted a frame (a guard failed: recompile) fails the cell with the reason, and
-so does a frame dynamo gave up on (the recompile limit or unsupported code: it runs eagerly).
+Every denoiser is compiled (a pipeline with two, Wan 2.2's ``transformer`` and ``transformer_2``, gets
+both). Evidence: the compiled modules, the graphs and graph breaks dynamo recorded, and calls that went
+through the compiled code during each timed run, per denoiser beside each denoiser's own calls: a denoiser
+that was called and ran none of its compiled code makes the verdict partial (not engaged), naming it.
+The graph count must stay stable across the timed runs: a run in which dynamo converted a frame (a guard
+failed: recompile) fails the cell with the reason, and so does a frame dynamo gave up on (the recompile
+limit or unsupported code: it runs eagerly).
 """
 
 from __future__ import annotations
@@ -18,7 +21,18 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import (
+    Feature,
+    FeatureClass,
+    FeatureConfig,
+    Handle,
+    Reach,
+    RunContext,
+    Stage,
+    Support,
+    Verdict,
+    denoisers,
+)
 
 
 class CompileConfig(FeatureConfig):
@@ -47,24 +61,51 @@ def _dynamo_counters() -> dict[str, int]:
     }
 
 
-class _CompileHandle(Handle):
-    """Counts calls into the compiled code (outside it) and dynamo's counters around each run."""
+def _transformers(pipeline: Any) -> dict[str, Any]:
+    """The denoisers compile acts on: the transformers (``transformer`` and a second one, ``transformer_2``)."""
+    return {name: module for name, module in denoisers(pipeline).items() if name != "unet"}
 
-    def __init__(self, modules: list[Any], before: dict[str, int]) -> None:
+
+class _CompileHandle(Handle):
+    """Counts calls into the compiled code and calls of each denoiser (both outside the compiled frames),
+    and dynamo's counters around each run."""
+
+    def __init__(self, modules: dict[str, list[Any]], roots: dict[str, Any], before: dict[str, int]) -> None:
         super().__init__()
-        self.modules = modules
+        self.modules_by_denoiser = modules
+        self.modules = [module for group in modules.values() for module in group]
         self.before = before
         self.run_start = before
-        for module in modules:
-            module._compiled_call_impl = self._counted(module._compiled_call_impl)
+        for name, group in modules.items():
+            for module in group:
+                module._compiled_call_impl = self._counted(module._compiled_call_impl, name)
+        # A denoiser's own calls: counted by its compiled entry when the whole module is compiled (a hook
+        # there would run inside the graph), by a pre-hook on its (eager) top module otherwise.
+        self.hooks = [
+            root.register_forward_pre_hook(self._call_counter(name))
+            for name, root in roots.items()
+            if root not in modules.get(name, [])
+        ]
+        self.counted_by_entry = {name for name, root in roots.items() if root in modules.get(name, [])}
 
-    def _counted(self, compiled: Any) -> Any:
+    def _bump(self, key: str, name: str) -> None:
+        counts = self.current.setdefault(key, {})
+        counts[name] = counts.get(name, 0) + 1
+
+    def _counted(self, compiled: Any, denoiser: str) -> Any:
         # Called by nn.Module.__call__, outside the compiled frame: a plain counter is safe here.
         def counted(*args: Any, **kwargs: Any) -> Any:
             self.current["compiled_calls"] = self.current.get("compiled_calls", 0) + 1
+            self._bump("compiled_calls_by_denoiser", denoiser)
             return compiled(*args, **kwargs)
 
         return counted
+
+    def _call_counter(self, denoiser: str) -> Any:
+        def count(module: Any, args: Any) -> None:
+            self._bump("denoiser_calls", denoiser)
+
+        return count
 
     def begin_run(self) -> None:
         super().begin_run()
@@ -75,14 +116,29 @@ class _CompileHandle(Handle):
         # Frames dynamo converted during this run: a recompile (new graphs) or a failed one (runs eagerly).
         self.current["new_graphs"] = now["unique_graphs"] - self.run_start["unique_graphs"]
         self.current["frames_converted"] = now["frames_converted"] - self.run_start["frames_converted"]
+        for name in self.counted_by_entry:  # the compiled entry's calls are the denoiser's calls
+            calls = self.current.get("compiled_calls_by_denoiser", {}).get(name, 0)
+            self.current.setdefault("denoiser_calls", {})[name] = calls
 
     def dynamo_delta(self) -> dict[str, int]:
         now = _dynamo_counters()
         return {key: now[key] - self.before[key] for key in now}
 
+    def untouched(self) -> dict[str, int]:
+        """Denoiser name -> its calls in runs where none of its compiled code ran (it ran eagerly)."""
+        untouched: dict[str, int] = {}
+        for run in self.runs:
+            compiled = run.get("compiled_calls_by_denoiser", {})
+            for name, calls in run.get("denoiser_calls", {}).items():
+                if calls and not compiled.get(name):
+                    untouched[name] = untouched.get(name, 0) + calls
+        return untouched
+
     def remove(self) -> None:
         import torch
 
+        for hook in self.hooks:
+            hook.remove()
         for module in self.modules:
             module._compiled_call_impl = None
         torch._dynamo.reset()
@@ -92,6 +148,7 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
     """Compile the transformer with torch.compile."""
 
     name = "compile"
+    reach = Reach.EVERY_DENOISER
     family = "compile"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.COMPILE
@@ -104,8 +161,10 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None:
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer")
-        if options.granularity == "regional" and not getattr(transformer, "_repeated_blocks", None):
-            return Support.no(f"transformer {type(transformer).__name__} has no _repeated_blocks")
+        if options.granularity == "regional":
+            for name, module in _transformers(pipeline).items():
+                if not getattr(module, "_repeated_blocks", None):
+                    return Support.no(f"{name} {type(module).__name__} has no _repeated_blocks")
         return self.probe(device, options)
 
     def probe(self, device: str, options: CompileConfig, dtype: str | None = None) -> Support:
@@ -119,7 +178,6 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
         # Regional compile compiles one graph per block class; many blocks of a big model, each with
         # its own guards, exceed dynamo's default cache of 8 entries per code object.
         torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
-        transformer = pipeline.transformer
         kwargs = {
             "mode": None if options.mode == "default" else options.mode,
             "dynamic": options.dynamic,
@@ -127,26 +185,44 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
             "backend": options.backend,
         }
         before = _dynamo_counters()
-        if options.granularity == "regional":
-            transformer.compile_repeated_blocks(**kwargs)
-        else:
-            transformer.compile(**kwargs)
-        modules = [m for m in transformer.modules() if getattr(m, "_compiled_call_impl", None) is not None]
-        return _CompileHandle(modules, before)
+        roots = _transformers(pipeline)  # every denoiser: a second one (transformer_2) is compiled too
+        for transformer in roots.values():
+            if options.granularity == "regional":
+                transformer.compile_repeated_blocks(**kwargs)
+            else:
+                transformer.compile(**kwargs)
+        modules = {
+            name: [m for m in root.modules() if getattr(m, "_compiled_call_impl", None) is not None]
+            for name, root in roots.items()
+        }
+        return _CompileHandle(modules, roots, before)
 
     def verify(self, handle: _CompileHandle) -> Verdict:
         delta = handle.dynamo_delta()
         calls = [run.get("compiled_calls", 0) for run in handle.runs]
         recompiles = [run.get("frames_converted", 0) for run in handle.runs]
+        untouched = handle.untouched()
         evidence: dict[str, Any] = {
             "compiled_modules": len(handle.modules),
+            "compiled_modules_by_denoiser": {name: len(group) for name, group in handle.modules_by_denoiser.items()},
             "compiled_calls_per_run": calls,
+            "compiled_calls_by_denoiser_per_run": [run.get("compiled_calls_by_denoiser", {}) for run in handle.runs],
+            "denoiser_calls_per_run": [run.get("denoiser_calls", {}) for run in handle.runs],
             "new_graphs_per_run": [run.get("new_graphs", 0) for run in handle.runs],
             "frames_converted_per_run": recompiles,
             **delta,
         }
         if delta["unique_graphs"] == 0 or not calls or not all(calls):
             return Verdict(False, "compile requested but no compiled graph ran during the timed runs", evidence)
+        if untouched:
+            total = {name: sum(run.get("denoiser_calls", {}).get(name, 0) for run in handle.runs) for name in untouched}
+            ran = ", ".join(f"{name} on {calls} of {total[name]} calls" for name, calls in untouched.items())
+            return Verdict(
+                False,
+                f"partial: a denoiser ran without its compiled code ({ran}); compiled: "
+                + ", ".join(name for name in handle.modules_by_denoiser if name not in untouched),
+                {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
+            )
         if handle.calls_before_window == 0 and recompiles[0] and not any(recompiles[1:]):
             # The window holds the first call since apply (no warm-up was set aside): that call compiled.
             after = f"no recompile in the {len(calls) - 1} call(s) after it" if len(calls) > 1 else "no call after it"

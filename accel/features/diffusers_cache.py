@@ -17,6 +17,7 @@ from accel.features.base import (
     Feature,
     FeatureClass,
     FeatureConfig,
+    Reach,
     RunContext,
     Stage,
     Support,
@@ -79,6 +80,7 @@ class FirstBlockCacheConfig(FeatureConfig):
 
 class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
     name = "first_block_cache"
+    reach = Reach.FIRST_DENOISER
     config_cls = FirstBlockCacheConfig
     primary_option = "threshold"
     description = "diffusers FirstBlockCache"
@@ -100,6 +102,7 @@ class MagCacheConfig(FeatureConfig):
 
 class MagCache(_DiffusersHookFeature[MagCacheConfig]):
     name = "mag_cache"
+    reach = Reach.FIRST_DENOISER
     config_cls = MagCacheConfig
     needs_steps = True  # diffusers' MagCache takes num_inference_steps
     description = "diffusers MagCache (magnitude-ratio skipping)"
@@ -170,6 +173,7 @@ def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
 
 class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
     name = "taylorseer_cache"
+    reach = Reach.FIRST_DENOISER
     config_cls = TaylorSeerCacheConfig
     description = "diffusers TaylorSeer cache (feature forecasting)"
 
@@ -219,6 +223,7 @@ class PyramidAttentionBroadcastConfig(FeatureConfig):
 
 class PyramidAttentionBroadcast(_DiffusersHookFeature[PyramidAttentionBroadcastConfig]):
     name = "pyramid_attention_broadcast"
+    reach = Reach.FIRST_DENOISER
     needs_diffusers_attention = True
     needs_current_timestep = True
     config_cls = PyramidAttentionBroadcastConfig
@@ -247,6 +252,7 @@ class FasterCacheConfig(FeatureConfig):
 
 class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
     name = "faster_cache"
+    reach = Reach.FIRST_DENOISER
     needs_diffusers_attention = True
     needs_current_timestep = True
     config_cls = FasterCacheConfig

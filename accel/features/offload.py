@@ -23,6 +23,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Reach,
     RunContext,
     Stage,
     Support,
@@ -283,6 +284,7 @@ class LayerwiseOffload(_GroupOffloadFeature[LayerwiseOffloadConfig]):
     """The transformer's blocks one at a time, the rest of the pipeline resident."""
 
     name = "enable_layerwise_offload"
+    reach = Reach.FIRST_DENOISER
     config_cls = LayerwiseOffloadConfig
     description = "layerwise offload of the transformer blocks (group offload, one block per group)"
 

@@ -35,6 +35,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Reach,
     RunContext,
     Stage,
     Support,
@@ -321,6 +322,7 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
     """Split the transformer's sequence over ranks: Ulysses (all-to-all) and/or Ring attention (diffusers)."""
 
     name = "context_parallel"
+    reach = Reach.FIRST_DENOISER
     family = "parallel"
     feature_class = FeatureClass.LOSSLESS  # reduction order only: judged at the dtype's lossless thresholds
     stage = Stage.PARALLEL
@@ -390,6 +392,7 @@ class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHan
     """Shard the transformer's planned Linear layers over ranks (diffusers ``TensorParallelConfig``)."""
 
     name = "tensor_parallel"
+    reach = Reach.FIRST_DENOISER
     family = "parallel"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.PARALLEL

@@ -23,11 +23,13 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Reach,
     RunContext,
     Stage,
     Support,
     Verdict,
     compute_dtype,
+    denoisers,
 )
 
 Method = Literal["int8wo", "int8dq", "fp8wo", "fp8dq", "fp8dq_row", "int4wo"]
@@ -213,6 +215,12 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
     global_state = ("inductor",)  # torchao's quantize_ sets inductor flags
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
+    reach = Reach.FIRST_DENOISER  # the denoisers named in components (``denoisers_reached``)
+    untouched_hint = "name every denoiser in quantization's components, e.g. [transformer, transformer_2]"
+
+    def denoisers_reached(self, pipeline: Any, options: QuantizationConfig) -> set[str] | None:
+        """The denoisers among ``components``: the ones quantized."""
+        return set(options.components) & set(denoisers(pipeline))
 
     def probe(self, device: str, options: QuantizationConfig, dtype: str | None = None) -> Support:
         import importlib.util

@@ -24,6 +24,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Reach,
     RunContext,
     Stage,
     Support,
@@ -160,6 +161,7 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
     """TeaCache for FLUX-style transformers: published coefficients (FLUX) or the user's own."""
 
     name = "tea_cache"
+    reach = Reach.FIRST_DENOISER
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
