@@ -88,6 +88,9 @@ def test_smoke_report_compares_with_published_numbers(smoke):
     assert "## Against published numbers" in report and "| bf16 eager |" in report
     assert re.search(r"Floor on H200 .*: 75\.\d ms per step", report)
     assert "**Synthetic models**" in report  # the run's report labels the synthetic sources
+    # Fewer than two GPUs: the parallel section says it was skipped, and what each variant is told before launch.
+    assert "## Parallel inference\n\nSkipped: this machine has 0 GPU(s); the parallel section needs 2 or more" in report
+    assert "- `tp-2`: refused before any rank starts: tensor_parallel: needs 2 GPUs, one per rank (found: 0)" in report
     with tarfile.open(out / "run.tar.gz") as archive:
         names = archive.getnames()
     assert "run/profile.resolved.yaml" in names and not any("/outputs/" in n or "/images/" in n for n in names)
@@ -153,3 +156,33 @@ def test_installation_plan_keeps_what_is_there_and_never_lists_torch(tmp_path):
     assert {"pydantic", "pydantic-core"} <= {install_wheels.wheel_name(w)[0] for w in chosen}  # as a group
     assert not any(install_wheels.wheel_name(w)[0] == "torch" for w in chosen)
     assert any("keep 2.11.0" in n for n in notes)
+
+
+def test_the_parallel_section_sweeps_and_tabulates_its_profile_where_there_are_enough_devices(tmp_path, monkeypatch):
+    """The branch a machine with two or more GPUs takes, exercised on the CPU: a two-rank Ulysses profile on a
+    tiny model swept, gated and tabulated against one rank (on a GPU machine: profiles/gpu-parallel.yaml)."""
+    script = gpu_check
+    profile = tmp_path / "parallel.yaml"
+    profile.write_text(
+        yaml.safe_dump(
+            {
+                "name": "parallel-smoke",
+                "models": [{"name": "tiny-flux", "source": "tiny-flux"}],
+                "workload": {"prompts": ["a red fox"], "seeds": [0], "steps": 2, "height": 32, "width": 32},
+                "variants": [{"name": "ulysses-2", "features": {"context_parallel": {"ulysses": 2}}}],
+                "measure": {"warmup": 0, "repeats": 1, "timing": "sequential", "noise_floor": False,
+                            "sweep_warmup": False, "executor": "process", "timeout_s": 240},
+            }
+        )
+    )  # fmt: skip
+    monkeypatch.setattr(script, "PARALLEL_PROFILE", profile)
+    log = script.Log(tmp_path / "check.log")
+    lines = script.parallel_section(2, 400, tmp_path, log)
+    text = "\n".join(lines)
+    assert text.startswith("## Parallel inference\n\n2 GPUs; sweep exit 0, gate exit 0"), text
+    rows = {line.split(" | ")[0].strip("| "): line for line in lines if line.startswith("| ") and "---" not in line}
+    assert rows["ulysses-2"].split(" | ")[1] == "ok", rows
+    lines_of_results = (tmp_path / "parallel" / "results.jsonl").read_text().splitlines()
+    records = {record["variant"]: record for record in map(json.loads, lines_of_results)}
+    ssim, psnr = (records["ulysses-2"]["parity"][key] for key in ("ssim", "psnr"))
+    assert ssim > 0.999 and f"| {ssim} / {psnr} |" in rows["ulysses-2"]  # the table shows the record's parity

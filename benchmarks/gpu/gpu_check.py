@@ -5,7 +5,9 @@ the published numbers, and pack report, results and figures into ``$OUT``.
 Python from the working tree (no install of omni-accel itself: ``PYTHONPATH`` is the tree). Every step
 runs even when an earlier one failed, and whatever was measured is reported: the sweep runs in a child
 process with a deadline (cells recorded before it are kept and reported), then the gate, the roofline of
-the profile's first model on this device, the comparison with ``peers.yaml``, and the pack:
+the profile's first model on this device, the comparison with ``peers.yaml``, the parallel section
+(``profiles/gpu-parallel.yaml`` on two or more GPUs; on one, the report says it was skipped and what each
+parallel variant is told before launch), and the pack:
 
     $OUT/report.md          the run's report, with the GPU check's summary and the comparison on top
     $OUT/results.jsonl      every cell's record
@@ -198,6 +200,64 @@ def pack(run_dir: Path, out: Path, log: Log) -> list[Path]:
     return written
 
 
+PARALLEL_PROFILE = ROOT / "profiles" / "gpu-parallel.yaml"
+PARALLEL_MIN_GPUS = 2
+PARALLEL_BUDGET_S = 150  # taken from the main sweep's budget only on a machine that runs the section
+
+
+def parallel_refusals(data: dict[str, Any]) -> list[str]:
+    """Each parallel variant of ``data`` and what the harness says before launching it on this machine's GPUs
+    (``accel.features.parallel.launch_refusal``): the refusal with its reason, or that it would launch."""
+    from accel.features import FEATURES
+    from accel.features.parallel import launch_refusal
+
+    lines = []
+    for variant in data["variants"]:
+        configs = {name: FEATURES[name].parse_options(raw) for name, raw in variant["features"].items()}
+        reason = launch_refusal(configs, "cuda")
+        said = f"refused before any rank starts: {reason}" if reason else "would launch"
+        lines.append(f"- `{variant['name']}`: {said}")
+    return lines
+
+
+def parallel_section(gpus: int, budget_s: float, work: Path, log: Log) -> list[str]:
+    """The report's "Parallel inference" section: ``profiles/gpu-parallel.yaml`` swept and gated on a machine with
+    at least two GPUs (one rank per GPU); on fewer, said plainly to be skipped, with each variant's refusal."""
+    data = yaml.safe_load(PARALLEL_PROFILE.read_text())
+    shown = PARALLEL_PROFILE.relative_to(ROOT) if PARALLEL_PROFILE.is_relative_to(ROOT) else PARALLEL_PROFILE
+    lines = ["## Parallel inference", ""]
+    if gpus < PARALLEL_MIN_GPUS:
+        lines.append(
+            f"Skipped: this machine has {gpus} GPU(s); the parallel section needs {PARALLEL_MIN_GPUS} or more (one "
+            f"rank per GPU, `{shown}`). What each variant gets here:"
+        )
+        lines += ["", *parallel_refusals(data)]
+        log.write(f"parallel section skipped: {gpus} GPU(s)")
+        return lines
+    run_dir = work / "parallel"
+    code, output = run_bounded(
+        [sys.executable, "-m", "accel", "sweep", str(PARALLEL_PROFILE), "--out", str(run_dir)], budget_s, log
+    )
+    log.write(f"parallel sweep exit {code}\n{output[-3000:]}")
+    gate_code, gate_output = run_bounded([sys.executable, "-m", "accel", "gate", str(run_dir)], 60, log)
+    log.write(f"parallel gate exit {gate_code}\n{gate_output[-2000:]}")
+    lines.append(f"{gpus} GPUs; sweep exit {code}, gate exit {gate_code} (`{shown}`).")
+    lines.append("")
+    lines.append("| variant | status | parity vs one rank (SSIM / PSNR) | warm median (s) | error |")
+    lines.append("|---|---|---|---|---|")
+    results = run_dir / "results.jsonl"
+    for line in results.read_text().splitlines() if results.is_file() else []:
+        record = json.loads(line)
+        parity = record.get("parity") or {}
+        warm = (record.get("warm") or {}).get("median")
+        error = (str(record.get("error") or "").strip().splitlines() or [""])[0]
+        lines.append(
+            f"| {record['variant']} | {record['status']} | {parity.get('ssim', '–')} / {parity.get('psnr', '–')} | "
+            f"{'–' if warm is None else f'{warm:.3f}'} | {error} |"
+        )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--profile", type=Path, default=ROOT / "profiles" / "gpu-h200.yaml")
@@ -238,11 +298,14 @@ def main(argv: list[str] | None = None) -> int:
     if not args.smoke and not args.summarise_only and not torch.cuda.is_available():
         log.write("warning: no CUDA device: every cell runs on the CPU (use --smoke for a CPU-sized run)")
 
+    gpus = torch.cuda.device_count() if not args.summarise_only else 0
+    parallel_budget = PARALLEL_BUDGET_S if gpus >= PARALLEL_MIN_GPUS else 0
     if args.summarise_only:
         code = None
         log.write(f"--summarise-only: no sweep; the records found in {run_dir}")
     else:
-        sweep_budget = args.budget_s - (time.monotonic() - started) - 60  # leave a minute for the rest
+        # A minute for the rest; the parallel section's share only where it runs.
+        sweep_budget = args.budget_s - (time.monotonic() - started) - 60 - parallel_budget
         code, output = run_bounded(
             [sys.executable, "-m", "accel", "sweep", str(profile_path), "--out", str(run_dir)], sweep_budget, log
         )
@@ -290,6 +353,12 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *peers_table(records, roofline, peers),
     ]
+    if not args.summarise_only:
+        try:
+            summary += ["", *parallel_section(gpus, parallel_budget, work, log)]
+        except Exception as error:  # reported, the rest still runs
+            log.write(f"parallel section failed: {type(error).__name__}: {error}")
+            summary += ["", "## Parallel inference", "", f"Failed: {type(error).__name__}: {error} (check.log)"]
     report = run_dir / "report.md"
     body = report.read_text() if report.is_file() else "(the sweep wrote no report: see check.log)\n"
     body = body[body.find("# omni-accel report") :] if "# omni-accel report" in body else body  # no older summary
