@@ -284,3 +284,39 @@ def test_a_waiting_cell_no_node_left_can_run_fails_instead_of_waiting_forever(mo
     assert record["status"] == "failed" and submitter.ray.cancelled == ["ref"]
     assert "cannot be scheduled" in record["error"] and "the Ray cluster has no GPU" in record["error"]
     assert record["error"].endswith("nodes were lost during the sweep")
+
+
+def test_a_parallel_cell_reserves_every_ranks_share_in_one_task_or_is_refused(monkeypatch):
+    """Ray grants one task's resources together on one node or not at all: a two-rank cell asks for two ranks'
+    CPUs and GPUs in its one task (never one GPU for two ranks), and a cluster whose largest node has fewer
+    GPUs than ranks fails the cell before anything starts."""
+    from accel.profile import Measure, ModelSpec, Workload
+    from accel.sweep import ray_executor
+    from accel.sweep.spec import CellSpec
+
+    asked = []
+
+    class FakeRemote:
+        def options(self, **resources):
+            asked.append(resources)
+            return self
+
+        def remote(self, *args):
+            return "ref"
+
+    submitter = object.__new__(ray_executor.RaySubmitter)
+    submitter.ray, submitter.remote, submitter.registry, submitter.timeout_s = None, FakeRemote(), None, 60
+    submitter.nodes = [{"Alive": True, "NodeManagerAddress": "10.0.0.2", "Resources": {"CPU": 8, "GPU": 2}}]
+    submitter.cluster_gpus = 2
+    workload = Workload(prompts=["a"], seeds=[0], steps=2, height=32, width=32)
+    model = ModelSpec(name="m", source="tiny-flux", device="cuda")
+    parallel = {"context_parallel": {"ulysses": 2}}
+    spec = CellSpec(model, workload, Measure(cpus_per_cell=2), "ulysses-2", features=parallel)
+    assert submitter.reservation(spec) == (4, 2.0)
+    assert submitter.reservation(CellSpec(model, workload, Measure(cpus_per_cell=2), "baseline")) == (2, 1.0)
+    submitter(spec)
+    assert asked == [{"num_cpus": 4, "num_gpus": 2.0}]
+    submitter.nodes = [{"Alive": True, "NodeManagerAddress": "10.0.0.3", "Resources": {"CPU": 8, "GPU": 1}}] * 2
+    record = submitter(spec).result()  # two one-GPU nodes: two GPUs in the cluster, never two on one node
+    assert record["status"] == "failed" and "asks for 4 CPU(s) and 2 GPU(s)" in record["error"], record["error"]
+    assert "no node of the Ray cluster has that" in record["error"] and len(asked) == 1  # nothing was submitted

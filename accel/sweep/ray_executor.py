@@ -71,8 +71,8 @@ def _ray_cell(
         env["CUDA_VISIBLE_DEVICES"] = ""  # Ray >= 2.48 leaves GPUs visible to tasks that reserved none
     from accel.sweep import ranks
 
-    if ranks.is_parallel(spec):  # its ranks on this node, from this task's reservation (no placement group yet)
-        record = ranks.run_ranks(spec, timeout_s, threads)
+    if ranks.is_parallel(spec):  # its ranks on this node, from this task's reservation (every rank's share)
+        record = ranks.run_ranks(spec, timeout_s, max(1, threads // ranks.world_size(spec)))  # each rank its share
     else:
         record = run_supervised(spec, timeout_s, fault, verbose, threads, env)
     timing = record.setdefault("timing", {})
@@ -167,10 +167,21 @@ class RaySubmitter:
             f"({have or 'no node alive'})"
         )
 
+    def reservation(self, spec: CellSpec) -> tuple[int, float]:
+        """(CPUs, GPUs) the cell's task reserves: ``measure.cpus_per_cell`` (at least ``measure.threads``) and
+        ``gpus_for`` per rank, times the ranks of a parallel cell. One task's resources are granted together on
+        one node or not at all, so a parallel cell holds every rank's share before any rank starts, never part
+        of it (its ranks are processes the task starts on that node: a placement group of one bundle per rank
+        would reserve the same)."""
+        from accel.sweep import ranks
+
+        world = ranks.world_size(spec)
+        cpus = max(math.ceil(spec.measure.cpus_per_cell) * world, spec.measure.threads or 0)
+        return cpus, self.gpus_for(spec) * world
+
     def __call__(self, spec: CellSpec) -> Pending:
         ray = self.ray
-        cpus = max(math.ceil(spec.measure.cpus_per_cell), spec.measure.threads or 0)
-        gpus = self.gpus_for(spec)
+        cpus, gpus = self.reservation(spec)
         reason = self.unschedulable(spec, cpus, gpus)
         if reason:
             record = failure(spec, reason)
