@@ -114,3 +114,19 @@ def test_a_one_denoiser_pipeline_is_not_refused():
     for name in ("tea_cache", "first_block_cache", "attention_backend"):
         feature = FEATURES[name]
         assert untouched_denoisers_refusal(feature, target.pipeline, feature.parse_options(None)) is None
+
+
+@pytest.mark.parametrize("granularity", ["full", "regional"])
+def test_compile_reaches_a_unet(granularity):
+    """SD 1.5's denoiser is a UNet: compile reaches it (diffusers' UNet2DConditionModel declares
+    _repeated_blocks: its BasicTransformerBlocks), engaged, with its evidence under `unet`."""
+    target = loaded("tiny-sd15")
+    config = CompileConfig(granularity=granularity, backend="aot_eager")
+    with apply(target.pipeline, config, num_inference_steps=2) as done:
+        generate(target, height=32, width=32)
+        done.reset_evidence()
+        generate(target, height=32, width=32)
+        verdict = done.verdicts()["compile"]
+    assert verdict.engaged, verdict.summary
+    compiled = verdict.evidence["compiled_modules_by_denoiser"]
+    assert list(compiled) == ["unet"] and (compiled["unet"] == 1 if granularity == "full" else compiled["unet"] > 1)

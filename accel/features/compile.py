@@ -1,17 +1,18 @@
-"""torch.compile (``compile``): regional (the transformer's repeated blocks) or the full transformer.
+"""torch.compile (``compile``): regional (the denoiser's repeated blocks) or the full denoiser.
 
 Regional compile (``compile_repeated_blocks``) compiles one block class once and reuses the graph for
 every instance: compile time stays small, and hooks around the blocks (offload, cache) stay outside the
 graphs. Full compile traces the whole transformer: possibly faster, much slower to compile, and it does
 not combine with cache or offload hooks. Compile time is part of the cold time (the first call).
 
-Lossless in intent; on a CPU inductor's fused kernels can round differently (the report shows how much).
-Every denoiser is compiled (a pipeline with two, Wan 2.2's ``transformer`` and ``transformer_2``, gets
-both). Evidence: the compiled modules, the graphs and graph breaks dynamo recorded, and calls that went
-through the compiled code during each timed run, per denoiser beside each denoiser's own calls: a denoiser
-that was called and ran none of its compiled code makes the verdict partial (not engaged), naming it.
-The graph count must stay stable across the timed runs: a run in which dynamo converted a frame (a guard
-failed: recompile) fails the cell with the reason, and so does a frame dynamo gave up on (the recompile
+Lossless in intent; on a CPU inductor's fused kernels can round differently (the report shows how much). Every
+denoiser is compiled: the transformer, or a UNet (diffusers' ``UNet2DConditionModel`` declares its
+``BasicTransformerBlock`` as ``_repeated_blocks``), and a pipeline with two, Wan 2.2's ``transformer`` and
+``transformer_2``, gets both. Evidence: the compiled modules, the graphs and graph breaks dynamo recorded, and
+calls that went through the compiled code during each timed run, per denoiser beside each denoiser's own
+calls: a denoiser that was called and ran none of its compiled code makes the verdict partial (not engaged),
+naming it. The graph count must stay stable across the timed runs: a run in which dynamo converted a frame (a
+guard failed: recompile) fails the cell with the reason, and so does a frame dynamo gave up on (the recompile
 limit or unsupported code: it runs eagerly).
 """
 
@@ -59,11 +60,6 @@ def _dynamo_counters() -> dict[str, int]:
         "frames_converted": int(counters["frames"]["total"]),
         "frames_failed": int(counters["frames"]["total"] - counters["frames"]["ok"]),
     }
-
-
-def _transformers(pipeline: Any) -> dict[str, Any]:
-    """The denoisers compile acts on: the transformers (``transformer`` and a second one, ``transformer_2``)."""
-    return {name: module for name, module in denoisers(pipeline).items() if name != "unet"}
 
 
 class _CompileHandle(Handle):
@@ -155,14 +151,13 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
     config_cls = CompileConfig
     global_state = ("dynamo",)  # dynamo's caches and config (cache_size_limit) are process-wide
     primary_option = "granularity"
-    description = "torch.compile of the transformer: regional (repeated blocks) or full"
+    description = "torch.compile of every denoiser (transformer, transformer_2, unet): regional or full"
 
     def check(self, pipeline: Any, device: str, options: CompileConfig) -> Support:
-        transformer = getattr(pipeline, "transformer", None)
-        if transformer is None:
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer")
+        if not denoisers(pipeline):
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer or unet")
         if options.granularity == "regional":
-            for name, module in _transformers(pipeline).items():
+            for name, module in denoisers(pipeline).items():
                 if not getattr(module, "_repeated_blocks", None):
                     return Support.no(f"{name} {type(module).__name__} has no _repeated_blocks")
         return self.probe(device, options)
@@ -185,7 +180,7 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
             "backend": options.backend,
         }
         before = _dynamo_counters()
-        roots = _transformers(pipeline)  # every denoiser: a second one (transformer_2) is compiled too
+        roots = denoisers(pipeline)  # every denoiser: a second one (transformer_2) is compiled too
         for transformer in roots.values():
             if options.granularity == "regional":
                 transformer.compile_repeated_blocks(**kwargs)
