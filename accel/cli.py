@@ -43,7 +43,9 @@ def _setup_logging(verbose: bool) -> None:
 @app.command()
 def sweep(
     profile: Path | None = typer.Argument(None, help="Profile YAML; default: the embedded quickstart."),
-    out: Path | None = typer.Option(None, "--out", "-o", help="Run directory; default: runs/<profile name>."),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Run directory; default: runs/<profile name>-<date>-<time>."
+    ),
     executor: str | None = typer.Option(
         None, "--executor", help="process (isolated, default), inline (fast, same process) or ray."
     ),

@@ -1,7 +1,8 @@
 """pytest plugin: ``pytest --accel-profile profiles/ci.yaml`` turns each sweep cell into a test item.
 
 Registered through the ``pytest11`` entry point, active only when ``--accel-profile`` or
-``--accel-results`` is given. Items are planned at collection time without running anything; the
+``--accel-results`` is given; the cells are added to what pytest collected (a project's own tests too, from its
+``testpaths``), or replace it with ``--accel-only``. Items are planned at collection time without running anything; the
 first item to run measures the whole profile once (in ``--accel-out``, default a temporary directory) and
 judges it once with ``omni-accel gate``'s own judgement (``accel.gate.judge_records``); every item (the
 baselines and noise floors too) reports its cell's verdict, so the two cannot disagree. A failure
@@ -32,6 +33,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--accel-thresholds", metavar="FILE", help="Thresholds YAML (default: feature_matrix/).")
     group.addoption("--accel-claims", metavar="FILE", help="Claims YAML (default: feature_matrix/).")
     group.addoption("--accel-baseline", metavar="FILE", help="Performance baseline YAML.")
+    group.addoption(
+        "--accel-only",
+        action="store_true",
+        help="Run the cells only: deselect every other test pytest collected (its testpaths, say).",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -94,6 +100,11 @@ class AccelCells:
         return next(v for v in self.report.verdicts if (v.model, v.variant) == cell)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if self.config.getoption("accel_only"):
+            others = [item for item in items if not isinstance(item, AccelItem)]
+            if others:
+                self.config.hook.pytest_deselected(items=others)
+                items[:] = [item for item in items if isinstance(item, AccelItem)]
         for model, variant in self.cell_keys():
             items.append(
                 AccelItem.from_parent(session, name=f"accel[{model}/{variant}]", cells=self, cell=(model, variant))

@@ -168,7 +168,7 @@ def main() -> None:
 
     from accel.features import apply
     from accel.sweep.cell import build_requests
-    from accel.targets.native import make_target
+    from accel.targets.registry import make_target
 
     spec = baseline_cell(args.source, args.device, args.steps, args.size, args.images)
     target = make_target(spec.model)

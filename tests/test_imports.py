@@ -49,6 +49,25 @@ LAYERS = {
 GATE_LAYERS = {"verdict": 0, "data": 0, "limits": 1, "evidence": 1, "judge": 2, "render": 3}
 # The package root is the public facade (``from accel import apply`` imports accel.features lazily).
 FACADE = "accel"
+# The functions that import a module named by a string. Not counted: a registry's "accel.x:Class" entries (the
+# target kinds', resolved when a target is built, as a plugin's entry point is) and "-m accel.x" commands (another
+# process).
+IMPORTERS = ("import_module", "__import__")
+
+
+def _imported_by_name(call: ast.Call) -> bool:
+    """``import_module("accel...")`` or ``__import__("accel...")`` (any spelling of the function's owner)."""
+    function = call.func
+    called = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
+    first = call.args[0] if call.args else None
+    return (
+        called in IMPORTERS
+        and isinstance(first, ast.Constant)
+        and isinstance(first.value, str)
+        and first.value.split(".")[0] == "accel"
+    )
+
+
 # Installed into vLLM-Omni's own environment; it never imports accel.
 SEPARATE = ("omni_cpu_platform",)
 
@@ -94,6 +113,10 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                 # depends on the order of P's own imports. A dependency on P, never exempt.
                 if base in known and known[base][1]:
                     targets.append(base)
+            elif isinstance(node, ast.Call) and _imported_by_name(node):
+                # importlib.import_module("accel.x") / __import__("accel.x"): a function-level import by another
+                # name, so a dependency all the same.
+                targets = [resolve(node.args[0].value)]  # type: ignore[attr-defined]
             graph[name].update(t for t in targets if t and t != name)
     # Importing accel.x.y runs the package accel.x first (its __init__): a dependency too, unless the importer
     # is inside that package (then it is already being initialised).
@@ -185,6 +208,24 @@ def test_a_cycle_through_a_function_level_import_of_the_own_package_is_found(tmp
     assert cycles(import_graph(package)) == [["accel.zoo", "accel.zoo.model"]]
     # The sibling imported by its full name: no cycle.
     (package / "zoo" / "model.py").write_text("def build():\n    from accel.zoo.world import WORLD\n")
+    assert cycles(import_graph(package)) == []
+
+
+def test_a_cycle_through_an_import_by_name_is_found(tmp_path):
+    """importlib.import_module("accel...") inside a function is an import too: a cycle through one is found (the
+    hostile review's case: accel.data imports accel.errors, and a function of accel.errors imports accel.data by
+    name)."""
+    package = tmp_path / "accel"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text("from accel.errors import ConfigError\n")
+    (package / "errors.py").write_text(
+        "import importlib\n\ndef load():\n    return importlib.import_module('accel.data')\n"
+    )
+    assert cycles(import_graph(package)) == [["accel.data", "accel.errors"]]
+    (package / "errors.py").write_text("def load():\n    return __import__('accel.data')\n")
+    assert cycles(import_graph(package)) == [["accel.data", "accel.errors"]]
+    (package / "errors.py").write_text("MESSAGE = 'see accel.data for the loader'\n")  # prose, not a module name
     assert cycles(import_graph(package)) == []
 
 

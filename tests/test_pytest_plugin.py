@@ -61,3 +61,17 @@ def test_plugin_gates_an_existing_results_file(pytester):
     # tea), never passed.
     result.assert_outcomes(passed=10, failed=7, skipped=3)
     result.stdout.fnmatch_lines(["*flux/fbc-loose failed the gate:*", "*SSIM, lossy (cache): measured 0.71*"])
+
+
+def test_accel_only_runs_the_cells_and_nothing_else_pytest_collected(pytester):
+    """In a project whose testpaths hold its own tests, --accel-only deselects them: only the cells run."""
+    import json
+
+    from synthetic import results
+
+    (pytester.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in results()))
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    both = pytester.runpytest_subprocess("--accel-results", "results.jsonl")
+    both.assert_outcomes(passed=11, failed=7, skipped=3)  # the project's test beside the 20 cells
+    only = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "--accel-only")
+    only.assert_outcomes(passed=10, failed=7, skipped=3, deselected=1)

@@ -10,7 +10,6 @@ import numpy as np
 
 from accel.errors import UnavailableError
 from accel.profile import ModelSpec
-from accel.targets import registry
 from accel.targets.adapter import DTYPES, Request, default_call_kwargs, resolve_device, resolve_source
 from accel.zoo import synthetic
 
@@ -93,7 +92,3 @@ class NativeTarget:
             "end_to_end_s": sum(stages.values()),
             "component_s": stages["text_encoding"] + stages["denoising"] + stages["vae_decode"],
         }
-
-
-# Where the sweep has always found it; the registry of target kinds builds it.
-make_target = registry.make_target
