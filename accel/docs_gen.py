@@ -298,6 +298,8 @@ def _feature_section(feature: Any, source: str) -> list[str]:
     out += option_lines if len(option_lines) > 2 else ["None."]
     environment = _refusals(type(feature), "probe")
     model = [reason for reason in _refusals(type(feature), "check") if reason not in environment]
+    # A parallel feature's model and workload checks, made on the driver before any rank starts.
+    cell = [reason for reason in _refusals(type(feature), "cell_support") if reason not in environment + model]
     out += [
         "",
         "**Requirements**: every refusal its `probe` (this device and installation) and its `check` (this "
@@ -306,7 +308,8 @@ def _feature_section(feature: Any, source: str) -> list[str]:
     ]
     out += [f"- environment: {_quoted(reason)}" for reason in environment]
     out += [f"- pipeline: {_quoted(reason)}" for reason in model]
-    if not environment and not model:
+    out += [f"- model and workload, before any rank starts: {_quoted(reason)}" for reason in cell]
+    if not environment and not model and not cell:
         out.append("- none declared")
     conflicts = _rules_for(feature)
     out += ["", "**Conflicts** (refused before anything runs)", ""]

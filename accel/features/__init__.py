@@ -17,6 +17,7 @@ from accel.errors import ConfigError, did_you_mean, explain_error, format_locati
 from accel.features.attention import AttentionBackend, AttentionBackendConfig
 from accel.features.base import AnyFeature, Feature, FeatureConfig
 from accel.features.cache_dit import CacheDit, CacheDitConfig
+from accel.features.cfg_parallel import CFGParallel, CFGParallelConfig
 from accel.features.compile import Compile, CompileConfig
 from accel.features.diffusers_cache import (
     FasterCache,
@@ -65,6 +66,7 @@ for _feature in (
     AttentionBackend(),
     ContextParallel(),
     TensorParallel(),
+    CFGParallel(),
 ):
     FEATURES.register(_feature)
 
@@ -75,6 +77,7 @@ __all__ = [
     "FEATURES",
     "Applied",
     "AttentionBackendConfig",
+    "CFGParallelConfig",
     "CacheDitConfig",
     "CompileConfig",
     "ContextParallelConfig",

@@ -138,10 +138,18 @@ def _world_fits(device: str, world_size: int) -> Support:
 
 
 class _ParallelFeature:
-    """What both parallel features share: ``world_size`` and the check made before any rank starts."""
+    """What the parallel features share: ``world_size`` and the checks made before any rank starts."""
 
     def world_size(self, options: Any) -> int:
         raise NotImplementedError
+
+    def cell_support(self, model: Any, workload: Any, call_kwargs: dict[str, Any], options: Any) -> Support:
+        """Whether the cell's model (a ``ModelSpec``), workload and pipeline call kwargs (the source's defaults
+        and the model's) can be split, decided on the driver before any rank starts. Default: diffusers'
+        parallel plans, which only the adapter target's models have."""
+        if model.target != "adapter":
+            return Support.no("the native pipelines have no _cp_plan / _tp_plan yet (target: adapter only)")
+        return Support.yes()
 
     def launch_support(self, device: str, options: Any, configs: dict[str, Any]) -> Support:
         """Whether the ranks can run here, decided on the driver before any starts (``configs``: the variant's)."""
@@ -451,6 +459,20 @@ def variant_world_size(configs: dict[str, Any]) -> int:
         if isinstance(feature := FEATURES[name], _ParallelFeature)
     ]
     return max(sizes, default=1)
+
+
+def cell_refusal(configs: dict[str, Any], model: Any, workload: Any, call_kwargs: dict[str, Any]) -> str | None:
+    """Why the variant's parallel feature cannot split this model, workload and call (the feature named),
+    decided before any rank starts; None: it can."""
+    from accel.features.registry import FEATURES
+
+    for name, config in configs.items():
+        feature = FEATURES[name]
+        if isinstance(feature, _ParallelFeature):
+            support = feature.cell_support(model, workload, call_kwargs, config)
+            if not support.supported:
+                return f"{name}: {support.reason}"
+    return None
 
 
 def launch_refusal(configs: dict[str, Any], device: str) -> str | None:

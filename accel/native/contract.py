@@ -2,7 +2,10 @@
 
 A native pipeline is an ``nn.Module`` with explicit stages, ``encode_prompt`` -> ``prepare_latents`` ->
 ``denoise`` (one transformer call per step and CFG branch, with a progress bar) -> ``decode``, and a
-``forward(request)`` that runs them and records each stage's synchronised time. Components are declared
+``forward(request)`` that runs them and records each stage's synchronised time. A pipeline with true
+classifier-free guidance asks its ``cfg_branches`` strategy for each step's guided noise prediction (the
+conditional and unconditional branches as callables, and how to combine them): the default runs both here,
+one after the other; a feature swaps in another (``cfg_parallel``: one branch per rank). Components are declared
 on the class (``_dit_modules``, ``_encoder_modules``, ``_vae_modules``, ``_resident_modules``; dotted paths
 allowed) so that features find them without guessing. Native pipelines register under the
 ``model_index.json`` ``_class_name`` they implement; out-of-tree ones are named by import path.
@@ -16,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -34,6 +37,38 @@ def register_native(class_name: str) -> Callable[[type[NativePipeline]], type[Na
         return cls
 
     return decorator
+
+
+class CFGBranches(Protocol):
+    """How a denoising step with true CFG gets its noise prediction from the conditional and unconditional
+    branches (callables, each one transformer call) and ``combine(cond, uncond)``: the extension point of
+    the denoising loop. A feature assigns another strategy to ``pipeline.cfg_branches`` and restores the
+    previous one on ``remove``."""
+
+    def predict(
+        self,
+        cond: Callable[[], torch.Tensor],
+        uncond: Callable[[], torch.Tensor],
+        combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """The guided noise prediction of one step."""
+        ...
+
+
+class SequentialBranches:
+    """The default ``CFGBranches``: both branches here, the conditional first, then ``combine(cond, uncond)``
+    (the order diffusers computes them in)."""
+
+    def predict(
+        self,
+        cond: Callable[[], torch.Tensor],
+        uncond: Callable[[], torch.Tensor],
+        combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """``combine(cond(), uncond())``, the two transformer calls in that order."""
+        positive = cond()
+        negative = uncond()
+        return combine(positive, negative)
 
 
 STAGE_NAMES = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
@@ -61,6 +96,10 @@ class NativePipeline(torch.nn.Module):
         self.stage_times: dict[str, Any] = {}
         self._progress_disabled = True
         self._offload_hooks: list[Any] = []
+        # Each true-CFG step's branches go through this strategy (``CFGBranches``; cfg_parallel swaps it).
+        self.cfg_branches: CFGBranches = SequentialBranches()
+        # Transformer calls in the last pipeline call (one per step and CFG branch computed here).
+        self.denoiser_calls = 0
         # Where the pipeline computes: set by ``to()`` and kept by offload, which moves weights to the CPU.
         self._execution_device: torch.device | None = None
 

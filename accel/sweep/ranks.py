@@ -62,14 +62,20 @@ def is_parallel(spec: CellSpec) -> bool:
 
 def _refusal(spec: CellSpec, device: str) -> tuple[str, str] | None:
     """(scope, reason) of a cell that cannot start its ranks here; None when it can."""
-    from accel.features.parallel import launch_refusal
+    from accel.features.parallel import cell_refusal, launch_refusal
+    from accel.targets.adapter import default_call_kwargs
     from accel.targets.registry import is_engine
 
     names = ", ".join(name for name in spec.configs)
     if is_engine(spec.model.target):
-        return "model", f"{names}: engine targets run their own processes; the harness starts ranks for adapter only"
-    if spec.model.target == "native":
-        return "model", f"{names}: the native pipelines have no _cp_plan / _tp_plan yet (target: adapter only)"
+        return (
+            "model",
+            f"{names}: engine targets run their own processes; the harness starts ranks for adapter and native",
+        )
+    call_kwargs = {**default_call_kwargs(spec.model.source), **spec.model.call_kwargs}
+    reason = cell_refusal(spec.configs, spec.model, spec.workload, call_kwargs)
+    if reason:
+        return "model", reason
     reason = launch_refusal(spec.configs, device)
     return ("environment", reason) if reason else None
 
@@ -234,13 +240,15 @@ def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
         if "collectives_per_run" not in evidence:
             continue
         evidence["ranks_identical"] = True
+        # Each rank's last timed call, from every per-run list of its evidence (collectives, tokens, branch).
         evidence["ranks"] = [
             {
                 "rank": rank,
-                "collectives_last_run": ((r.get("evidence") or {}).get(name) or {}).get("collectives_per_run", [{}])[
-                    -1
-                ],
-                "tokens_last_run": ((r.get("evidence") or {}).get(name) or {}).get("tokens_per_run", [{}])[-1],
+                **{
+                    key.removesuffix("_per_run") + "_last_run": values[-1] if values else {}
+                    for key, values in ((r.get("evidence") or {}).get(name) or {}).items()
+                    if key.endswith("_per_run")
+                },
             }
             for rank, r in enumerate(records)
         ]

@@ -27,6 +27,8 @@ class NativeRequest:
     num_images_per_prompt: int = 1
     max_sequence_length: int = 512
     negative_prompt: str | None = None
+    # True CFG (FluxPipeline's): a second, unconditional branch per step when > 1 with a negative prompt.
+    true_cfg_scale: float = 1.0
 
 
 class NativeTarget:
@@ -73,6 +75,7 @@ class NativeTarget:
             num_images_per_prompt=request.num_images_per_prompt,
             max_sequence_length=int(self.call_defaults.get("max_sequence_length", 512)),
             negative_prompt=request.negative_prompt,
+            true_cfg_scale=float(self.call_defaults.get("true_cfg_scale", 1.0)),
         )
 
     def generate(self, request: Request) -> list[np.ndarray]:
@@ -88,7 +91,8 @@ class NativeTarget:
         return {
             "stages": stages,
             "steps": steps,
-            "denoiser_calls": len(steps),
+            # One per step, two with true CFG (unless cfg_parallel gave a branch to another rank).
+            "denoiser_calls": getattr(self.pipeline, "denoiser_calls", 0) or len(steps),
             "end_to_end_s": sum(stages.values()),
             "component_s": stages["text_encoding"] + stages["denoising"] + stages["vae_decode"],
         }

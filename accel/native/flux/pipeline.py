@@ -4,11 +4,14 @@ The transformer is ours (``NativeFluxTransformer``, filled by a strict ``load_we
 tokenizers, VAE and scheduler load with their transformers/diffusers classes, as serving engines' native
 ports do. The loop is flow-match Euler with FLUX's resolution-dependent shift (the checkpoint's
 ``FlowMatchEulerDiscreteScheduler``), one transformer call per step, so for the same inputs it gives
-the same result as diffusers' ``FluxPipeline``.
+the same result as diffusers' ``FluxPipeline``. With true CFG (``true_cfg_scale`` > 1 and a negative
+prompt, as ``FluxPipeline``'s ``do_true_cfg``) a step has two branches, conditional and unconditional, which
+the contract's ``cfg_branches`` strategy computes and combines as ``uncond + scale * (cond - uncond)``.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,12 @@ def calculate_shift(seq_len: int, base_seq_len: int, max_seq_len: int, base_shif
     """FLUX's shift ``mu``, linear in the number of image tokens."""
     slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
     return seq_len * slope + base_shift - slope * base_seq_len
+
+
+def runs_true_cfg(request: Any) -> bool:
+    """Whether a request runs true CFG: ``true_cfg_scale`` > 1 and a negative prompt (``FluxPipeline``'s
+    ``do_true_cfg``; an empty negative prompt counts, as there)."""
+    return bool(request.true_cfg_scale > 1 and request.negative_prompt is not None)
 
 
 @register_native("FluxPipeline")
@@ -99,15 +108,22 @@ class NativeFluxPipeline(NativePipeline):
         self.dtype = dtype
 
     def encode_prompt(self, request: Any) -> dict[str, torch.Tensor]:
-        """CLIP pooled embedding and T5 sequence embedding, repeated per image."""
+        """CLIP pooled embedding and T5 sequence embedding, repeated per image; with true CFG the negative
+        prompt's too, encoded the same way (``negative_`` keys), as ``FluxPipeline`` does."""
+        embeddings = self._encode(request.prompt, request)
+        if runs_true_cfg(request):
+            embeddings.update({f"negative_{k}": v for k, v in self._encode(request.negative_prompt, request).items()})
+        return embeddings
+
+    def _encode(self, prompt: str, request: Any) -> dict[str, torch.Tensor]:
         device = self.execution_device
         clip_ids = self.tokenizer(
-            [request.prompt], padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True,
+            [prompt], padding="max_length", max_length=self.tokenizer.model_max_length, truncation=True,
             return_tensors="pt",
         ).input_ids  # fmt: skip
         pooled = self.text_encoder(clip_ids.to(device), output_hidden_states=False).pooler_output.to(self.dtype)
         t5_ids = self.tokenizer_2(
-            [request.prompt], padding="max_length", max_length=request.max_sequence_length, truncation=True,
+            [prompt], padding="max_length", max_length=request.max_sequence_length, truncation=True,
             return_tensors="pt",
         ).input_ids  # fmt: skip
         embeds = self.text_encoder_2(t5_ids.to(device), output_hidden_states=False)[0].to(self.dtype)
@@ -150,29 +166,48 @@ class NativeFluxPipeline(NativePipeline):
         }
 
     def denoise(self, request: Any, embeddings: dict[str, torch.Tensor], state: dict[str, Any]) -> torch.Tensor:
-        """One transformer call and one Euler step per timestep."""
+        """One Euler step per timestep: one transformer call, or with true CFG the two branches through
+        ``cfg_branches`` (conditional, then unconditional) combined as ``FluxPipeline`` does."""
         latents: torch.Tensor = state["latents"]
         guidance = None
         if self.transformer.config["guidance_embeds"]:
             guidance = torch.full(
                 [latents.shape[0]], request.guidance_scale, device=latents.device, dtype=torch.float32
             )
+        scale = float(request.true_cfg_scale)
+        self.denoiser_calls = 0
+
+        def combine(cond: torch.Tensor, uncond: torch.Tensor) -> torch.Tensor:
+            return uncond + scale * (cond - uncond)  # FluxPipeline's formula and order of operations
+
         with self.progress_bar(total=len(self.scheduler.timesteps)) as bar:
             for t in self.scheduler.timesteps:
-                timestep = t.expand(latents.shape[0]).to(latents.dtype)
-                with self.transformer.cache_context("cond"):
-                    noise = self.transformer(
-                        hidden_states=latents,
-                        timestep=timestep / 1000,
-                        guidance=guidance,
-                        pooled_projections=embeddings["pooled_projections"],
-                        encoder_hidden_states=embeddings["encoder_hidden_states"],
-                        txt_ids=embeddings["txt_ids"],
-                        img_ids=state["img_ids"],
-                    )
+                inputs = {"hidden_states": latents, "timestep": t.expand(latents.shape[0]).to(latents.dtype) / 1000,
+                          "guidance": guidance, "img_ids": state["img_ids"]}  # fmt: skip
+                cond = functools.partial(self._predict, "cond", inputs, embeddings, "")
+                if runs_true_cfg(request):
+                    uncond = functools.partial(self._predict, "uncond", inputs, embeddings, "negative_")
+                    noise = self.cfg_branches.predict(cond, uncond, combine)
+                else:
+                    noise = cond()
                 latents = self.scheduler.step(noise, t, latents, return_dict=False)[0]
                 bar.update()
         return latents
+
+    def _predict(
+        self, branch: str, inputs: dict[str, Any], embeddings: dict[str, torch.Tensor], prefix: str
+    ) -> torch.Tensor:
+        """One transformer call: the ``branch`` (``cond`` / ``uncond``, the cache context diffusers names)
+        with the prompt's embeddings (``prefix`` ``negative_``: the negative prompt's)."""
+        self.denoiser_calls += 1
+        with self.transformer.cache_context(branch):
+            noise: torch.Tensor = self.transformer(
+                **inputs,
+                pooled_projections=embeddings[f"{prefix}pooled_projections"],
+                encoder_hidden_states=embeddings[f"{prefix}encoder_hidden_states"],
+                txt_ids=embeddings[f"{prefix}txt_ids"],
+            )
+        return noise
 
     def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
         """Unpack, de-normalise and decode with the VAE; images in [0, 1], (batch, H, W, 3)."""
