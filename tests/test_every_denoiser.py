@@ -105,6 +105,7 @@ def test_every_built_in_denoiser_feature_declares_its_reach():
         "group_offload",
         "vae_use_tiling",
         "vae_use_slicing",
+        "cfg_parallel",  # splits the guidance branches of the pipeline's own loop, whatever denoises in it
     }, pipeline_wide
     assert reach["compile"] is Reach.EVERY_DENOISER
 
