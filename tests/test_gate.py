@@ -601,4 +601,26 @@ def test_a_cell_that_failed_after_its_timed_runs_blames_the_feature_its_error_na
     verdict = _verdict("flux/tea+offload", records)
     assert verdict.outcome == FAIL
     assert verdict.feature_states == {"tea_cache": "not engaged", "enable_cpu_offload": "engaged"}
-    assert "engagement of tea_cache: measured failed: tea_cache: the cache's state was lost" in verdict.message()
+    assert verdict.message() == (
+        "engagement of tea_cache: measured failed: tea_cache: the cache's state was lost after the last timed run, "
+        "required engaged on every timed run"
+    )
+    # Claimed supported: still a failure; claimed unsupported: excused, an expected failure.
+    supported = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": True}}}
+    assert _verdict("flux/tea+offload", records, _data(supported)).outcome == FAIL
+    unsupported = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": False}}}
+    excused = _verdict("flux/tea+offload", records, _data(unsupported))
+    assert excused.outcome == SKIP and excused.skip_kind == "expected"
+    assert excused.feature_states == {"tea_cache": "excused", "enable_cpu_offload": "engaged"}
+
+
+def test_a_measured_cell_without_features_fails_and_a_record_without_a_device_is_not_on_a_cpu():
+    records = results()
+    cell = next(r for r in records if r["variant"] == "compile")
+    cell.update(features={}, evidence={})
+    verdict = _verdict("flux/compile", records)
+    assert verdict.outcome == FAIL
+    assert "engagement: measured no feature, required at least one feature to judge" in verdict.message()
+    offload = next(r for r in records if r["variant"] == "offload" and r["model"] == "flux")
+    offload.pop("device")
+    assert _verdict("flux/offload", records).no_effect == []  # a device kind is only "cpu" when recorded so
