@@ -624,3 +624,34 @@ def test_a_measured_cell_without_features_fails_and_a_record_without_a_device_is
     offload = next(r for r in records if r["variant"] == "offload" and r["model"] == "flux")
     offload.pop("device")
     assert _verdict("flux/offload", records).no_effect == []  # a device kind is only "cpu" when recorded so
+
+
+def test_a_parity_excuse_lists_the_failed_checks_and_the_adherence_limit_is_applied():
+    tiling = _verdict("flux/tiling")  # out of parity, claimed unsupported: an expected failure
+    assert tiling.feature_states == {"vae_use_tiling": "excused"}
+    assert tiling.reasons == [
+        "engaged but out of parity, as claimed unsupported (SSIM, lossy (vae): measured 0.33, PSNR dB, lossy (vae): "
+        "measured 15.9)"
+    ]
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": False}}}
+    assert _verdict("flux/tea", data=_data(claims)).reasons == []  # in parity: docs drift, no excuse note
+    records = results()
+    cell = next(r for r in records if r["variant"] == "tea")
+    cell.update(adherence_loss=0.2, adherence={"overall": 0.7, "vs_baseline": {"loss": 0.2}})
+    verdict = _verdict("flux/tea", records)
+    assert verdict.outcome == FAIL
+    assert verdict.message() == "adherence loss vs baseline: measured 0.2, required <= 0.05 (lossy)"
+
+
+def test_an_invalid_timing_fails_and_a_claimed_supported_cell_out_of_parity_says_so():
+    records = results()
+    cell = next(r for r in records if r["variant"] == "compile")
+    cell["invalid_measurement"] = "a step took 0.001 ms, below the 1.000 ms floor"
+    verdict = _verdict("flux/compile", records)
+    assert verdict.outcome == FAIL
+    assert verdict.message() == (
+        "timing validity: measured a step took 0.001 ms, below the 1.000 ms floor, required no step below its floor"
+    )
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "first_block_cache": {"supported": True}}}
+    loose = _verdict("flux/fbc-loose", data=_data(claims))  # SSIM and PSNR below the lossy limits
+    assert loose.reasons == ["claimed supported but out of parity or not engaged"]

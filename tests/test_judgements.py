@@ -86,7 +86,8 @@ def test_compile_verdicts_say_what_ran_and_keep_the_evidence():
     assert verdict([{"frames_converted": 0}]) == Verdict(
         False, "compile requested but no compiled graph ran during the timed runs", evidence([0], [0])
     )
-    assert verdict([{"compiled_calls": 4}]).engaged is True
+    no_counter = verdict([{"compiled_calls": 4}])
+    assert no_counter.engaged is True and no_counter.evidence["frames_converted_per_run"] == [0]
     first = [{"compiled_calls": 4, "frames_converted": 1, "new_graphs": 1}, steady[0]]
     why = ": its time includes compiling; time the calls after a warm-up (applied.reset_evidence())"
     assert verdict(first, before=0) == Verdict(
