@@ -175,6 +175,10 @@ def is_wording(diff: str) -> bool:
     return True
 
 
+def _mutants_cell(mutants: str | list[str]) -> str:
+    return mutants if isinstance(mutants, str) else f"{len(mutants)} named mutants again"
+
+
 def function_of(name: str) -> str:
     return name.rsplit(".", 1)[1].rsplit("__mutmut_", 1)[0].removeprefix("x_").replace("ǁ", ".").strip(".")
 
@@ -211,7 +215,7 @@ def render(
         "|---|---|---|---|---|",
         *(
             f"| {r['started']} | {r['wall_s'] / 60:.1f} min | {r['mutmut']} | "
-            f"{r['mutants'] if isinstance(r['mutants'], str) else ', '.join(f'`{p}`' for p in r['mutants'])} | "
+            f"{_mutants_cell(r['mutants'])} | "
             f"{r['exit']} |"
             for r in runs
         ),
@@ -235,7 +239,11 @@ def render(
     unchecked = total["not checked"]
     if unchecked:
         problems += 1
-        lines += ["", f"**{unchecked} mutants not checked** (the run was interrupted): `other` counts them."]
+        lines += [
+            "",
+            f"**{unchecked} mutants not checked** (the run was stopped before it reached them; `make mutmut` "
+            "again checks only those): `other` counts them.",
+        ]
 
     no_tests = collections.Counter()
     for path, codes in results.items():
