@@ -4,6 +4,7 @@
 #   make test    ruff (lint + format check), mypy (strict, on accel/), the generated manual pages' staleness
 #                check, the manual's strict build and the test suite
 #   make mutation  the curated mutations of the judging code, each expected to fail its named tests
+#   make mutmut    mutmut's generated mutants of the gate, the speedup statistics and two features' verdicts
 PYTHON ?= python3
 VENV ?= .venv
 HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
@@ -12,7 +13,7 @@ HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-dev-$(HASH)
 
-.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline coverage mutation
+.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline coverage mutation mutmut
 
 setup: $(STAMP)
 
@@ -57,6 +58,14 @@ docs-reference: $(STAMP)
 # to a scratch copy of the tree, its named tests run there; score and survivors in reports/mutation/curated.md.
 mutation: $(STAMP)
 	$(VENV)/bin/python benchmarks/mutation.py
+	@echo "generated mutants (mutmut) of the same judging code: make mutmut (reports/mutation/mutmut.md)"
+
+# mutmut's generated mutants ([tool.mutmut] in pyproject.toml: the gate's modules, accel/measure/speedup.py, the
+# cache and compile features' verdicts) against the fast unit-level tests: mutants/ (ignored) holds the copy and
+# the results, so a second run only checks what is new; score per module and every survivor with its review
+# (tests/mutations/mutmut_reviews.yaml) in reports/mutation/mutmut.md. Exit 1 while a survivor is unreviewed.
+mutmut: $(STAMP)
+	nice -n 19 $(VENV)/bin/python benchmarks/mutmut_report.py --run
 
 clean:
 	rm -rf $(VENV) runs site .pytest_cache .ruff_cache .mypy_cache

@@ -519,3 +519,139 @@ def test_gate_and_pytest_plugin_agree_on_every_fixture(pytester):
                 plugin[found.group(1)] = found.group(2)
         assert len(plugin) == len(records), (name, result.stdout.lines[-5:])
         assert plugin == gate, name
+
+
+def test_a_crash_or_refusal_blames_the_features_its_error_names_first():
+    # The crash names a feature only at the start of a '; '-separated part (``name: reason``); a feature named
+    # later in the text, or the text after a second colon, names nothing.
+    records = results()
+    cell = next(r for r in records if r["variant"] == "int8+tiling")
+    _crash(cell, error="vae_use_tiling: tile 32: too small for quantization: int8wo")
+    named = _verdict("flux/int8+tiling", records)
+    assert named.outcome == SKIP and named.skip_kind == "expected"
+    assert named.feature_states == {"vae_use_tiling": "excused"}
+    # Named by no part: every feature is blamed; the claimed one is excused, the other one is not.
+    _crash(cell, error="RuntimeError: shape mismatch in a tiled decode")
+    crashed = _verdict("flux/int8+tiling", records)
+    assert crashed.feature_states == {"quantization": "not engaged", "vae_use_tiling": "excused"}
+    lines = crashed.message().split("\n")
+    assert lines[0] == "failed: RuntimeError: shape mismatch in a tiled decode"  # no claim says it works
+    assert len(lines) == 2 and lines[1].startswith("the claim that vae_use_tiling is unsupported excuses only")
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "quantization": {"supported": True}}}
+    supported = _verdict("flux/int8+tiling", records, _data(claims))
+    assert supported.reasons[0] == "claimed supported but failed: RuntimeError: shape mismatch in a tiled decode"
+
+
+def test_a_cell_unsupported_on_the_model_blames_only_the_feature_its_error_names():
+    verdict = _verdict("flux/compile-full")
+    assert verdict.feature_states == {"compile": "not run"}
+    assert ", as claimed" not in verdict.message()  # no claim about compile on flux
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "compile": {"supported": False}}}
+    as_claimed = _verdict("flux/compile-full", data=_data(claims))
+    assert as_claimed.message().startswith("not run, unsupported on this model, as claimed: compile: full-graph")
+    # Beside a feature claimed supported, the error that names compile alone does not blame the other one.
+    records = results()
+    cell = next(r for r in records if r["variant"] == "compile-full")
+    cell["features"] = {**cell["features"], "tea_cache": 0.4}
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": True}}}
+    both = _verdict("flux/compile-full", records, _data(claims))
+    assert both.outcome == SKIP and both.skip_kind == "unsupported"
+    assert both.feature_states == {"compile": "not run", "tea_cache": "not run"}
+    assert _verdict("flux/compile").message() == "ok"  # a passing cell's message
+
+
+def test_a_performance_baseline_matches_by_kind_only_on_the_records_own_kind():
+    from accel.gate import baseline_device
+
+    # The device kind is the part before the index; a name that mentions the other kind is not matched to it.
+    assert baseline_device({"device": "cuda:0", "device_name": "NVIDIA A100"}, {"cuda": {}}) == "cuda"
+    assert baseline_device({"device": "cuda", "device_name": "Grace CPU superchip GPU"}, {"cpu": {}}) is None
+    assert baseline_device({"device": "cpu", "device_name": "CUDA-less Xeon"}, {"cuda": {}}) is None
+    # The longest contained key, not the greatest string.
+    devices = {"HBM3": {}, "H100 80GB": {}}
+    assert baseline_device({"device": "cuda", "device_name": "NVIDIA H100 80GB HBM3"}, devices) == "H100 80GB"
+
+
+def test_an_engine_cell_without_evidence_of_a_feature_fails_with_what_the_engine_said():
+    from accel.gate import judge_engine_engagement, judge_measured_cell
+
+    # The engine accepted the feature and logged nothing: an entry saying so is made, and the cell fails on it
+    # (the in-process check, which would only say "no evidence recorded", is not the engine's judgement).
+    silent = {"engine": "vllm-omni", "variant": "native", "status": "ok", "features": {"attention_backend": "native"}}
+    judge_measured_cell(silent)
+    assert silent["evidence"] == {"attention_backend": {"engaged": False, "summary": "accepted by vLLM-Omni"}}
+    assert silent["status"] == "failed"
+    assert silent["error"] == "no evidence of engagement: attention_backend: accepted by vLLM-Omni"
+    # A lossy feature the engine logged and whose output differs keeps the log line's summary before the effect.
+    logged = {"engaged": True, "summary": "vLLM-Omni logged: TeaCache on", "engine_log": "TeaCache on"}
+    record = {"engine": "vllm-omni", "status": "ok", "features": {"tea_cache": 0.4},
+              "parity": {"bit_identical": False}, "evidence": {"tea_cache": logged}}  # fmt: skip
+    judge_engine_engagement(record)
+    assert record["status"] == "ok"
+    assert logged["summary"] == "vLLM-Omni logged: TeaCache on; output differs from the engine's baseline"
+
+
+def test_a_cell_that_failed_after_its_timed_runs_blames_the_feature_its_error_names():
+    # Timed outputs and engaged evidence, but the cell failed afterwards: never a pass, and the error's feature
+    # (not every feature of the cell) is the one not engaged.
+    records = results()
+    cell = next(r for r in records if r["variant"] == "tea+offload")
+    assert _verdict("flux/tea+offload", records).outcome == PASS
+    cell.update(status="failed", error="tea_cache: the cache's state was lost after the last timed run")
+    verdict = _verdict("flux/tea+offload", records)
+    assert verdict.outcome == FAIL
+    assert verdict.feature_states == {"tea_cache": "not engaged", "enable_cpu_offload": "engaged"}
+    assert verdict.message() == (
+        "engagement of tea_cache: measured failed: tea_cache: the cache's state was lost after the last timed run, "
+        "required engaged on every timed run"
+    )
+    # Claimed supported: still a failure; claimed unsupported: excused, an expected failure.
+    supported = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": True}}}
+    assert _verdict("flux/tea+offload", records, _data(supported)).outcome == FAIL
+    unsupported = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": False}}}
+    excused = _verdict("flux/tea+offload", records, _data(unsupported))
+    assert excused.outcome == SKIP and excused.skip_kind == "expected"
+    assert excused.feature_states == {"tea_cache": "excused", "enable_cpu_offload": "engaged"}
+
+
+def test_a_measured_cell_without_features_fails_and_a_record_without_a_device_is_not_on_a_cpu():
+    records = results()
+    cell = next(r for r in records if r["variant"] == "compile")
+    cell.update(features={}, evidence={})
+    verdict = _verdict("flux/compile", records)
+    assert verdict.outcome == FAIL
+    assert "engagement: measured no feature, required at least one feature to judge" in verdict.message()
+    offload = next(r for r in records if r["variant"] == "offload" and r["model"] == "flux")
+    offload.pop("device")
+    assert _verdict("flux/offload", records).no_effect == []  # a device kind is only "cpu" when recorded so
+
+
+def test_a_parity_excuse_lists_the_failed_checks_and_the_adherence_limit_is_applied():
+    tiling = _verdict("flux/tiling")  # out of parity, claimed unsupported: an expected failure
+    assert tiling.feature_states == {"vae_use_tiling": "excused"}
+    assert tiling.reasons == [
+        "engaged but out of parity, as claimed unsupported (SSIM, lossy (vae): measured 0.33, PSNR dB, lossy (vae): "
+        "measured 15.9)"
+    ]
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": False}}}
+    assert _verdict("flux/tea", data=_data(claims)).reasons == []  # in parity: docs drift, no excuse note
+    records = results()
+    cell = next(r for r in records if r["variant"] == "tea")
+    cell.update(adherence_loss=0.2, adherence={"overall": 0.7, "vs_baseline": {"loss": 0.2}})
+    verdict = _verdict("flux/tea", records)
+    assert verdict.outcome == FAIL
+    assert verdict.message() == "adherence loss vs baseline: measured 0.2, required <= 0.05 (lossy)"
+
+
+def test_an_invalid_timing_fails_and_a_claimed_supported_cell_out_of_parity_says_so():
+    records = results()
+    cell = next(r for r in records if r["variant"] == "compile")
+    cell["invalid_measurement"] = "a step took 0.001 ms, below the 1.000 ms floor"
+    verdict = _verdict("flux/compile", records)
+    assert verdict.outcome == FAIL
+    assert verdict.message() == (
+        "timing validity: measured a step took 0.001 ms, below the 1.000 ms floor, required no step below its floor"
+    )
+    claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "first_block_cache": {"supported": True}}}
+    loose = _verdict("flux/fbc-loose", data=_data(claims))  # SSIM and PSNR below the lossy limits
+    assert loose.reasons == ["claimed supported but out of parity or not engaged"]

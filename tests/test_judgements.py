@@ -61,7 +61,102 @@ def test_compile_fails_on_an_eager_fallback_a_recompile_or_no_compiled_call():
     assert not _verify("compile", _compile_handle(steady, unique_graphs=0)).engaged
 
 
+def test_compile_verdicts_say_what_ran_and_keep_the_evidence():
+    from accel.features.base import Verdict
+
+    counters = {"unique_graphs": 2, "graph_breaks": 0, "frames_failed": 0}
+
+    def verdict(runs, before=1, **delta):
+        handle = _compile_handle(runs, **delta)
+        handle.calls_before_window = before
+        return _verify("compile", handle)
+
+    def evidence(calls, converted, graphs=None, **extra):
+        graphs = graphs or [0] * len(calls)
+        return {"compiled_modules": 1, "compiled_calls_per_run": calls, "new_graphs_per_run": graphs,
+                "frames_converted_per_run": converted, **counters, **extra}  # fmt: skip
+
+    steady = [{"compiled_calls": 4, "frames_converted": 0, "new_graphs": 0}] * 2
+    ok = Verdict(
+        True, "1 compiled modules, 2 graphs, 0 graph breaks, no recompile during 2 timed runs", evidence([4, 4], [0, 0])
+    )
+    assert verdict(steady) == ok
+    assert verdict(steady, before=0) == ok  # no warm-up, but nothing compiled in the window either
+    # A run's missing counters count 0: no compiled call, no frame converted.
+    assert verdict([{"frames_converted": 0}]) == Verdict(
+        False, "compile requested but no compiled graph ran during the timed runs", evidence([0], [0])
+    )
+    no_counter = verdict([{"compiled_calls": 4}])
+    assert no_counter.engaged is True and no_counter.evidence["frames_converted_per_run"] == [0]
+    first = [{"compiled_calls": 4, "frames_converted": 1, "new_graphs": 1}, steady[0]]
+    why = ": its time includes compiling; time the calls after a warm-up (applied.reset_evidence())"
+    assert verdict(first, before=0) == Verdict(
+        True,
+        f"1 compiled modules, 2 graphs, compiled during the first call (no recompile in the 1 call(s) after it){why}",
+        evidence([4, 4], [1, 0], [1, 0], compiled_in_first_call=True),
+    )
+    only = verdict(first[:1], before=0)
+    assert only.engaged is True and "compiled during the first call (no call after it)" in only.summary
+    # The same first-call compile after a warm-up, or one followed by another, is a recompile in the window.
+    assert verdict(first, before=1) == Verdict(
+        False,
+        "recompiled during timed run(s) [1]: dynamo converted 1 frame(s), 1 new graph(s) (guards failed; the times "
+        "include compiling)",
+        evidence([4, 4], [1, 0], [1, 0]),
+    )
+    again = verdict([first[0], first[0]], before=0)
+    assert again.engaged is False and again.summary.startswith("recompiled during timed run(s) [1, 2]:")
+    assert verdict(steady, frames_failed=1) == Verdict(
+        False,
+        "dynamo failed to convert 1 frame(s) (recompile limit or unsupported code): they ran eagerly",
+        {**evidence([4, 4], [0, 0]), "frames_failed": 1},
+    )
+
+
 # --- caches: cache-dit, TeaCache, diffusers hooks ------------------------------------------------------------------
+
+
+def test_cached_steps_verdict_gives_the_range_per_run_and_keeps_the_evidence():
+    from accel.features.base import Verdict
+    from accel.features.cache import cached_steps_verdict
+
+    evidence = {"cached_steps_per_run": [2, 3]}
+    assert cached_steps_verdict([2, 3], evidence, " (x)") == Verdict(True, "2-3 cached steps per run (x)", evidence)
+    assert cached_steps_verdict([2], evidence).summary == "2-2 cached steps per run"
+    assert cached_steps_verdict([0, 2, 0], evidence) == Verdict(
+        False, "cached 0-2 steps per run: none on 2 of 3 runs (engaged on some runs only)", evidence
+    )
+    assert cached_steps_verdict([0, 0], evidence) == Verdict(
+        False, "enabled but no step cached on any of 2 runs", evidence
+    )
+
+
+def test_skipped_work_verdict_counts_missing_counters_as_zero_and_keeps_the_evidence():
+    from accel.features.base import Verdict
+    from accel.features.cache import WorkCounter, verify_skipped_work
+
+    def verdict(runs, modules=1):
+        handle = types.SimpleNamespace(runs=runs, attention_modules=modules)
+        handle.skipped_fractions = lambda: WorkCounter.skipped_fractions(handle)
+        return verify_skipped_work(handle, "mag_cache")
+
+    def evidence(calls, computed, fractions, modules=1):
+        return {"attention_modules": modules, "transformer_calls_per_run": calls,
+                "attention_computed_per_run": computed, "skipped_fraction_per_run": fractions}  # fmt: skip
+
+    # 3 calls x 1 module, 2 computed: a third skipped (rounded to 4 places); no attention counter: all skipped.
+    runs = [{"transformer_calls": 3, "attention_computed": 2}, {"transformer_calls": 2}]
+    assert verdict(runs) == Verdict(
+        True, "skipped 33%-100% of attention work per run", evidence([3, 2], [2, 0], [0.3333, 1.0])
+    )
+    assert verdict([{}]) == Verdict(
+        False, "mag_cache enabled but a run computed every step (0 cached)", evidence([0], [0], [0.0])
+    )
+    assert verdict(runs, modules=0) == Verdict(
+        False,
+        "mag_cache: no attention module dispatches through diffusers; cannot observe",
+        evidence([3, 2], [2, 0], [0.0, 0.0], modules=0),
+    )
 
 
 def test_cache_dit_needs_a_cached_step_on_every_run():

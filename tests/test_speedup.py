@@ -98,7 +98,9 @@ def test_a_noise_floor_outside_the_band_unverifies_claims_instead_of_widening_th
     unverified = against_noise_floor(faster, noisy_floor)
     assert unverified.verdict == UNVERIFIED and "too noisy for this threshold" in unverified.reason
     assert "[0.80, 1.30]" in unverified.reason
-    assert against_noise_floor(same, noisy_floor).verdict == NOISE  # still ≈1.0x, but no equivalence claim
+    noise = against_noise_floor(same, noisy_floor)
+    assert noise.verdict == NOISE  # still ≈1.0x, but no equivalence claim
+    assert noise.band == band and noise.reason.startswith(f"{same.reason}, but the noise floor")
     biased_floor = classify(_estimate(1.2, 1.1, 1.3), band, 0.95)
     assert against_noise_floor(faster, biased_floor).verdict == UNVERIFIED
     assert against_noise_floor(faster, None) == faster  # the noise-floor cell itself
@@ -189,6 +191,20 @@ def test_sequential_speedup_interval_brackets_the_ratio():
     estimate = sequential_speedup([2.0, 2.1, 1.9, 2.0, 2.2, 2.0], [1.0, 1.1, 0.9, 1.0, 1.0, 1.0])
     assert estimate.method == "sequential" and estimate.low <= estimate.ratio <= estimate.high
     assert estimate.ratio == pytest.approx(2.0)
+
+
+def test_sequential_speedup_is_the_ratio_of_medians_with_each_medians_interval():
+    baseline = [float(v) for v in range(10, 21)]  # n = 11, median 15
+    variant = [float(v) for v in range(5, 14)]  # n = 9, median 9
+    for confidence in (0.95, 0.8):
+        b_low, b_high, b_cov = median_interval(baseline, confidence)
+        v_low, v_high, v_cov = median_interval(variant, confidence)
+        estimate = sequential_speedup(baseline, variant, confidence)
+        assert estimate.ratio == pytest.approx(15 / 9)
+        assert (estimate.low, estimate.high) == (pytest.approx(b_low / v_high), pytest.approx(b_high / v_low))
+        assert estimate.confidence == pytest.approx(b_cov * v_cov) and estimate.n == 9
+    assert median_interval(baseline, 0.8) != median_interval(baseline, 0.95)  # the two levels differ here
+    assert sequential_speedup(baseline, variant) == sequential_speedup(baseline, variant, 0.95)  # the default
 
 
 def test_format_speedup_everywhere_the_same():
