@@ -47,7 +47,11 @@ def test_attention_needs_the_wanted_backend_alone_on_every_run():
 
 def _compile_handle(runs, **delta):
     counters = {"unique_graphs": 2, "graph_breaks": 0, "frames_failed": 0, **delta}
-    return _handle(runs, modules=[object()], dynamo_delta=lambda: counters)
+    # One denoiser, called on every run it compiled: nothing ran untouched (tests/test_every_denoiser.py has both).
+    return _handle(
+        runs, modules=[object()], modules_by_denoiser={"transformer": [object()]}, untouched=dict,
+        dynamo_delta=lambda: counters,
+    )  # fmt: skip
 
 
 def test_compile_fails_on_an_eager_fallback_a_recompile_or_no_compiled_call():
@@ -73,7 +77,10 @@ def test_compile_verdicts_say_what_ran_and_keep_the_evidence():
 
     def evidence(calls, converted, graphs=None, **extra):
         graphs = graphs or [0] * len(calls)
-        return {"compiled_modules": 1, "compiled_calls_per_run": calls, "new_graphs_per_run": graphs,
+        per_run = [{}] * len(calls)  # the fake handle's runs count no call per denoiser
+        return {"compiled_modules": 1, "compiled_modules_by_denoiser": {"transformer": 1},
+                "compiled_calls_per_run": calls, "compiled_calls_by_denoiser_per_run": per_run,
+                "denoiser_calls_per_run": per_run, "new_graphs_per_run": graphs,
                 "frames_converted_per_run": converted, **counters, **extra}  # fmt: skip
 
     steady = [{"compiled_calls": 4, "frames_converted": 0, "new_graphs": 0}] * 2
@@ -255,7 +262,7 @@ def test_outputs_are_stable_only_when_every_pass_equals_the_first():
 
 
 def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
-    import accel.targets.native
+    import accel.targets.registry
     from accel.sweep import timed
 
     calls: list[str] = []
@@ -275,7 +282,7 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
             return [np.zeros((1, 2, 2, 3))]
 
     applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
-    monkeypatch.setattr(accel.targets.native, "make_target", lambda model: Fake("R"))
+    monkeypatch.setattr(accel.targets.registry, "make_target", lambda model: Fake("R"))
     measure = types.SimpleNamespace(
         pairs=4, max_pairs=4, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
     )
