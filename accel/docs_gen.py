@@ -359,7 +359,7 @@ def results_page() -> str:
             HEADER,
             "# Results record",
             "",
-            "The keys of a cell's record, from their declaration (`accel/results.py`: `CellRecord`, one "
+            "The keys of a cell's record, from their declaration (`accel/record.py`: `CellRecord`, one "
             "`TypedDict` per section). What the record is for and how its versions are read: "
             "[The results record](../results.md).",
             "",
