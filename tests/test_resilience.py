@@ -105,7 +105,7 @@ def test_a_cell_notes_each_phase_for_the_supervisor_that_may_have_to_kill_it(tmp
     note = cell.note_phase
     monkeypatch.setattr(cell, "note_phase", lambda phase: (seen.append(phase), note(phase)))
     profile = small_profile(["tiny-flux"], VARIANTS[:1], steps=2)
-    profile["measure"] = {"warmup": 0, "repeats": 1, "executor": "inline", "noise_floor": False, "pairs": 1}
+    profile["measure"] = {"warmup": 0, "repeats": 2, "executor": "inline", "noise_floor": False, "pairs": 1}
     run_sweep(parse_profile(profile), "p.yaml", tmp_path / "run", show_progress=False)
     variant = seen[seen.index("building the target", 1) :]  # the variant cell's phases, after the baseline's
     assert variant == [
@@ -114,7 +114,8 @@ def test_a_cell_notes_each_phase_for_the_supervisor_that_may_have_to_kill_it(tmp
         "applying attention_backend",
         "the cold call (compilation and warm-up included)",
         "the timed calls",
-        "the stage pass",
+        "the stage pass (between the timed passes)",
+        "the timed calls (after the stage pass)",
         "the interleaved pairs with a reference",
         "removing the features",
         "collecting the record (parity, outputs)",

@@ -30,7 +30,14 @@ from accel.profile import DEFAULT_VIDEO_FRAMES, Workload
 from accel.results import SCHEMA_VERSION, outputs_path
 from accel.sweep.collect import collect_record
 from accel.sweep.spec import BASELINE, CELL_FILES, INTERLEAVED, CellSpec, npz_bytes, sample_keys
-from accel.sweep.timed import measure_alone, measure_interleaved, stage_pass, stage_pass_requests, warm_up
+from accel.sweep.timed import (
+    measure_alone,
+    measure_interleaved,
+    midway_after,
+    stage_pass,
+    stage_pass_requests,
+    warm_up,
+)
 from accel.targets.registry import engine_targets
 
 
@@ -289,7 +296,8 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
         def stage_pass_midway() -> dict[str, Any] | None:
             note_phase("the stage pass (between the timed passes)")
             stages = stage_pass(target, applied, stage_pass_requests(spec, requests))
-            note_phase("the timed calls (after the stage pass)")
+            if spec.measure.repeats > midway_after(spec.measure.repeats):
+                note_phase("the timed calls (after the stage pass)")
             return stages
 
         alone = measure_alone(spec, target, applied, requests, midway=stage_pass_midway)
