@@ -39,7 +39,7 @@ def main() -> None:
 
     from accel.measure.timing import torch_threads
     from accel.profile import ModelSpec, Workload
-    from accel.sweep.cell import build_requests
+    from accel.sweep.spec import build_requests
     from accel.targets.registry import make_target
 
     workload = Workload(

@@ -167,7 +167,7 @@ def main() -> None:
     quiet_libraries()
 
     from accel.features import apply
-    from accel.sweep.cell import build_requests
+    from accel.sweep.spec import build_requests
     from accel.targets.registry import make_target
 
     spec = baseline_cell(args.source, args.device, args.steps, args.size, args.images)

@@ -9,6 +9,10 @@ import pytest
 from pydantic import Field, create_model
 
 from accel import docs_gen
+from accel.docs_gen.api import modules_page
+from accel.docs_gen.cli import cli_page
+from accel.docs_gen.features import features_page
+from accel.docs_gen.profile import profile_page
 from accel.features import FEATURES
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -42,7 +46,7 @@ def test_a_new_profile_key_changes_the_profile_page(monkeypatch):
     )
     patched = create_model("Profile", __base__=profile.Profile, measure=(measure, Field(default_factory=measure)))
     monkeypatch.setattr(profile, "Profile", patched)
-    page = docs_gen.profile_page()
+    page = profile_page()
     assert "| `measure.brand_new_key` | integer | `7` | >= 2 | A key nobody documented by hand. |" in page
     assert page.rstrip("\n") + "\n" != (REFERENCE / "profile.md").read_text()
 
@@ -55,13 +59,13 @@ def test_a_new_feature_option_changes_the_features_page(monkeypatch):
         skip_budget=(float, Field(default=0.5, gt=0, le=1, description="Share of steps it may skip.")),
     )
     monkeypatch.setattr(type(feature), "config_cls", config)
-    page = docs_gen.features_page()
+    page = features_page()
     assert "| `skip_budget` | number | `0.5` | > 0; <= 1 | Share of steps it may skip. |" in page
     assert page.rstrip("\n") + "\n" != (REFERENCE / "features.md").read_text()
 
 
 def test_every_built_in_feature_has_its_declarations_options_requirements_and_conflicts():
-    page = docs_gen.features_page()
+    page = features_page()
     for name, feature in FEATURES.items():
         if FEATURES.source(name) != "built-in":
             continue
@@ -94,8 +98,8 @@ def plugin(tmp_path, monkeypatch):
 
 
 def test_plugin_features_are_listed_with_their_source_only_when_asked(plugin):
-    assert f"## `{plugin.name}`" not in docs_gen.features_page()  # the committed page: built-ins only
-    page = docs_gen.features_page(plugins=True)
+    assert f"## `{plugin.name}`" not in features_page()  # the committed page: built-ins only
+    page = features_page(plugins=True)
     section = page.split(f"## `{plugin.name}`\n", 1)[1].split("\n## ", 1)[0]
     assert "| registered by | entry point 'transformer_call_counter' (example) |" in section
     for option in plugin.config_cls.model_fields:
@@ -107,7 +111,7 @@ def test_the_cli_page_lists_every_command_and_option():
 
     from accel.cli import app
 
-    page = docs_gen.cli_page()
+    page = cli_page()
     root = typer.main.get_command(app)
     for name, command in root.commands.items():
         assert f"## `omni-accel {name}`" in page
@@ -117,7 +121,7 @@ def test_the_cli_page_lists_every_command_and_option():
 
 
 def test_the_module_map_has_every_module_and_each_has_a_docstring():
-    page = docs_gen.modules_page()
+    page = modules_page()
     for path in (ROOT / "accel").rglob("*.py"):
         name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
         assert f"| `{name}` |" in page

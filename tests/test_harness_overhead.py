@@ -19,8 +19,8 @@ from conftest import small_profile
 
 from accel.features import apply
 from accel.profile import parse_profile
-from accel.sweep.cell import build_requests
 from accel.sweep.runner import run_sweep
+from accel.sweep.spec import build_requests
 from accel.targets.adapter import AdapterTarget
 from accel.targets.registry import make_target
 

@@ -16,6 +16,8 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "accel"
 # Rank of each top-level module or package of accel: higher ranks import lower ones, never the reverse.
@@ -43,10 +45,16 @@ LAYERS = {
     "data": 1,
     "yaml_bounds": 1,
 }
-# Inside accel.gate, by concern: the vocabulary and the data files, then the limits and the evidence, then the
-# verdicts, then their rendering. A module imports its own rank or lower, and never the package's facade
-# (``accel.gate``'s __init__, which re-exports every public name for the modules outside).
-GATE_LAYERS = {"verdict": 0, "data": 0, "limits": 1, "evidence": 1, "judge": 2, "render": 3}
+# Inside a package split by concern, the rank of each module: a module imports its own rank or lower, and never
+# the package's own __init__ (ranked above them all, as "__init__") unless it ranks above that too.
+# accel.gate: the vocabulary and the data files, then the limits and the evidence, then the verdicts, then their
+# rendering; its __init__ re-exports every public name for the modules outside.
+# accel.docs_gen: the markdown helpers, then one module per page family (the features page uses the profile
+# page's option tables), then the __init__ with the list of pages and the staleness check, then ``-m``'s entry.
+PACKAGE_LAYERS = {
+    "accel.gate": {"verdict": 0, "data": 0, "limits": 1, "evidence": 1, "judge": 2, "render": 3, "__init__": 4},
+    "accel.docs_gen": {"markdown": 0, "profile": 1, "cli": 1, "api": 1, "features": 2, "__init__": 3, "__main__": 4},
+}
 # The package root is the public facade (``from accel import apply`` imports accel.features lazily).
 FACADE = "accel"
 # The functions that import a module named by a string. Not counted: a registry's "accel.x:Class" entries (the
@@ -250,18 +258,41 @@ def test_imports_follow_the_layer_order():
     assert not backward, "imports against the layer order: " + "; ".join(sorted(backward))
 
 
-def test_the_gate_package_imports_by_concern():
-    graph = import_graph()
-    inside = sorted(m for m in graph if m.startswith("accel.gate."))
-    assert {m.rpartition(".")[2] for m in inside} == set(GATE_LAYERS), "give each accel.gate module a rank"
-    backward = [
+def package_backward(graph: dict[str, set[str]], package: str, ranks: dict[str, int]) -> list[str]:
+    """The imports inside ``package`` against its ``ranks`` (``"__init__"`` is the package itself)."""
+
+    def rank(module: str) -> int:
+        return ranks["__init__" if module == package else module.rpartition(".")[2]]
+
+    inside = [m for m in sorted(graph) if m == package or m.startswith(package + ".")]
+    return [
         f"{module} -> {target}"
         for module in inside
-        for target in graph[module]
-        if target == "accel.gate"
-        or (
-            target.startswith("accel.gate.")
-            and GATE_LAYERS[target.rpartition(".")[2]] > GATE_LAYERS[module.rpartition(".")[2]]
-        )
+        for target in sorted(graph[module])
+        if (target == package or target.startswith(package + ".")) and rank(target) > rank(module)
     ]
-    assert not backward, "imports against accel.gate's order: " + "; ".join(sorted(backward))
+
+
+@pytest.mark.parametrize("package", sorted(PACKAGE_LAYERS))
+def test_a_package_split_by_concern_imports_in_its_order(package):
+    graph = import_graph()
+    ranks = PACKAGE_LAYERS[package]
+    inside = {
+        "__init__" if m == package else m.rpartition(".")[2]
+        for m in graph
+        if m == package or m.startswith(package + ".")
+    }
+    assert inside == set(ranks), f"give each {package} module a rank in tests/test_imports.py PACKAGE_LAYERS"
+    backward = package_backward(graph, package, ranks)
+    assert not backward, f"imports against {package}'s order: " + "; ".join(backward)
+
+
+def test_the_package_order_check_finds_a_page_that_reads_the_package():
+    """A page module taking the header through the package (``from accel.docs_gen import HEADER``) is both a
+    cycle (the package imports every page) and an import against the order; both checks say so."""
+    graph = {name: set(targets) for name, targets in import_graph().items()}
+    graph["accel.docs_gen.cli"].add("accel.docs_gen")
+    assert package_backward(graph, "accel.docs_gen", PACKAGE_LAYERS["accel.docs_gen"]) == [
+        "accel.docs_gen.cli -> accel.docs_gen"
+    ]
+    assert ["accel.docs_gen", "accel.docs_gen.cli"] in cycles(graph)

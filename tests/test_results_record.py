@@ -56,9 +56,9 @@ def _written_keys(path: Path) -> set[str]:
     """String keys the module writes into a record: ``record["k"] = ``, ``record.setdefault("k")``,
     ``record.update(k=...)`` (also on ``result``), and the dicts the cell functions build a record from."""
     tree = ast.parse(path.read_text())
-    # In cell.py and collect.py a result is the record being built; elsewhere it is not a record.
-    names = {"record", "result"} if path.name in ("cell.py", "collect.py") else {"record"}
-    builders = {"record_head", "_measure_engine", "_measure", "collect_record", "failure"}
+    # In cell.py, engine_cell.py and collect.py a result is the record being built; elsewhere it is not a record.
+    names = {"record", "result"} if path.name in ("cell.py", "engine_cell.py", "collect.py") else {"record"}
+    builders = {"record_head", "measure_engine", "_measure", "collect_record", "failure"}
     keys: set[str] = set()
 
     def is_record(node: ast.AST) -> bool:

@@ -8,7 +8,7 @@ import pytest
 from accel.engines.mapping import PATHS
 from accel.errors import ConfigError, UnavailableError
 from accel.profile import ModelSpec, parse_profile
-from accel.sweep.cell import ENGINE_TARGETS
+from accel.sweep.engine_cell import ENGINE_TARGETS
 from accel.targets.registry import TARGETS, Target, TargetKind, engine_targets, make_target, register_target
 
 

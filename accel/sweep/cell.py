@@ -6,9 +6,10 @@ directory: the files it produces (its float32 outputs as ``.npz``, an engine's l
 ``CELL_FILES`` as bytes, and the runner, which owns the run directory, writes them. So a cell on a node that
 shares no storage with the sweep loses nothing.
 
-Here: ``run_cell`` and the order of a cell's phases (each noted for its supervisor: ``note_phase``), an
-engine's cell, the record's head. What a cell is: ``accel.sweep.spec``; its timed calls:
-``accel.sweep.timed``; its record from them: ``accel.sweep.collect``.
+Here: ``run_cell`` and the order of a cell's phases (each noted for its supervisor: ``note_phase``), the
+record's head. What a cell is and its requests: ``accel.sweep.spec``; a cell on an external engine:
+``accel.sweep.engine_cell``; its timed calls: ``accel.sweep.timed``; its record from them:
+``accel.sweep.collect``.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from accel.errors import AccelError, ModelUnavailable
 from accel.measure.timing import torch_threads
-from accel.profile import DEFAULT_VIDEO_FRAMES, Workload
-from accel.results import SCHEMA_VERSION, outputs_path
+from accel.results import SCHEMA_VERSION
 from accel.sweep.collect import collect_record
-from accel.sweep.spec import BASELINE, CELL_FILES, INTERLEAVED, CellSpec, npz_bytes, sample_keys
+from accel.sweep.engine_cell import ENGINE_TARGETS, measure_engine
+from accel.sweep.spec import BASELINE, INTERLEAVED, CellSpec
+
+# Exported as this module's own name: the rank-seeds fault (``accel.sweep.ranks``) replaces it here, where
+# ``_timed_runs`` looks it up.
+from accel.sweep.spec import build_requests as build_requests
 from accel.sweep.timed import (
     measure_alone,
     measure_interleaved,
@@ -38,28 +41,6 @@ from accel.sweep.timed import (
     stage_pass_requests,
     warm_up,
 )
-from accel.targets.registry import engine_targets
-
-
-def build_requests(workload: Workload) -> list[Any]:
-    """Every prompt x seed of the workload, in a fixed order."""
-    from accel.targets.adapter import Request
-
-    return [
-        Request(
-            prompt=prompt,
-            seed=seed,
-            steps=workload.steps,
-            height=workload.height,
-            width=workload.width,
-            guidance_scale=workload.guidance_scale,
-            negative_prompt=workload.negative_prompt,
-            num_frames=workload.num_frames or DEFAULT_VIDEO_FRAMES,
-            num_images_per_prompt=workload.num_images_per_prompt,
-        )
-        for prompt in workload.prompts
-        for seed in workload.seeds
-    ]
 
 
 def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) -> dict[str, Any]:
@@ -105,7 +86,6 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     return record
 
 
-ENGINE_TARGETS = engine_targets()
 PHASE_FILE_ENV = "OMNI_ACCEL_PHASE_FILE"
 
 
@@ -127,92 +107,12 @@ def describe_phase(path: str | Path) -> str:
     return f" during {noted['phase']} (its last {time.time() - noted['since']:.0f} s)"
 
 
-def engine_log_path(run_dir: str | Path, model: str, variant: str) -> Path:
-    """Where everything an engine printed during a cell is kept (the evidence behind its verdict)."""
-    return Path(run_dir) / "engine-logs" / model / f"{variant}.log"
-
-
-def _measure_engine(spec: CellSpec) -> dict[str, Any]:
-    """A cell on an external engine: features become its kwargs; it runs in its own environment.
-
-    ``decided`` says how the cell's outcome was reached: ``declared`` from the mapping alone (vLLM-Omni never
-    ran), ``measured`` from a run of vLLM-Omni. A feature engages only on evidence from the engine's own
-    output (or, for a lossy feature, an effect on the image: ``gate.judge_engine_engagement``).
-    """
-    from accel import zoo
-    from accel.engines.mapping import DECLARED, MEASURED, map_variant, read_engine_log
-    from accel.engines.vllm_omni import CREATE_COMMAND, environment_info, run_engine_cell
-    from accel.measure.timing import summarize
-    from accel.targets.adapter import resolve_device, resolve_source
-
-    device = resolve_device(spec.model.device)
-    result: dict[str, Any] = {"device": device, "dtype": spec.model.dtype, "engine": "vllm-omni"}
-    if environment_info() is None:
-        reason = f"the vLLM-Omni environment is not installed: run '{CREATE_COMMAND}'"
-        return {**result, "status": "unsupported", "unsupported_scope": "environment", "error": reason}
-    if spec.workload.num_images_per_prompt != 1:
-        reason = "engine targets generate one image per request: set workload.num_images_per_prompt: 1"
-        return {**result, "status": "unsupported", "unsupported_scope": "model", "error": reason}
-    call = map_variant(spec.configs, spec.model.target, device)
-    if call.unsupported:
-        return {**result, "status": "unsupported", "unsupported_scope": "model", "error": call.unsupported,
-                "decided": DECLARED}  # fmt: skip
-    defaults = dict(zoo.ZOO[spec.model.source].call_kwargs) if zoo.is_zoo_name(spec.model.source) else {}
-    max_sequence_length = {**defaults, **spec.model.call_kwargs}.get("max_sequence_length", 512)
-    requests = [
-        {
-            "prompt": r.prompt, "seed": r.seed, "steps": r.steps, "height": r.height, "width": r.width,
-            "guidance_scale": r.guidance_scale, "max_sequence_length": max_sequence_length,
-        }
-        for r in build_requests(spec.workload)
-    ]  # fmt: skip
-    run = run_engine_cell(
-        resolve_source(spec.model), spec.model.dtype, call.kwargs, requests, spec.measure.warmup,
-        spec.measure.repeats, spec.measure.timeout_s,
-    )  # fmt: skip
-    log_path = engine_log_path("", spec.model.name, spec.variant)
-    files = {str(log_path): run.log.encode()}
-    result.update(engine_kwargs=call.kwargs, decided=MEASURED, engine_log=str(log_path), **{CELL_FILES: files})
-    outcome = read_engine_log(spec.features, spec.model.target, device, run.log, failed=run.report is None)
-    if run.report is None or run.outputs is None:
-        if outcome.refused:
-            return {**result, "status": "unsupported", "unsupported_scope": outcome.refused_scope,
-                    "error": outcome.refused}  # fmt: skip
-        return {**result, "status": "failed", "error": run.failure}
-    if outcome.skipped:
-        # Accepted, then not applied on this device, in the engine's words: not a measurement of the feature.
-        return {**result, "status": "unsupported", "unsupported_scope": "environment", "error": outcome.skipped}
-    report = run.report
-    samples = report["warm_samples"]
-    warm = summarize(samples)
-    path = outputs_path("", spec.model.name, spec.variant)
-    with np.load(run.outputs) as produced:
-        files[str(path)] = npz_bytes({key: produced[f"r{i}"] for i, key in enumerate(sample_keys(spec.workload))})
-    return {
-        **result,
-        "load_s": report["init_s"],
-        "first_call_s": report["first_call_s"],
-        # From outside: process start (imports, engine start with its fixed warm-up) to the first image.
-        "cold_s": report["process_wall_s"]
-        - sum(samples)
-        - (report["first_call_s"] if spec.measure.warmup else 0)
-        + report["first_call_s"],
-        "process_wall_s": report["process_wall_s"],
-        "warm": warm.to_dict(),
-        "warm_samples": samples,
-        "noisy": warm.cv > spec.measure.max_cv,
-        "modality": "image",
-        "evidence": outcome.evidence,
-        "outputs_file": str(path),
-    }
-
-
 def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.features import apply, ordered
     from accel.features.applied import FeatureUnavailable
 
     if spec.model.target in ENGINE_TARGETS:
-        return _measure_engine(spec)
+        return measure_engine(spec)
     from accel.env import device_name
     from accel.measure.memory import PeakMemory, module_weight_bytes
     from accel.measure.timing import timed

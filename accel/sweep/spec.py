@@ -1,8 +1,9 @@
 """What a cell is: ``CellSpec``, and the names every sweep module shares about a cell.
 
 The variant names of a model's references (``BASELINE``, ``NOISE_FLOOR``), the keys of a cell's record and
-outputs file (``CELL_FILES``, ``REFERENCE_OUTPUT_KEY``), the names of one pass's samples and the bytes of an
-``.npz``. It imports no other module of the sweep, so ``cell``, ``timed`` and ``collect`` can all import it.
+outputs file (``CELL_FILES``, ``REFERENCE_OUTPUT_KEY``), a cell's requests and the names of one pass's samples,
+and the bytes of an ``.npz``. It imports no other module of the sweep, so ``cell``, ``engine_cell``, ``timed``
+and ``collect`` can all import it.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from accel.profile import Measure, ModelSpec, Workload
+from accel.profile import DEFAULT_VIDEO_FRAMES, Measure, ModelSpec, Workload
 
 BASELINE = "baseline"
 # The baseline re-run in a fresh cell: its parity with the baseline is the run-to-run noise floor.
@@ -69,3 +70,24 @@ def npz_bytes(arrays: dict[str, np.ndarray]) -> bytes:
     buffer = io.BytesIO()
     np.savez_compressed(buffer, **arrays)  # type: ignore[arg-type]  # numpy's stub matches **arrays to allow_pickle
     return buffer.getvalue()
+
+
+def build_requests(workload: Workload) -> list[Any]:
+    """A cell's requests: every prompt x seed of the workload, in the order of ``sample_keys``."""
+    from accel.targets.adapter import Request
+
+    return [
+        Request(
+            prompt=prompt,
+            seed=seed,
+            steps=workload.steps,
+            height=workload.height,
+            width=workload.width,
+            guidance_scale=workload.guidance_scale,
+            negative_prompt=workload.negative_prompt,
+            num_frames=workload.num_frames or DEFAULT_VIDEO_FRAMES,
+            num_images_per_prompt=workload.num_images_per_prompt,
+        )
+        for prompt in workload.prompts
+        for seed in workload.seeds
+    ]
