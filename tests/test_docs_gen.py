@@ -86,6 +86,19 @@ def test_every_built_in_feature_has_its_declarations_options_requirements_and_co
     )
 
 
+def test_each_feature_says_what_it_reaches_and_what_a_second_denoiser_gets():
+    page = features_page()
+
+    def reaches(name: str) -> str:
+        section = page.split(f"## `{name}`\n", 1)[1].split("\n## ", 1)[0]
+        return section.split("| reaches | ", 1)[1].split(" |\n", 1)[0]
+
+    assert reaches("compile") == "every denoiser"
+    assert reaches("cache_dit") == "first denoiser (refused on a pipeline with a second denoiser)"
+    assert reaches("vae_use_tiling") == "pipeline"
+    assert reaches("quantization").startswith("the denoisers its options name (refused while a denoiser is left out;")
+
+
 @pytest.fixture
 def plugin(tmp_path, monkeypatch):
     """The example plugin registered as from an entry point; unregistered afterwards."""

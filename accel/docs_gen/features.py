@@ -88,6 +88,20 @@ def _overrides(feature: Any, method: str) -> bool:
     return getattr(type(feature), method) is not getattr(Feature, method)
 
 
+def _reach_text(feature: Any) -> str:
+    """What the feature acts on, and what happens on a pipeline with a second denoiser (Wan 2.2's
+    ``transformer_2``): a feature that would leave one untouched is refused rather than reported engaged."""
+    from accel.features.base import Reach
+
+    reach = Reach(feature.reach)
+    hint = f"; {feature.untouched_hint}" if feature.untouched_hint else ""
+    if _overrides(feature, "denoisers_reached"):
+        return f"the denoisers its options name (refused while a denoiser is left out{hint})"
+    if reach is Reach.FIRST_DENOISER:
+        return f"{reach.value} (refused on a pipeline with a second denoiser{hint})"
+    return reach.value
+
+
 def _feature_section(feature: Any, source: str) -> list[str]:
     from accel.features.base import Stage
 
@@ -102,6 +116,7 @@ def _feature_section(feature: Any, source: str) -> list[str]:
             + (" (some options change it)" if _overrides(feature, "feature_class_for") else ""),
         ),
         ("stage (application order)", stage_text),
+        ("reaches", _reach_text(feature)),
         ("config", f"`{config.__module__}.{config.__qualname__}`"),
         ("registered by", source),
     ]
