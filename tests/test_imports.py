@@ -296,3 +296,14 @@ def test_the_package_order_check_finds_a_page_that_reads_the_package():
         "accel.docs_gen.cli -> accel.docs_gen"
     ]
     assert ["accel.docs_gen", "accel.docs_gen.cli"] in cycles(graph)
+
+
+def test_the_module_map_states_the_layer_order_this_file_enforces():
+    """The module map's intro sentence is written by hand in accel/docs_gen/api.py: it must say what LAYERS says."""
+    from accel.docs_gen.api import modules_page
+
+    levels = sorted(set(LAYERS.values()), reverse=True)
+    groups = [[name for name, level in LAYERS.items() if level == rank] for rank in levels]
+    order = " -> ".join(group[0] if len(group) == 1 else f"({', '.join(group)})" for group in groups)
+    stated = "layer order `tests/test_imports.py` enforces (`LAYERS`, and `PACKAGE_LAYERS` inside a package split"
+    assert f"{stated} by concern): {order}." in " ".join(modules_page().split())
