@@ -255,8 +255,8 @@ def render(
         f"- Workload: {len(w.prompts)} prompt(s) x {len(w.seeds)} seed(s), {w.steps} steps, {w.height}x{w.width}, "
         f"guidance {w.guidance_scale}, {w.num_images_per_prompt} image(s) per prompt{_frames(w, records)}",
         f"- Timing: {profile.measure.warmup} warmup call(s) after the cold one, {profile.measure.repeats} timed "
-        "pass(es) with the pipeline alone (warm = median per call, no stage hooks inside), then one pass with the "
-        "stage hooks; cold = load + first call",
+        "pass(es) with the pipeline alone (warm = median per call, no stage hooks inside) and one pass with the "
+        "stage hooks between them (after the first half: drift moves both alike); cold = load + first call",
         f"- Speedup: {_speedup_method(profile)}",
         f"- Parity against the baseline: {PARITY_DEFINITION}",
         f"- Sweep wall time: {fmt(float(wall_s), 1)} s for {len(records)} cells "
