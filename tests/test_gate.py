@@ -655,3 +655,162 @@ def test_an_invalid_timing_fails_and_a_claimed_supported_cell_out_of_parity_says
     claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "first_block_cache": {"supported": True}}}
     loose = _verdict("flux/fbc-loose", data=_data(claims))  # SSIM and PSNR below the lossy limits
     assert loose.reasons == ["claimed supported but out of parity or not engaged"]
+
+
+def _flux_cell(records, variant):
+    return next(r for r in records if (r["model"], r["variant"]) == ("flux", variant))
+
+
+def _supported_on_flux(*features):
+    return _data({**CLAIMS, "flux": {**CLAIMS["flux"], **{name: {"supported": True} for name in features}}})
+
+
+@pytest.mark.parametrize(
+    ("variant", "change", "failed"),
+    [
+        (
+            "tea",
+            lambda records, cell: cell["parity"].update(ssim=0.85),
+            "SSIM, lossy (cache): measured 0.85, required >= 0.9",
+        ),
+        (
+            "tea",
+            lambda records, cell: cell["parity"].update(psnr=20.0),
+            "PSNR dB, lossy (cache): measured 20, required >= 25",
+        ),
+        (
+            "tea+offload",  # offload is lossless beside the cache: its outputs must be identical every pass
+            lambda records, cell: cell.update(outputs_stable=False),
+            "output stability, lossless: measured outputs differ between timed passes, required identical every pass",
+        ),
+        (
+            "tea",
+            lambda records, cell: cell["evidence"]["tea_cache"].update(engaged=False, summary="0 cached steps"),
+            "engagement of tea_cache: measured 0 cached steps, required engaged on every timed run",
+        ),
+        (
+            "tea",
+            lambda records, cell: _crash(_flux_cell(records, "baseline")),
+            "baseline: measured failed: segfault: the worker died (signal 11), required a measured baseline",
+        ),
+    ],
+    ids=["ssim-only", "psnr-only", "output-stability-only", "engagement-only", "baseline-only"],
+)
+def test_a_claimed_supported_cell_failing_any_one_judged_check_says_so(variant, change, failed):
+    # Each judged check on its own is enough for the reason: a claim of support that parity or the evidence
+    # contradicts (the fixtures elsewhere fail SSIM and PSNR together).
+    records = results()
+    change(records, _flux_cell(records, variant))
+    verdict = _verdict(f"flux/{variant}", records, _supported_on_flux("tea_cache"))
+    assert verdict.outcome == FAIL
+    assert verdict.message().split("\n") == ["claimed supported but out of parity or not engaged", failed]
+
+
+@pytest.mark.parametrize(
+    ("change", "failed"),
+    [
+        (
+            {"invalid_measurement": "a step took 0.001 ms, below the 1.000 ms floor"},
+            "timing validity: measured a step took 0.001 ms, below the 1.000 ms floor, "
+            "required no step below its floor",
+        ),
+        (
+            {"adherence_loss": 0.2, "adherence": {"overall": 0.7, "vs_baseline": {"loss": 0.2}}},
+            "adherence loss vs baseline: measured 0.2, required <= 0.05 (lossy)",
+        ),
+    ],
+    ids=["timing-only", "adherence-only"],
+)
+def test_a_claimed_supported_cell_failing_only_a_check_that_is_not_judged_keeps_its_own_reason(change, failed):
+    # In parity and engaged, claimed supported, but the timing or the adherence fails: a failure, without the
+    # claim's "out of parity or not engaged" reason (its SSIM and PSNR checks pass).
+    records = results()
+    _flux_cell(records, "tea").update(change)
+    verdict = _verdict("flux/tea", records, _supported_on_flux("tea_cache"))
+    assert verdict.outcome == FAIL and verdict.in_parity
+    assert verdict.reasons == [] and verdict.message() == failed
+
+
+def test_a_feature_claimed_unsupported_that_engaged_with_no_effect_is_docs_drift():
+    # Offload on a CPU engages with nothing to move, a no-op setting engages doing what the pipeline already
+    # did: either works within parity, so a claim that it is unsupported is stale.
+    claims = {**CLAIMS, "wan": {**CLAIMS["wan"], "enable_cpu_offload": {"supported": False}}}
+    offload = _verdict("wan/offload", data=_data(claims))
+    assert offload.outcome == PASS and offload.feature_states == {"enable_cpu_offload": "no effect"}
+    assert offload.findings == [
+        "docs drift: wan claims enable_cpu_offload unsupported, but offload works within parity",
+        "wan/offload: enable_cpu_offload engaged, no effect on cpu: nothing moved off any device: the weights "
+        "already live in host memory",
+    ]
+    records = results()
+    cell = next(r for r in records if r["variant"] == "attn-math")
+    cell["parity"] = {"ssim": 1.0, "psnr": float("inf"), "max_abs_diff": 0.0, "bit_identical": True}
+    cell["evidence"]["attention_backend"]["no_effect"] = "the pipeline already used the native backend"
+    claims = {**CLAIMS, "wan": {**CLAIMS["wan"], "attention_backend": {"supported": False}}}
+    no_op = _verdict("wan/attn-math", records, _data(claims))
+    assert no_op.outcome == PASS and no_op.feature_states == {"attention_backend": "no effect"}
+    assert no_op.findings[0] == (
+        "docs drift: wan claims attention_backend unsupported, but attn-math works within parity"
+    )
+
+
+def test_the_noise_floor_loosens_the_lossless_limits_of_a_combined_cell_too():
+    from synthetic import record
+
+    # int8wo + _native_math at 0.9995 / 70 dB, no cell of int8wo alone: the lossless feature is held to its
+    # class against the baseline, float32's 0.99999 / 100 dB, which a noise floor of 0.999 / 60 dB loosens.
+    records = _combined(0.9995, 70.0)
+    cpu = {"device": "cpu", "dtype": "float32", "modality": "image"}
+    floor = record("m", "noise-floor", {}, role="noise_floor", ssim=0.999, psnr=60.0, speedup=1.0, **cpu)
+    combined = _verdict("m/int8+math", [*records, floor])
+    assert combined.outcome == PASS, combined.message()
+    name = (
+        "attention_backend lossless (image, float32), loosened by the noise floor (no cell of quantization alone to "
+        "separate it: against the baseline)"
+    )
+    assert [(c.name, c.required) for c in combined.checks[2:]] == [
+        (f"SSIM, {name}", ">= 0.999"),
+        (f"PSNR dB, {name}", ">= 60"),
+    ]
+    alone = _verdict("m/int8+math", records)  # no noise floor: float32's own lossless limits
+    assert alone.outcome == FAIL
+    assert "PSNR dB, attention_backend lossless (image, float32) (no cell of quantization alone" in alone.message()
+
+
+def test_a_crash_whose_error_names_two_features_blames_both_and_only_those():
+    # Every '; '-separated part of the error can name a feature: two named of three are blamed, the third is
+    # not (the error does name features, so it is not counted for all of them).
+    records = results()
+    cell = next(r for r in records if r["variant"] == "int8+tiling")
+    cell["features"] = {**cell["features"], "tea_cache": 0.4}
+    error = "quantization: no int8 kernel on this device; vae_use_tiling: tile size 32 is below the VAE's minimum"
+    _crash(cell, error=error)
+    verdict = _verdict("flux/int8+tiling", records)
+    assert verdict.outcome == FAIL
+    assert verdict.feature_states == {"quantization": "not engaged", "vae_use_tiling": "excused"}
+    assert verdict.reasons == [
+        f"failed: {error}",
+        "the claim that vae_use_tiling is unsupported excuses only that feature; the error names no single "
+        "feature: it counts for quantization",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("parity", "why"),
+    [({"bit_identical": True}, "but the output is identical to the engine's baseline"),
+     (None, "no baseline output to show an effect")],
+    ids=["identical-output", "no-baseline-output"],
+)  # fmt: skip
+def test_a_lossy_engine_feature_it_logged_did_not_engage_without_an_effect_on_the_output(parity, why):
+    from accel.gate import judge_engine_engagement
+
+    # The engine's log line made the entry engaged; an output identical to the engine's baseline, or none to
+    # compare, takes that back: the entry says not engaged and the cell fails.
+    logged = {"engaged": True, "summary": "vLLM-Omni logged: TeaCache on", "engine_log": "TeaCache on"}
+    record = {"engine": "vllm-omni", "status": "ok", "features": {"tea_cache": 0.4}, "parity": parity,
+              "evidence": {"tea_cache": logged}}  # fmt: skip
+    judge_engine_engagement(record)
+    assert logged["engaged"] is False and logged["summary"] == f"vLLM-Omni logged: TeaCache on; {why}"
+    assert set(logged) == {"engaged", "summary", "engine_log"}
+    assert record["status"] == "failed"
+    assert record["error"] == f"no evidence of engagement: tea_cache: vLLM-Omni logged: TeaCache on; {why}"
