@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import accel.native.flux  # noqa: F401  (registers the in-tree pipelines)
+import accel.native.qwen_image  # noqa: F401
 from accel.errors import ConfigError, unknown_choice
 from accel.native.contract import NATIVE_PIPELINES, NativePipeline
 

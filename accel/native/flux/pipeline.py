@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from accel.native.contract import NativePipeline, register_native
+from accel.native.contract import NativePipeline, register_native, runs_true_cfg
 from accel.native.flux.transformer import NativeFluxTransformer
 
 
@@ -27,12 +27,6 @@ def calculate_shift(seq_len: int, base_seq_len: int, max_seq_len: int, base_shif
     """FLUX's shift ``mu``, linear in the number of image tokens."""
     slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
     return seq_len * slope + base_shift - slope * base_seq_len
-
-
-def runs_true_cfg(request: Any) -> bool:
-    """Whether a request runs true CFG: ``true_cfg_scale`` > 1 and a negative prompt (``FluxPipeline``'s
-    ``do_true_cfg``; an empty negative prompt counts, as there)."""
-    return bool(request.true_cfg_scale > 1 and request.negative_prompt is not None)
 
 
 @register_native("FluxPipeline")
