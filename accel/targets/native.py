@@ -27,7 +27,8 @@ class NativeRequest:
     num_images_per_prompt: int = 1
     max_sequence_length: int = 512
     negative_prompt: str | None = None
-    # True CFG (FluxPipeline's, QwenImagePipeline's): a second, unconditional branch per step when > 1 with a negative prompt.
+    # True CFG (FluxPipeline's, QwenImagePipeline's): a second, unconditional branch per step when > 1
+    # with a negative prompt.
     true_cfg_scale: float = 1.0
 
 

@@ -42,7 +42,8 @@ def guided(cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tens
     combined = uncond + scale * (cond - uncond)
     cond_norm = torch.norm(cond, dim=-1, keepdim=True)
     noise_norm = torch.norm(combined, dim=-1, keepdim=True)
-    return combined * (cond_norm / noise_norm)
+    rescaled: torch.Tensor = combined * (cond_norm / noise_norm)
+    return rescaled
 
 
 @register_native("QwenImagePipeline")
