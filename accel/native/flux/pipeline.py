@@ -21,6 +21,7 @@ import torch
 
 from accel.native.contract import NativePipeline, register_native, runs_true_cfg
 from accel.native.flux.transformer import NativeFluxTransformer
+from accel.native.weights import read_safetensors
 
 
 def calculate_shift(seq_len: int, base_seq_len: int, max_seq_len: int, base_shift: float, max_shift: float) -> float:
@@ -49,7 +50,6 @@ class NativeFluxPipeline(NativePipeline):
             self._init_from_components(components, dtype)
             return
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
-        from safetensors.torch import load_file
 
         # transformers 5 resolves the old name T5TokenizerFast lazily (to T5Tokenizer); its stubs do not list it.
         from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast  # type: ignore[attr-defined]
@@ -65,10 +65,7 @@ class NativeFluxPipeline(NativePipeline):
         self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(root / "scheduler")
         config = json.loads((root / "transformer" / "config.json").read_text())
         self.transformer = NativeFluxTransformer(**{k: v for k, v in config.items() if not k.startswith("_")})
-        weights: dict[str, torch.Tensor] = {}
-        for shard in sorted((root / "transformer").glob("*.safetensors")):
-            weights.update(load_file(shard))
-        self.transformer.load_weights(weights.items())
+        self.transformer.load_weights(read_safetensors(root / "transformer").items())
         self.transformer.to(dtype).eval()
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.dtype = dtype
