@@ -27,11 +27,18 @@ TIMEOUT_S = 240.0
 NEGATIVE = "blurry, low quality"
 
 
-def _profile(variants: list[dict], target: str = "native", true_cfg_scale: float = 2.5, **workload) -> dict:
-    profile = small_profile(["tiny-flux"], variants, steps=2, height=32, width=32, **workload)
+def _profile(
+    variants: list[dict],
+    target: str = "native",
+    true_cfg_scale: float = 2.5,
+    source: str = "tiny-flux",
+    call_kwargs: dict | None = None,
+    **workload,
+) -> dict:
+    profile = small_profile([source], variants, steps=2, height=32, width=32, **workload)
     profile["workload"].setdefault("negative_prompt", NEGATIVE)
-    call_kwargs = {"true_cfg_scale": true_cfg_scale}
-    profile["models"] = [{"name": "tiny-flux", "source": "tiny-flux", "target": target, "call_kwargs": call_kwargs}]
+    call_kwargs = {"true_cfg_scale": true_cfg_scale, **(call_kwargs or {})}
+    profile["models"] = [{"name": source, "source": source, "target": target, "call_kwargs": call_kwargs}]
     profile["measure"] = {
         "warmup": 0, "repeats": 1, "executor": "inline", "noise_floor": False, "timing": "sequential",
         "timeout_s": TIMEOUT_S,
@@ -78,6 +85,29 @@ def test_cfg_parallel_on_two_ranks_is_identical_to_the_one_rank_true_cfg_run(tmp
     for rank in evidence["ranks"]:  # every rank exchanged its prediction each step and called the transformer once
         gathered = rank["collectives_last_run"]["c10d.all_gather"]
         assert gathered["calls"] == 2 and gathered["bytes"] > 0, rank
+        assert rank["transformer_calls_per_step_last_run"] == 1 and rank["steps_last_run"] == 2, rank
+
+
+def test_cfg_parallel_on_native_qwen_image_is_identical_to_the_one_rank_run(tmp_path):
+    """Qwen-Image's true CFG rescales the combination to the conditional branch's norm: both ranks combine the
+    gathered pair with that formula, so the images are the one-rank run's, bit for bit."""
+    import numpy as np
+
+    # max_sequence_length 512: the zoo's 64 cuts tiny-qwen-image's prompts off (tests/test_native_qwen_image.py)
+    profile = _profile([CFG], source="tiny-qwen-image", call_kwargs={"max_sequence_length": 512})
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    records = {r["variant"]: r for r in result.records}
+    baseline, cell = records["baseline"], records["cfg"]
+    assert baseline["status"] == "ok" and cell["status"] == "ok", cell.get("error")
+    with np.load(tmp_path / baseline["outputs_file"]) as one, np.load(tmp_path / cell["outputs_file"]) as two:
+        assert set(one.files) == set(two.files)
+        for key in one.files:
+            assert np.array_equal(one[key], two[key]), (key, float(np.abs(one[key] - two[key]).max()))
+    assert baseline["denoiser_calls_per_call"] == 4
+    evidence = cell["evidence"]["cfg_parallel"]
+    assert evidence["engaged"] and evidence["ranks_identical"] is True, evidence
+    assert [rank["branch_last_run"] for rank in evidence["ranks"]] == ["cond", "uncond"]
+    for rank in evidence["ranks"]:
         assert rank["transformer_calls_per_step_last_run"] == 1 and rank["steps_last_run"] == 2, rank
 
 

@@ -1,7 +1,8 @@
 """``cfg_parallel``: the two branches of true classifier-free guidance on two ranks (vLLM-Omni's CFGParallelMixin).
 
-A pipeline with true CFG (FLUX's ``true_cfg_scale`` > 1 with a negative prompt) calls its transformer twice
-per step, once per branch, and combines the two noise predictions (``uncond + scale * (cond - uncond)``).
+A pipeline with true CFG (FLUX's and Qwen-Image's ``true_cfg_scale`` > 1 with a negative prompt) calls its
+transformer twice per step, once per branch, and combines the two noise predictions (``uncond + scale * (cond -
+uncond)``; Qwen-Image then rescales to the conditional prediction's norm).
 Here the branches run on two ranks: rank 0 computes the conditional one, rank 1 the unconditional one, an
 ``all_gather`` gives both ranks both predictions, and each combines them and steps the scheduler itself, so
 the ranks' latents (and the scheduler's state) stay identical with no second exchange. vLLM-Omni steps on

@@ -71,6 +71,12 @@ class SequentialBranches:
         return combine(positive, negative)
 
 
+def runs_true_cfg(request: Any) -> bool:
+    """Whether a request runs true CFG: ``true_cfg_scale`` > 1 and a negative prompt (``FluxPipeline``'s and
+    ``QwenImagePipeline``'s ``do_true_cfg``; an empty negative prompt counts, as there)."""
+    return bool(request.true_cfg_scale > 1 and request.negative_prompt is not None)
+
+
 STAGE_NAMES = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
 
 
@@ -81,6 +87,8 @@ class NativePipeline(torch.nn.Module):
     _encoder_modules: tuple[str, ...] = ()
     _vae_modules: tuple[str, ...] = ()
     _resident_modules: tuple[str, ...] = ()
+    # The true_cfg_scale a request without one runs at: the diffusers pipeline's default (FLUX 1.0: no CFG).
+    default_true_cfg_scale: float = 1.0
 
     def __init__(self, checkpoint: str | Path | None = None, dtype: torch.dtype = torch.float32) -> None:
         """The constructor every native pipeline has: the native target builds one as ``cls(checkpoint,

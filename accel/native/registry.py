@@ -11,7 +11,9 @@ import importlib
 import json
 from pathlib import Path
 
-import accel.native.flux  # noqa: F401  (registers the in-tree pipelines)
+# Imported for their side effect: each registers its in-tree pipeline.
+import accel.native.flux
+import accel.native.qwen_image  # noqa: F401
 from accel.errors import ConfigError, unknown_choice
 from accel.native.contract import NATIVE_PIPELINES, NativePipeline
 

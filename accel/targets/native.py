@@ -27,7 +27,8 @@ class NativeRequest:
     num_images_per_prompt: int = 1
     max_sequence_length: int = 512
     negative_prompt: str | None = None
-    # True CFG (FluxPipeline's): a second, unconditional branch per step when > 1 with a negative prompt.
+    # True CFG (FluxPipeline's, QwenImagePipeline's): a second, unconditional branch per step when > 1
+    # with a negative prompt.
     true_cfg_scale: float = 1.0
 
 
@@ -75,7 +76,10 @@ class NativeTarget:
             num_images_per_prompt=request.num_images_per_prompt,
             max_sequence_length=int(self.call_defaults.get("max_sequence_length", 512)),
             negative_prompt=request.negative_prompt,
-            true_cfg_scale=float(self.call_defaults.get("true_cfg_scale", 1.0)),
+            # The pipeline's own default where the call gives none (QwenImagePipeline's is 4.0, FLUX's 1.0).
+            true_cfg_scale=float(
+                self.call_defaults.get("true_cfg_scale", getattr(self.pipeline, "default_true_cfg_scale", 1.0))
+            ),
         )
 
     def generate(self, request: Request) -> list[np.ndarray]:

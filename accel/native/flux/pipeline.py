@@ -19,20 +19,15 @@ from typing import Any
 import numpy as np
 import torch
 
-from accel.native.contract import NativePipeline, register_native
+from accel.native.contract import NativePipeline, register_native, runs_true_cfg
 from accel.native.flux.transformer import NativeFluxTransformer
+from accel.native.weights import read_safetensors
 
 
 def calculate_shift(seq_len: int, base_seq_len: int, max_seq_len: int, base_shift: float, max_shift: float) -> float:
     """FLUX's shift ``mu``, linear in the number of image tokens."""
     slope = (max_shift - base_shift) / (max_seq_len - base_seq_len)
     return seq_len * slope + base_shift - slope * base_seq_len
-
-
-def runs_true_cfg(request: Any) -> bool:
-    """Whether a request runs true CFG: ``true_cfg_scale`` > 1 and a negative prompt (``FluxPipeline``'s
-    ``do_true_cfg``; an empty negative prompt counts, as there)."""
-    return bool(request.true_cfg_scale > 1 and request.negative_prompt is not None)
 
 
 @register_native("FluxPipeline")
@@ -55,7 +50,6 @@ class NativeFluxPipeline(NativePipeline):
             self._init_from_components(components, dtype)
             return
         from diffusers import AutoencoderKL, FlowMatchEulerDiscreteScheduler
-        from safetensors.torch import load_file
 
         # transformers 5 resolves the old name T5TokenizerFast lazily (to T5Tokenizer); its stubs do not list it.
         from transformers import CLIPTextModel, CLIPTokenizer, T5EncoderModel, T5TokenizerFast  # type: ignore[attr-defined]
@@ -71,10 +65,7 @@ class NativeFluxPipeline(NativePipeline):
         self.scheduler = FlowMatchEulerDiscreteScheduler.from_pretrained(root / "scheduler")
         config = json.loads((root / "transformer" / "config.json").read_text())
         self.transformer = NativeFluxTransformer(**{k: v for k, v in config.items() if not k.startswith("_")})
-        weights: dict[str, torch.Tensor] = {}
-        for shard in sorted((root / "transformer").glob("*.safetensors")):
-            weights.update(load_file(shard))
-        self.transformer.load_weights(weights.items())
+        self.transformer.load_weights(read_safetensors(root / "transformer").items())
         self.transformer.to(dtype).eval()
         self.vae_scale_factor = 2 ** (len(self.vae.config.block_out_channels) - 1)
         self.dtype = dtype

@@ -23,6 +23,7 @@ from diffusers.models.cache_utils import CacheMixin
 from torch import nn
 
 from accel.native.attention import Attention
+from accel.native.weights import load_named_weights
 
 
 def timestep_embedding(timesteps: torch.Tensor, dim: int = 256, max_period: int = 10000) -> torch.Tensor:
@@ -336,26 +337,4 @@ class NativeFluxTransformer(nn.Module, CacheMixin):
 
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy named tensors (diffusers names) into this module; missing or unexpected names are an error."""
-        own = dict(self.named_parameters())
-        loaded: set[str] = set()
-        unexpected: list[str] = []
-        with torch.no_grad():
-            for name, tensor in weights:
-                target = self.map_name(name)
-                if target not in own:
-                    unexpected.append(name)
-                    continue
-                if own[target].shape != tensor.shape:
-                    raise ValueError(
-                        f"tensor '{name}' has shape {tuple(tensor.shape)}, expected {tuple(own[target].shape)}"
-                    )
-                own[target].copy_(tensor)
-                loaded.add(target)
-        missing = sorted(set(own) - loaded)
-        if missing or unexpected:
-            raise ValueError(
-                "checkpoint does not match NativeFluxTransformer: "
-                + (f"missing {missing[:8]}{' ...' if len(missing) > 8 else ''}" if missing else "")
-                + ("; " if missing and unexpected else "")
-                + (f"unexpected {sorted(unexpected)[:8]}{' ...' if len(unexpected) > 8 else ''}" if unexpected else "")
-            )
+        load_named_weights(self, weights, self.map_name, type(self).__name__)
