@@ -99,7 +99,7 @@ def _reach_text(feature: Any) -> str:
         return f"the denoisers its options name (refused while a denoiser is left out{hint})"
     if reach is Reach.FIRST_DENOISER:
         return f"{reach.value} (refused on a pipeline with a second denoiser{hint})"
-    return reach.value
+    return str(reach.value)
 
 
 def _feature_section(feature: Any, source: str) -> list[str]:
