@@ -42,7 +42,7 @@ test: $(STAMP)
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy accel
 	$(VENV)/bin/python -m accel.docs_gen --check
-	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
 	$(VENV)/bin/python -m pytest -q
 
 # The manual (mkdocs.yml, pages under docs/) into site/ (ignored); offline, strict: a dead link, a missing
