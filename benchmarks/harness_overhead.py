@@ -163,8 +163,18 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--size", type=int, default=64)
     parser.add_argument("--images", type=int, default=2, help="images per prompt")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch threads (default 1, the quickstart's measure.threads; 0: torch's default, one per core)",
+    )
     args = parser.parse_args()
     quiet_libraries()
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
 
     from accel.features import apply
     from accel.sweep.spec import build_requests
