@@ -14,6 +14,7 @@ of a package imports its siblings by their full name (``from a.b.c import x``), 
 from __future__ import annotations
 
 import ast
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -63,17 +64,40 @@ FACADE = "accel"
 IMPORTERS = ("import_module", "__import__")
 
 
-def _imported_by_name(call: ast.Call) -> bool:
-    """``import_module("accel...")`` or ``__import__("accel...")`` (any spelling of the function's owner)."""
+def _importer_names(tree: ast.Module) -> set[str]:
+    """The names a module calls the importers by: ``import_module``, ``__import__`` and any alias it binds
+    (``from importlib import import_module as load``)."""
+    names = set(IMPORTERS)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module == "importlib":
+            names.update(alias.asname for alias in node.names if alias.name in IMPORTERS and alias.asname)
+    return names
+
+
+def _module_imported_by_name(call: ast.Call, importers: set[str], package: str) -> str | None:
+    """The module of accel that ``import_module(...)`` or ``__import__(...)`` names, whatever the spelling: the
+    owner (``importlib.import_module``, ``il.import_module``), an alias, the name as a keyword (``name=``) and a
+    relative name against a constant package or the importer's own (``import_module(".cli", "accel")``,
+    ``import_module(".cli", __package__)``). None when the call names no module of accel by a constant."""
     function = call.func
     called = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
-    first = call.args[0] if call.args else None
-    return (
-        called in IMPORTERS
-        and isinstance(first, ast.Constant)
-        and isinstance(first.value, str)
-        and first.value.split(".")[0] == "accel"
-    )
+    if called not in importers:
+        return None
+    keywords = {keyword.arg: keyword.value for keyword in call.keywords}
+    first = call.args[0] if call.args else keywords.get("name")
+    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+        return None
+    name = first.value
+    if name.startswith("."):
+        anchor = call.args[1] if len(call.args) > 1 else keywords.get("package")
+        if isinstance(anchor, ast.Constant) and isinstance(anchor.value, str):
+            base = anchor.value
+        elif isinstance(anchor, ast.Name) and anchor.id in ("__package__", "__name__"):
+            base = package
+        else:
+            return None
+        name = importlib.util.resolve_name(name, base)
+    return name if name.split(".")[0] == "accel" else None
 
 
 # Installed into vLLM-Omni's own environment; it never imports accel.
@@ -102,7 +126,10 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
 
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, (path, is_package) in known.items():
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        tree = ast.parse(path.read_text(), str(path))
+        importers = _importer_names(tree)
+        own_package = name if is_package else name.rpartition(".")[0]
+        for node in ast.walk(tree):
             targets: list[str | None] = []
             if isinstance(node, ast.Import):
                 targets = [resolve(alias.name) for alias in node.names if alias.name.split(".")[0] == "accel"]
@@ -121,10 +148,10 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                 # depends on the order of P's own imports. A dependency on P, never exempt.
                 if base in known and known[base][1]:
                     targets.append(base)
-            elif isinstance(node, ast.Call) and _imported_by_name(node):
+            elif isinstance(node, ast.Call) and (named := _module_imported_by_name(node, importers, own_package)):
                 # importlib.import_module("accel.x") / __import__("accel.x"): a function-level import by another
                 # name, so a dependency all the same.
-                targets = [resolve(node.args[0].value)]  # type: ignore[attr-defined]
+                targets = [resolve(named)]
             graph[name].update(t for t in targets if t and t != name)
     # Importing accel.x.y runs the package accel.x first (its __init__): a dependency too, unless the importer
     # is inside that package (then it is already being initialised).
@@ -235,6 +262,28 @@ def test_a_cycle_through_an_import_by_name_is_found(tmp_path):
     assert cycles(import_graph(package)) == [["accel.data", "accel.errors"]]
     (package / "errors.py").write_text("MESSAGE = 'see accel.data for the loader'\n")  # prose, not a module name
     assert cycles(import_graph(package)) == []
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        "import importlib\n\ndef load():\n    return importlib.import_module(name='accel.data')\n",
+        "from importlib import import_module as _load\n\ndef load():\n    return _load('accel.data')\n",
+        "import importlib as il\n\ndef load():\n    return il.import_module('.data', 'accel')\n",
+        "import importlib\n\ndef load():\n    return importlib.import_module('.data', package=__package__)\n",
+        "import importlib\n\ndef load():\n    return importlib.import_module('..data', 'accel.sub')\n",
+    ],
+    ids=["keyword", "aliased", "relative-to-a-constant", "relative-to-its-own-package", "two-levels-up"],
+)
+def test_an_import_by_name_is_found_however_it_is_spelled(tmp_path, loader):
+    """A keyword name, an alias of import_module and a relative name (against a constant package or the
+    module's own) name a module all the same: the cycle through each is found (a hostile review's cases)."""
+    package = tmp_path / "accel"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "data.py").write_text("from accel.errors import ConfigError\n")
+    (package / "errors.py").write_text(loader)
+    assert cycles(import_graph(package)) == [["accel.data", "accel.errors"]]
 
 
 def test_no_import_cycle_in_accel():
