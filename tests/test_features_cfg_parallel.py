@@ -93,7 +93,7 @@ def test_cfg_parallel_on_native_qwen_image_is_identical_to_the_one_rank_run(tmp_
     gathered pair with that formula, so the images are the one-rank run's, bit for bit."""
     import numpy as np
 
-    # max_sequence_length 512: the zoo's 64 cuts tiny-qwen-image's prompts off (tests/test_native_qwen_image.py)
+    # max_sequence_length 512, as tests/test_native_qwen_image.py: past the byte-level template for any prompt
     profile = _profile([CFG], source="tiny-qwen-image", call_kwargs={"max_sequence_length": 512})
     result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
     records = {r["variant"]: r for r in result.records}
@@ -163,6 +163,33 @@ def test_adapter_targets_and_cells_without_true_cfg_are_refused_before_any_rank_
     record = ranks.run_ranks(_spec(tmp_path, _profile([CFG], **changes, **workload)), TIMEOUT_S)
     assert record["status"] == "unsupported" and record["unsupported_scope"] == "model"
     assert re.fullmatch(reason, record["error"]), record["error"]
+
+
+def test_a_native_pipeline_whose_own_default_runs_true_cfg_is_not_refused(tmp_path):
+    """Native Qwen-Image runs true CFG at its own default scale (4.0, QwenImagePipeline's) when the call gives
+    none: a cell relying on that default is planned, found from the zoo entry's class or the checkpoint's
+    model_index.json, while FLUX's default (1.0) is still refused; a hub id that cannot be looked up offline
+    counts as 1.0."""
+    import json
+
+    from accel.features import FEATURES
+    from accel.features.cfg_parallel import native_default_true_cfg_scale
+    from accel.profile import ModelSpec, Workload
+
+    feature, options = FEATURES["cfg_parallel"], CFGParallelConfig()
+    workload = Workload(prompts=["a"], negative_prompt=NEGATIVE)
+    qwen = ModelSpec(name="q", source="tiny-qwen-image", target="native")
+    assert native_default_true_cfg_scale(qwen) == 4.0
+    assert feature.cell_support(qwen, workload, {}, options).supported
+    flux = ModelSpec(name="f", source="tiny-flux", target="native")
+    refused = feature.cell_support(flux, workload, {}, options)
+    assert not refused.supported and "true_cfg_scale 1.0" in refused.reason
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    (checkpoint / "model_index.json").write_text(json.dumps({"_class_name": "QwenImagePipeline"}))
+    assert native_default_true_cfg_scale(ModelSpec(name="c", source=str(checkpoint), target="native")) == 4.0
+    assert native_default_true_cfg_scale(ModelSpec(name="h", source="org/some-model", target="native")) == 1.0
+    assert not feature.cell_support(qwen, workload, {"true_cfg_scale": 1.0}, options).supported
 
 
 def test_the_adapter_pipeline_is_refused_by_check_too():

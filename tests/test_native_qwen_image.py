@@ -16,9 +16,9 @@ from accel.profile import ModelSpec
 from accel.targets.adapter import AdapterTarget, Request
 from accel.targets.native import NativeTarget
 
-# tiny-qwen-image's tokenizer is byte-level: the chat template leaves ~120 tokens after the 34 dropped, so the
-# zoo's max_sequence_length (64) would cut every prompt off before it reached the transformer (and make the
-# two CFG branches equal). 512 keeps the prompt.
+# tiny-qwen-image's tokenizer is byte-level: the chat template leaves ~120 tokens after the 34 dropped, so a
+# max_sequence_length of 64 (the zoo's until it was raised to 256) cuts every prompt off before it reaches the
+# transformer (and makes the two CFG branches equal). 512, the pipelines' default, keeps any prompt here.
 LONG = {"max_sequence_length": 512}
 CFG = {"true_cfg_scale": 2.5, **LONG}
 NEGATIVE = "blurry, low quality"

@@ -154,6 +154,25 @@ def verify_cfg_parallel(handle: CFGParallelHandle) -> Verdict:
     return Verdict(True, summary, evidence)
 
 
+def native_default_true_cfg_scale(model: Any) -> float:
+    """The ``true_cfg_scale`` the model's native pipeline runs with when the call gives none (Qwen-Image's 4.0,
+    FLUX's 1.0), found without loading it: from ``native_pipeline``, the zoo entry's pipeline class or the
+    checkpoint's ``model_index.json``. 1.0 where none can be found (a hub id offline, an unregistered class):
+    the target's own load then says what is wrong."""
+    from accel.errors import ConfigError
+    from accel.native.registry import native_for, native_for_class
+    from accel.zoo import ZOO
+
+    try:
+        if model.source in ZOO and not model.native_pipeline:
+            cls = native_for_class(ZOO[model.source].pipeline_class)
+        else:
+            cls = native_for(model.source, model.native_pipeline)
+    except (ConfigError, OSError, ValueError):
+        return 1.0
+    return float(cls.default_true_cfg_scale)
+
+
 class CFGParallel(_ParallelFeature, Feature[CFGParallelConfig, CFGParallelHandle]):
     """True CFG's conditional and unconditional branches on two ranks (native pipelines)."""
 
@@ -177,7 +196,7 @@ class CFGParallel(_ParallelFeature, Feature[CFGParallelConfig, CFGParallelHandle
                 "diffusers' pipeline runs both branches inside its own __call__; the harness cannot split them: "
                 "native targets only"
             )
-        scale = call_kwargs.get("true_cfg_scale", 1.0)
+        scale = call_kwargs.get("true_cfg_scale", native_default_true_cfg_scale(model))
         negative = workload.negative_prompt
         if not (isinstance(scale, (int, float)) and scale > 1 and negative is not None):
             return Support.no(

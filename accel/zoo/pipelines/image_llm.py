@@ -351,7 +351,8 @@ FAMILIES = (
         config=LUMINA2_CONFIG,
         builder=build_lumina2,
         requires=(D + "Lumina2Pipeline", D + "Lumina2Transformer2DModel", D + "AutoencoderKL", T + "Gemma2Model"),
-        call_kwargs={"max_sequence_length": 16},
+        # Its system prompt, byte by byte, filled 16 tokens (and 128): every prompt gave the same image.
+        call_kwargs={"max_sequence_length": 256},
     ),
     Family(
         name="tiny-cogview4",
