@@ -94,3 +94,29 @@ def test_an_edit_or_layered_variant_is_refused_with_what_to_do():
 
     with pytest.raises(ConfigError, match=r"enables \['zero_cond_t'\].*use target: adapter"):
         NativeQwenImageTransformer(num_layers=1, zero_cond_t=True)
+
+
+def test_cache_dit_caches_each_true_cfg_branch_apart_on_native_qwen_image(targets):
+    """Cache-DiT's block adapter on the native transformer gets a fresh context per call with separate CFG when the
+    call runs true CFG (conditional, then unconditional, each with its own residuals): one shared context mixed
+    the branches, and a negative prompt of another length than the prompt crashed the first cached step. A call
+    without true CFG runs one context; removing the feature takes its denoise hook away."""
+    from accel import apply
+    from accel.features import FEATURES
+
+    _, native = targets
+    pipeline = native.pipeline
+    request = Request("a red fox in the snow", 0, steps=8, height=32, width=32, guidance_scale=3.5,
+                      negative_prompt=NEGATIVE, num_images_per_prompt=1)  # fmt: skip
+    baseline = native.generate(request)
+    options = FEATURES["cache_dit"].parse_options({"residual_diff_threshold": 0.5, "max_warmup_steps": 2})
+    for negative, separate in ((NEGATIVE, True), (None, False)):
+        with apply(pipeline, options, num_inference_steps=8) as applied:
+            native.generate(Request(**{**request.__dict__, "negative_prompt": negative}))
+            verdict = applied.verdicts()["cache_dit"]
+        assert verdict.engaged, verdict.summary
+        assert verdict.evidence["separate_cfg_per_run"] == [separate]
+        cfg_cached = verdict.evidence["cfg_cached_steps_per_run"][0]
+        assert any(cfg_cached) is separate, cfg_cached  # the unconditional branch's own cached steps
+        assert pipeline.denoise_hooks == []
+    assert np.array_equal(native.generate(request)[0], baseline[0])

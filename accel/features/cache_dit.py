@@ -61,15 +61,40 @@ class _CacheDitHandle(Handle):
         # Each component module's instance attributes before enable_cache (what remove() takes away again) and its
         # children in their order (Cache-DiT's removal re-inserts block lists at the end): ``module_state``.
         self.attributes_before, self.children_before = before
-        # Transformer-only mode (native pipelines) keeps step counters across runs: refresh before each.
+        # Transformer-only mode (native pipelines) keeps step counters across runs: refreshed before each denoising
+        # loop (a native pipeline's denoise hook) with the call's CFG: ``refresh_for``.
         self.transformer_only_steps = transformer_only_steps
+        self.config_kwargs: dict[str, Any] = {}
+        self.calibrator: Any = None
 
     def begin_run(self) -> None:
         super().begin_run()
-        if self.transformer_only_steps is not None:
+        if self.transformer_only_steps is not None:  # a native pipeline without denoise hooks still gets its steps
             import cache_dit
 
             cache_dit.refresh_context(self.pipeline.transformer, num_inference_steps=self.transformer_only_steps)
+
+    def refresh_for(self, request: Any) -> None:
+        """A fresh cache context for this call of a native pipeline: its steps, and Cache-DiT's separate CFG
+        when the call runs true CFG with both branches here (the conditional call first, then the
+        unconditional one, each with its own cached residuals; one context for both mixed them, and a negative
+        prompt of another length crashed the cached step)."""
+        import copy
+
+        import cache_dit
+        from cache_dit import DBCacheConfig
+
+        from accel.native.contract import runs_true_cfg
+
+        separate = runs_true_cfg(request) and getattr(self.pipeline.cfg_branches, "local_branches", 2) == 2
+        self.current["separate_cfg"] = separate
+        config = DBCacheConfig(
+            **self.config_kwargs, num_inference_steps=self.transformer_only_steps, enable_separate_cfg=separate
+        )
+        refresh: dict[str, Any] = {"cache_config": config}
+        if self.calibrator is not None:
+            refresh["calibrator_config"] = copy.deepcopy(self.calibrator)
+        cache_dit.refresh_context(self.pipeline.transformer, **refresh)
 
     def end_run(self) -> None:
         import cache_dit
@@ -82,6 +107,8 @@ class _CacheDitHandle(Handle):
     def remove(self) -> None:
         import cache_dit
 
+        if self.refresh_for in getattr(self.pipeline, "denoise_hooks", []):
+            self.pipeline.denoise_hooks.remove(self.refresh_for)
         cache_dit.disable_cache(self.pipeline.transformer if self.transformer_only_steps is not None else self.pipeline)
         # disable_cache leaves what its patch functor set on the modules (seen with cache-dit 1.5.3 on Flux: an
         # instance-level forward, _is_patched and a diffusers hook registry on the transformer): the output is
@@ -160,7 +187,10 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             )
             config = DBCacheConfig(**kwargs, num_inference_steps=context.steps)
             cache_dit.enable_cache(adapter, cache_config=config, calibrator_config=calibrator)
-            return _CacheDitHandle(pipeline, before, transformer_only_steps=context.steps)
+            handle = _CacheDitHandle(pipeline, before, transformer_only_steps=context.steps)
+            handle.config_kwargs, handle.calibrator = kwargs, calibrator
+            pipeline.denoise_hooks.append(handle.refresh_for)
+            return handle
         cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
         return _CacheDitHandle(pipeline, before)
 
@@ -171,6 +201,8 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             "cached_steps_per_run": [run.get("cached_steps") for run in handle.runs],
             "cfg_cached_steps_per_run": [run.get("cfg_cached_steps") for run in handle.runs],
         }
+        if any("separate_cfg" in run for run in handle.runs):  # a native pipeline's calls: true CFG cached apart
+            evidence["separate_cfg_per_run"] = [run.get("separate_cfg") for run in handle.runs]
         return cached_steps_verdict(per_run, evidence)
 
 

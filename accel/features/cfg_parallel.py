@@ -60,6 +60,8 @@ class CFGParallelConfig(FeatureConfig):
 class ParallelBranches:
     """A ``CFGBranches``: this rank's branch of each true-CFG step, exchanged with the other's by ``all_gather``."""
 
+    local_branches = 1
+
     def __init__(self, rank: int) -> None:
         self.rank = rank
         self.steps = 0

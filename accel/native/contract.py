@@ -14,6 +14,7 @@ allowed) so that features find them without guessing. Native pipelines register 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import time
 from collections.abc import Callable, Iterator
@@ -45,6 +46,10 @@ class CFGBranches(Protocol):
     the denoising loop. A feature assigns another strategy to ``pipeline.cfg_branches`` and restores the
     previous one on ``remove``."""
 
+    # How many of a step's two branches this process computes (2 here; cfg_parallel's rank computes 1): a cache
+    # that keeps separate state per branch (Cache-DiT's separate CFG) needs it.
+    local_branches: int
+
     def predict(
         self,
         cond: Callable[[], torch.Tensor],
@@ -58,6 +63,8 @@ class CFGBranches(Protocol):
 class SequentialBranches:
     """The default ``CFGBranches``: both branches here, the conditional first, then ``combine(cond, uncond)``
     (the order diffusers computes them in)."""
+
+    local_branches = 2
 
     def predict(
         self,
@@ -108,6 +115,9 @@ class NativePipeline(torch.nn.Module):
         self.cfg_branches: CFGBranches = SequentialBranches()
         # Transformer calls in the last pipeline call (one per step and CFG branch computed here).
         self.denoiser_calls = 0
+        # Called with the request before each denoising loop (a cache that must know the call's steps and whether
+        # it runs true CFG registers one and removes it again).
+        self.denoise_hooks: list[Callable[[Any], None]] = []
         # Where the pipeline computes: set by ``to()`` and kept by offload, which moves weights to the CPU.
         self._execution_device: torch.device | None = None
 
@@ -222,6 +232,46 @@ class NativePipeline(torch.nn.Module):
 
     def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError
+
+    # --- the denoising loop the native pipelines share -------------------------------------------------
+    def euler_loop(
+        self,
+        request: Any,
+        latents: torch.Tensor,
+        step_inputs: Callable[[torch.Tensor, torch.Tensor], dict[str, Any]],
+        predict: Callable[[str, dict[str, Any], str], torch.Tensor],
+        combine: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
+        """One scheduler step per timestep: the transformer's inputs from ``step_inputs(latents, t)``, then the
+        conditional branch ``predict("cond", inputs, "")`` alone or, with true CFG, both branches through
+        ``cfg_branches`` (the unconditional one ``predict("uncond", inputs, "negative_")``: the negative
+        prompt's embeddings) combined by ``combine(cond, uncond)``. ``denoiser_calls`` counts the calls; the
+        ``denoise_hooks`` run first, with the request."""
+        scheduler: Any = self.scheduler
+        self.denoiser_calls = 0
+        for hook in self.denoise_hooks:
+            hook(request)
+        with self.progress_bar(total=len(scheduler.timesteps)) as bar:
+            for t in scheduler.timesteps:
+                inputs = step_inputs(latents, t)
+                cond = functools.partial(predict, "cond", inputs, "")
+                if runs_true_cfg(request):
+                    uncond = functools.partial(predict, "uncond", inputs, "negative_")
+                    noise = self.cfg_branches.predict(cond, uncond, combine)
+                else:
+                    noise = cond()
+                latents = scheduler.step(noise, t, latents, return_dict=False)[0]
+                bar.update()
+        return latents
+
+    def branch_call(self, branch: str, **inputs: Any) -> torch.Tensor:
+        """One transformer call, counted in ``denoiser_calls``, inside the cache context of its ``branch``
+        (``cond`` / ``uncond``: the names diffusers' cache hooks keep separate state under)."""
+        transformer: Any = self.transformer
+        self.denoiser_calls += 1
+        with transformer.cache_context(branch):
+            noise: torch.Tensor = transformer(**inputs)
+        return noise
 
     @torch.no_grad()
     def forward(self, request: Any) -> torch.Tensor:

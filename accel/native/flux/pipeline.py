@@ -11,7 +11,6 @@ the contract's ``cfg_branches`` strategy computes and combines as ``uncond + sca
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -166,39 +165,25 @@ class NativeFluxPipeline(NativePipeline):
                 [latents.shape[0]], request.guidance_scale, device=latents.device, dtype=torch.float32
             )
         scale = float(request.true_cfg_scale)
-        self.denoiser_calls = 0
 
         def combine(cond: torch.Tensor, uncond: torch.Tensor) -> torch.Tensor:
             return uncond + scale * (cond - uncond)  # FluxPipeline's formula and order of operations
 
-        with self.progress_bar(total=len(self.scheduler.timesteps)) as bar:
-            for t in self.scheduler.timesteps:
-                inputs = {"hidden_states": latents, "timestep": t.expand(latents.shape[0]).to(latents.dtype) / 1000,
-                          "guidance": guidance, "img_ids": state["img_ids"]}  # fmt: skip
-                cond = functools.partial(self._predict, "cond", inputs, embeddings, "")
-                if runs_true_cfg(request):
-                    uncond = functools.partial(self._predict, "uncond", inputs, embeddings, "negative_")
-                    noise = self.cfg_branches.predict(cond, uncond, combine)
-                else:
-                    noise = cond()
-                latents = self.scheduler.step(noise, t, latents, return_dict=False)[0]
-                bar.update()
-        return latents
+        def step_inputs(latents: torch.Tensor, t: torch.Tensor) -> dict[str, Any]:
+            return {"hidden_states": latents, "timestep": t.expand(latents.shape[0]).to(latents.dtype) / 1000,
+                    "guidance": guidance, "img_ids": state["img_ids"]}  # fmt: skip
 
-    def _predict(
-        self, branch: str, inputs: dict[str, Any], embeddings: dict[str, torch.Tensor], prefix: str
-    ) -> torch.Tensor:
-        """One transformer call: the ``branch`` (``cond`` / ``uncond``, the cache context diffusers names)
-        with the prompt's embeddings (``prefix`` ``negative_``: the negative prompt's)."""
-        self.denoiser_calls += 1
-        with self.transformer.cache_context(branch):
-            noise: torch.Tensor = self.transformer(
+        def predict(branch: str, inputs: dict[str, Any], prefix: str) -> torch.Tensor:
+            """The prompt's embeddings (``prefix`` ``negative_``: the negative prompt's) with this step's inputs."""
+            return self.branch_call(
+                branch,
                 **inputs,
                 pooled_projections=embeddings[f"{prefix}pooled_projections"],
                 encoder_hidden_states=embeddings[f"{prefix}encoder_hidden_states"],
                 txt_ids=embeddings[f"{prefix}txt_ids"],
             )
-        return noise
+
+        return self.euler_loop(request, latents, step_inputs, predict, combine)
 
     def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
         """Unpack, de-normalise and decode with the VAE; images in [0, 1], (batch, H, W, 3)."""

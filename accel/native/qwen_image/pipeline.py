@@ -14,7 +14,6 @@ negative prompt. The two branches go through the contract's ``cfg_branches`` str
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -173,36 +172,21 @@ class NativeQwenImagePipeline(NativePipeline):
         ``cfg_branches`` (conditional, then unconditional) combined by ``guided``."""
         latents: torch.Tensor = state["latents"]
         scale = float(request.true_cfg_scale)
-        self.denoiser_calls = 0
 
         def combine(cond: torch.Tensor, uncond: torch.Tensor) -> torch.Tensor:
             return guided(cond, uncond, scale)
 
-        with self.progress_bar(total=len(self.scheduler.timesteps)) as bar:
-            for t in self.scheduler.timesteps:
-                timestep = t.expand(latents.shape[0]).to(latents.dtype)
-                inputs = {"hidden_states": latents, "timestep": timestep / 1000, "img_shape": state["img_shape"]}
-                cond = functools.partial(self._predict, "cond", inputs, embeddings, "")
-                if runs_true_cfg(request):
-                    uncond = functools.partial(self._predict, "uncond", inputs, embeddings, "negative_")
-                    noise = self.cfg_branches.predict(cond, uncond, combine)
-                else:
-                    noise = cond()
-                latents = self.scheduler.step(noise, t, latents, return_dict=False)[0]
-                bar.update()
-        return latents
+        def step_inputs(latents: torch.Tensor, t: torch.Tensor) -> dict[str, Any]:
+            timestep = t.expand(latents.shape[0]).to(latents.dtype)
+            return {"hidden_states": latents, "timestep": timestep / 1000, "img_shape": state["img_shape"]}
 
-    def _predict(
-        self, branch: str, inputs: dict[str, Any], embeddings: dict[str, torch.Tensor], prefix: str
-    ) -> torch.Tensor:
-        """One transformer call: the ``branch`` (``cond`` / ``uncond``, the cache context diffusers names)
-        with the prompt's text stream (``prefix`` ``negative_``: the negative prompt's)."""
-        self.denoiser_calls += 1
-        with self.transformer.cache_context(branch):
-            noise: torch.Tensor = self.transformer(
-                **inputs, encoder_hidden_states=embeddings[f"{prefix}encoder_hidden_states"]
+        def predict(branch: str, inputs: dict[str, Any], prefix: str) -> torch.Tensor:
+            """The prompt's text stream (``prefix`` ``negative_``: the negative prompt's) with this step's inputs."""
+            return self.branch_call(
+                branch, **inputs, encoder_hidden_states=embeddings[f"{prefix}encoder_hidden_states"]
             )
-        return noise
+
+        return self.euler_loop(request, latents, step_inputs, predict, combine)
 
     def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
         """Unpack to one frame, de-normalise with the VAE's latent statistics and decode; images in [0, 1],
