@@ -25,13 +25,11 @@ from accel.zoo import pipelines
 REQUEST = Request(prompt="a red fox", seed=0, steps=2, height=32, width=32, guidance_scale=3.5, num_frames=5)
 FAMILY_NAMES = [entry.name for entry in zoo.family_entries()]
 # A second prompt must change the image: a family whose prompt never reaches its denoiser measures nothing a user
-# asks about (tiny-qwen-image and tiny-lumina2 did, until their max_sequence_length let the prompt past the
-# template). Families known to still lose it, each with what was seen; an entry that starts reaching fails.
+# asks about (tiny-qwen-image, tiny-lumina2, tiny-kandinsky5 and tiny-hunyuan-image did, until their prompt lengths
+# let the prompt past the template, and Kandinsky 5's zero-initialised modulation was redrawn). Families known to
+# still lose it, each with what was seen; an entry that starts reaching fails.
 OTHER_PROMPT = "a blue square on green grass"
-PROMPT_NOT_REACHING = {
-    "tiny-kandinsky5": "the same image for any prompt at max_sequence_length 32, 256 and 512: not yet traced",
-    "tiny-hunyuan-image": "the same image for any prompt (its template pads to 1000 tokens): not yet traced",
-}
+PROMPT_NOT_REACHING: dict[str, str] = {}
 
 
 def test_the_zoo_has_at_least_24_families_each_naming_its_source_and_classes():

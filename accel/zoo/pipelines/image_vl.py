@@ -90,13 +90,26 @@ KANDINSKY5_CONFIG: dict[str, Any] = {
     ),
     "text_encoder": _QWEN_VL_TEXT,
     "clip": CLIP_TEXT,
+    # Kandinsky5Modulation zero-initialises its out_layer (diffusers transformer_kandinsky.py:268-269): every
+    # block's shift/scale/gate and the out layer's shift/scale are 0, so no block adds anything and the time
+    # embedding, with the CLIP pooled prompt added to it, reaches nothing; the Qwen tokens only enter through the
+    # gated cross-attention. A random checkpoint keeps that zero (a trained one does not): the builder redraws
+    # those layers with nn.Linear's default init, from this seed.
+    "modulation_seed": 4,
 }
 
 
 def build_kandinsky5(config: dict[str, Any]) -> dict[str, Any]:
     """Kandinsky 5.0 T2I: cross-attention DiT, Qwen2.5-VL + CLIP text encoders, FLUX-style VAE."""
+    import torch
+
+    transformer = seeded(0, D + "Kandinsky5Transformer3DModel", **config["transformer"])
+    torch.manual_seed(config["modulation_seed"])
+    for module in transformer.modules():
+        if type(module).__name__ == "Kandinsky5Modulation":
+            module.out_layer.reset_parameters()
     return {
-        "transformer": seeded(0, D + "Kandinsky5Transformer3DModel", **config["transformer"]),
+        "transformer": transformer,
         "vae": seeded(1, D + "AutoencoderKL", **config["vae"]),
         "text_encoder": hf(2, "Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLConfig", config["text_encoder"]),
         # The published checkpoint ships a Qwen2-VL processor; Kandinsky 5 only tokenises text with it
@@ -206,7 +219,10 @@ FAMILIES = (
             T + "Qwen2_5_VLForConditionalGeneration",
             T + "CLIPTextModel",
         ),
-        call_kwargs={"max_sequence_length": 32},
+        # The byte-level tokenizer spells the system prompt out: 137 tokens after the template crop
+        # (prompt_template_encode_start_idx 40) come before the prompt, and the pipeline truncates past
+        # max_sequence_length, so 32 kept only the system prompt.
+        call_kwargs={"max_sequence_length": 256},
         # Kandinsky 5 resizes any other size to one of its 1024-px resolutions.
         pipeline_attributes={"resolutions": [(32, 32), (64, 64)]},
     ),
@@ -252,6 +268,9 @@ FAMILIES = (
             T + "ByT5Tokenizer",
         ),
         # The published prompt lengths (1000 Qwen tokens, 128 ByT5 bytes) pad every call far past a tiny model.
-        pipeline_attributes={"tokenizer_max_length": 32, "tokenizer_2_max_length": 16},
+        # The Qwen one is kept past the template, which the byte-level tokenizer spells out: 138 tokens after
+        # the crop (prompt_template_encode_start_idx 34) come before the prompt, and _get_qwen_prompt_embeds
+        # truncates at tokenizer_max_length + 34 (at 32 every prompt was cut inside the system prompt).
+        pipeline_attributes={"tokenizer_max_length": 256, "tokenizer_2_max_length": 16},
     ),
 )
