@@ -22,7 +22,7 @@ from accel.profile import parse_profile
 from accel.sweep.runner import run_sweep
 from accel.sweep.spec import build_requests
 from accel.targets.adapter import AdapterTarget
-from accel.targets.registry import make_target
+from accel.targets.build import make_target
 
 SCRIPT = Path(__file__).resolve().parent.parent / "benchmarks" / "harness_overhead.py"
 # The innermost sweep function of each kind of timed call: the stack below it is the timed path.

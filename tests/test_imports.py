@@ -58,9 +58,10 @@ PACKAGE_LAYERS = {
 }
 # The package root is the public facade (``from accel import apply`` imports accel.features lazily).
 FACADE = "accel"
-# The functions that import a module named by a string. Not counted: a registry's "accel.x:Class" entries (the
-# target kinds', resolved when a target is built, as a plugin's entry point is) and "-m accel.x" commands (another
-# process).
+# The functions that import a module named by a string (a constant, or a module-level name bound to one). Not
+# counted: a registry's "accel.x:Class" entries (the target kinds', resolved by accel.targets.build when a target is
+# built, as a plugin's entry point is: the registry itself imports nothing), "-m accel.x" commands and forkserver
+# preloads (another process), and names computed at run time (f-strings).
 IMPORTERS = ("import_module", "__import__")
 
 
@@ -74,7 +75,20 @@ def _importer_names(tree: ast.Module) -> set[str]:
     return names
 
 
-def _module_imported_by_name(call: ast.Call, importers: set[str], package: str) -> str | None:
+def _string_constants(tree: ast.Module) -> dict[str, str]:
+    """The module-level names bound to a string (``PRELOAD = "accel.x"``), which a call may pass instead."""
+    return {
+        target.id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str)
+        for target in node.targets
+        if isinstance(target, ast.Name)
+    }
+
+
+def _module_imported_by_name(
+    call: ast.Call, importers: set[str], package: str, constants: dict[str, str] | None = None
+) -> str | None:
     """The module of accel that ``import_module(...)`` or ``__import__(...)`` names, whatever the spelling: the
     owner (``importlib.import_module``, ``il.import_module``), an alias, the name as a keyword (``name=``) and a
     relative name against a constant package or the importer's own (``import_module(".cli", "accel")``,
@@ -85,9 +99,12 @@ def _module_imported_by_name(call: ast.Call, importers: set[str], package: str) 
         return None
     keywords = {keyword.arg: keyword.value for keyword in call.keywords}
     first = call.args[0] if call.args else keywords.get("name")
-    if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
+    if isinstance(first, ast.Name) and first.id in (constants or {}):
+        name = (constants or {})[first.id]
+    elif isinstance(first, ast.Constant) and isinstance(first.value, str):
+        name = first.value
+    else:
         return None
-    name = first.value
     if name.startswith("."):
         anchor = call.args[1] if len(call.args) > 1 else keywords.get("package")
         if isinstance(anchor, ast.Constant) and isinstance(anchor.value, str):
@@ -127,7 +144,7 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {name: set() for name in known}
     for name, (path, is_package) in known.items():
         tree = ast.parse(path.read_text(), str(path))
-        importers = _importer_names(tree)
+        importers, constants = _importer_names(tree), _string_constants(tree)
         own_package = name if is_package else name.rpartition(".")[0]
         for node in ast.walk(tree):
             targets: list[str | None] = []
@@ -148,7 +165,9 @@ def import_graph(package: Path = PACKAGE) -> dict[str, set[str]]:
                 # depends on the order of P's own imports. A dependency on P, never exempt.
                 if base in known and known[base][1]:
                     targets.append(base)
-            elif isinstance(node, ast.Call) and (named := _module_imported_by_name(node, importers, own_package)):
+            elif isinstance(node, ast.Call) and (
+                named := _module_imported_by_name(node, importers, own_package, constants)
+            ):
                 # importlib.import_module("accel.x") / __import__("accel.x"): a function-level import by another
                 # name, so a dependency all the same.
                 targets = [resolve(named)]
@@ -272,8 +291,9 @@ def test_a_cycle_through_an_import_by_name_is_found(tmp_path):
         "import importlib as il\n\ndef load():\n    return il.import_module('.data', 'accel')\n",
         "import importlib\n\ndef load():\n    return importlib.import_module('.data', package=__package__)\n",
         "import importlib\n\ndef load():\n    return importlib.import_module('..data', 'accel.sub')\n",
+        "import importlib\n\nLOADER = 'accel.data'\n\ndef load():\n    return importlib.import_module(LOADER)\n",
     ],
-    ids=["keyword", "aliased", "relative-to-a-constant", "relative-to-its-own-package", "two-levels-up"],
+    ids=["keyword", "aliased", "relative-to-a-constant", "relative-to-its-own-package", "two-levels-up", "a-constant"],
 )
 def test_an_import_by_name_is_found_however_it_is_spelled(tmp_path, loader):
     """A keyword name, an alias of import_module and a relative name (against a constant package or the

@@ -262,7 +262,7 @@ def test_outputs_are_stable_only_when_every_pass_equals_the_first():
 
 
 def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
-    import accel.targets.registry
+    import accel.targets.build
     from accel.sweep import timed
 
     calls: list[str] = []
@@ -282,7 +282,7 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
             return [np.zeros((1, 2, 2, 3))]
 
     applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
-    monkeypatch.setattr(accel.targets.registry, "make_target", lambda model: Fake("R"))
+    monkeypatch.setattr(accel.targets.build, "make_target", lambda model: Fake("R"))
     measure = types.SimpleNamespace(
         pairs=4, max_pairs=4, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
     )

@@ -9,7 +9,8 @@ from accel.engines.mapping import PATHS
 from accel.errors import ConfigError, UnavailableError
 from accel.profile import ModelSpec, parse_profile
 from accel.sweep.engine_cell import ENGINE_TARGETS
-from accel.targets.registry import TARGETS, Target, TargetKind, engine_targets, make_target, register_target
+from accel.targets.build import make_target
+from accel.targets.registry import TARGETS, Target, TargetKind, engine_targets, register_target
 
 
 def test_every_in_process_kind_builds_a_target_that_meets_the_protocol():

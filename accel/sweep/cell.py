@@ -116,7 +116,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.env import device_name
     from accel.measure.memory import PeakMemory, module_weight_bytes
     from accel.measure.timing import timed
-    from accel.targets.registry import make_target
+    from accel.targets.build import make_target
 
     options = spec.configs  # parsed and checked when the profile was loaded
     features = ordered(list(options))

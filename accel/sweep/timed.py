@@ -196,7 +196,7 @@ def measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: lis
 
     from accel.measure.speedup import SequentialPairs, noise_band
     from accel.measure.timing import timed
-    from accel.targets.registry import make_target
+    from accel.targets.build import make_target
 
     reference = make_target(spec.model)
     load: list[float] = []

@@ -1,18 +1,17 @@
 """What a target is (the ``Target`` protocol) and the target kinds a profile's ``models[].target`` names.
 
 Every kind is registered here, once: the profile's schema takes its allowed values from ``TARGETS``, the
-sweep's cell asks ``is_engine``, the engine mapping takes its paths from it, and ``make_target`` builds
-the in-process ones. A kind's class is named by import path and imported when a target is made, so the
-profile can read the registry without importing torch or diffusers.
+sweep's cell asks ``is_engine``, the engine mapping takes its paths from it, and ``accel.targets.build``'s
+``make_target`` builds the in-process ones. A kind's class is named by import path and imported when a target
+is made, so the profile can read the registry without importing torch or diffusers.
 """
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from accel.errors import ConfigError, UnavailableError, unknown_choice
+from accel.errors import ConfigError
 
 
 @runtime_checkable
@@ -78,15 +77,3 @@ def engine_targets() -> tuple[str, ...]:
 def is_engine(name: str) -> bool:
     """Whether the target kind runs in an engine's own environment (not a ``Target`` in this process)."""
     return name in TARGETS and TARGETS[name].engine
-
-
-def make_target(spec: Any) -> Target:
-    """The in-process target for a model spec (its ``target`` kind's class, built with the spec)."""
-    kind = TARGETS.get(spec.target)
-    if kind is None:
-        raise ConfigError(unknown_choice("target", spec.target, TARGETS))
-    if kind.target_class is None:
-        raise UnavailableError(f"target '{kind.name}' runs in its engine's own environment, not in this process")
-    module_name, _, class_name = kind.target_class.partition(":")
-    target: Target = getattr(importlib.import_module(module_name), class_name)(spec)
-    return target
