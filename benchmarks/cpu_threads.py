@@ -40,7 +40,7 @@ def main() -> None:
     from accel.measure.timing import torch_threads
     from accel.profile import ModelSpec, Workload
     from accel.sweep.spec import build_requests
-    from accel.targets.registry import make_target
+    from accel.targets.build import make_target
 
     workload = Workload(
         prompts=["a white circle on the left, on a cyan background"], negative_prompt="blurry", seeds=[0],

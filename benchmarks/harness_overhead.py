@@ -178,7 +178,7 @@ def main() -> None:
 
     from accel.features import apply
     from accel.sweep.spec import build_requests
-    from accel.targets.registry import make_target
+    from accel.targets.build import make_target
 
     spec = baseline_cell(args.source, args.device, args.steps, args.size, args.images)
     target = make_target(spec.model)
