@@ -75,7 +75,11 @@ class Timing(TypedDict, total=False):
         "interleaved timing: reference_s, variant_s (ABBA order), pairs_drawn, stopped (what ended the sequential "
         "sampling: decided, max_pairs or pair_budget_s) and estimate (the interval reached)",
     ]
-    speedup: Annotated[float, "baseline warm time / this cell's (speedup_ci.ratio)"]
+    speedup: Annotated[
+        float,
+        "median reference / variant ratio of the interleaved pairs (speedup_ci.ratio); sequential timing: the "
+        "ratio estimated from the baseline's and this cell's warm samples",
+    ]
     speedup_ci: Annotated[dict[str, Any], "the speedup's interval and what it may be published as (verdict)"]
     timing: Annotated[dict[str, Any], "how and where it was timed: method, node, threads, executor, overlap"]
 
@@ -130,7 +134,11 @@ class Roofline(TypedDict, total=False):
     flops_per_denoiser_call: Annotated[int, "baseline: FLOPs of one denoiser call (counted on its inputs)"]
     peak_flops: Annotated[float, "the device's peak FLOP/s in this dtype"]
     peak_flops_source: Annotated[str, "where peak_flops comes from (datasheet, measured CPU peak)"]
-    roofline: Annotated[dict[str, Any], "flops_per_step, floor_step_s, fastest_step_s, mfu, below_floor"]
+    roofline: Annotated[
+        dict[str, Any],
+        "flops_per_step, floor_step_s, fastest_step_s, mfu, below_floor; floor_check and effective_mfu (mfu null) "
+        "where a feature skips work (a cached step)",
+    ]
     invalid_measurement: Annotated[str, "why the timings cannot be trusted (a step below its floor)"]
 
 

@@ -22,7 +22,7 @@ rounds, with the machine and its load average before and after. The default is t
 call (20 steps, 64x64, 2 images per prompt, ``max_sequence_length`` 32).
 
     python benchmarks/harness_overhead.py [--source mini-flux|tiny-flux|DIR] [--device auto] [--rounds 15]
-        [--steps 20] [--size 64] [--images 2]
+        [--steps 20] [--size 64] [--images 2] [--threads 1]
 """
 
 from __future__ import annotations

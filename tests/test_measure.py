@@ -150,6 +150,8 @@ def test_floor_is_not_applied_to_cache_variants():
     judge_measured_cell(cached)  # the gate's judgement: a cache may beat the full-step floor
     assert cached["roofline"]["floor_check"].startswith("not applicable: a cache skips work")
     assert "invalid_measurement" not in cached
+    # Nor is MFU: the record keeps it as effective_mfu (above 100% here), with mfu null, as the report shows "–".
+    assert cached["roofline"]["mfu"] is None and cached["roofline"]["effective_mfu"] > 1
 
 
 def test_memory_fields_are_present_and_positive(zoo_run):

@@ -78,7 +78,8 @@ def judge_timing_validity(record: dict[str, Any]) -> None:
     """A cell whose fastest step beat its floor (FLOPs / peak, ``roofline.below_floor``) was timed by a clock
     that cannot be trusted: ``invalid_measurement`` says so, and the gate fails its timing check. A feature
     that skips or changes the work (``Feature.roofline_exempt``) may beat the full-step floor:
-    ``roofline.floor_check`` then says the floor does not apply, and why."""
+    ``roofline.floor_check`` then says the floor does not apply, and why, and its MFU moves to
+    ``roofline.effective_mfu`` (``mfu`` null)."""
     from accel.features import FEATURES
 
     roof = record.get("roofline") or {}
@@ -86,6 +87,11 @@ def judge_timing_validity(record: dict[str, Any]) -> None:
     exempt = [reason for reason in exempt if reason]
     if roof and exempt:
         roof["floor_check"] = f"not applicable: {exempt[0]}"
+        # Nor does MFU: the step did not run the FLOPs it counts (a cached step's "MFU" exceeds 100%). Kept, named
+        # for what it is, as effective_mfu (the full step's FLOPs over this step's time).
+        if roof.get("mfu") is not None:
+            roof["effective_mfu"] = roof["mfu"]
+            roof["mfu"] = None
         return
     if roof.get("below_floor"):
         record["invalid_measurement"] = (

@@ -289,7 +289,8 @@ def render(
     lines += [
         "Units: ms and s of wall time, synchronised with the device at both ends of a call; cores busy beside:",
         "CPU time other processes used during the timed window / its wall time; RSS: peak resident",
-        "memory of the process tree (sampled every 5 ms) while loading and during the timed runs; PSS:",
+        "memory of the process tree (the kernel's high-water mark: memory_method) while loading and during the",
+        "timed runs; PSS:",
         "proportional set size at the end of the run; GFLOP / step: FlopCounterMode on the baseline's",
         "denoiser calls of one step; floor: GFLOP / peak (peak: "
         + (records[0].get("peak_flops_source") or "–")
