@@ -120,6 +120,69 @@ def test_compile_verdicts_say_what_ran_and_keep_the_evidence():
     )
 
 
+def test_compile_a_denoiser_that_ran_without_its_compiled_code_is_partial_with_its_calls():
+    from accel.features.base import Verdict
+    from accel.features.compile import _CompileHandle
+
+    counters = {"unique_graphs": 2, "graph_breaks": 0, "frames_failed": 0}
+
+    def verdict(runs, by_denoiser):
+        handle = _handle(
+            runs, modules=[m for group in by_denoiser.values() for m in group], modules_by_denoiser=by_denoiser,
+            dynamo_delta=lambda: counters,
+        )  # fmt: skip
+        handle.untouched = lambda: _CompileHandle.untouched(handle)  # the handle's own count, over these runs
+        return _verify("compile", handle)
+
+    def run(compiled, denoiser_calls=None):
+        steady = {"compiled_calls": sum(compiled.values()), "frames_converted": 0, "new_graphs": 0}
+        calls = {} if denoiser_calls is None else {"denoiser_calls": denoiser_calls}
+        return {**steady, "compiled_calls_by_denoiser": compiled, **calls}
+
+    # Wan 2.2's two denoisers: transformer_2 ran its 3 calls eagerly on the first run, its 1 call through 2 compiled
+    # blocks on the second and was not called on the third; a run without a denoiser's calls counts 0 of them.
+    wan = {"transformer": [object(), object()], "transformer_2": [object()]}
+    runs = [
+        run({"transformer": 4}, {"transformer": 2, "transformer_2": 3}),
+        run({"transformer": 4, "transformer_2": 2}, {"transformer": 2, "transformer_2": 1}),
+        run({"transformer": 4}, {"transformer": 2}),
+        run({"transformer": 4}),
+    ]
+    evidence = {
+        "compiled_modules": 3, "compiled_modules_by_denoiser": {"transformer": 2, "transformer_2": 1},
+        "compiled_calls_per_run": [4, 6, 4, 4],
+        "compiled_calls_by_denoiser_per_run": [r["compiled_calls_by_denoiser"] for r in runs],
+        "denoiser_calls_per_run": [r.get("denoiser_calls", {}) for r in runs],
+        "new_graphs_per_run": [0, 0, 0, 0], "frames_converted_per_run": [0, 0, 0, 0], **counters,
+    }  # fmt: skip
+    assert verdict(runs, wan) == Verdict(
+        False,
+        "partial: a denoiser ran without its compiled code (transformer_2 on 3 of 4 calls); compiled: transformer",
+        {**evidence, "partial": True, "untouched_denoiser_calls": {"transformer_2": 3}},
+    )
+    # Two of three denoisers untouched, each named with its calls summed over the runs; the compiled one alone
+    # listed as compiled.
+    three = {"transformer": [object()], "transformer_2": [object()], "unet": [object()]}
+    runs = [
+        run({"transformer": 1}, {"transformer": 1, "transformer_2": 2, "unet": 5}),
+        run({"transformer": 1, "unet": 1}, {"transformer": 1, "transformer_2": 1, "unet": 1}),
+    ]
+    partial = verdict(runs, three)
+    assert partial.engaged is False
+    assert partial.summary == (
+        "partial: a denoiser ran without its compiled code (transformer_2 on 3 of 3 calls, unet on 5 of 6 calls); "
+        "compiled: transformer"
+    )
+    assert partial.evidence["untouched_denoiser_calls"] == {"transformer_2": 3, "unet": 5}  # summed over the runs
+    runs = [run({"transformer": 1, "unet": 1}, {"transformer": 1, "transformer_2": 2, "unet": 1})]
+    assert verdict(runs, three).summary.endswith("(transformer_2 on 2 of 2 calls); compiled: transformer, unet")
+    # A denoiser whose every call ran compiled code, or that was not called at all, is not partial; a run
+    # without compiled calls per denoiser counts none (no compiled graph ran at all).
+    eager = verdict([{"denoiser_calls": {"transformer": 2}}], wan)
+    assert eager.summary == "compile requested but no compiled graph ran during the timed runs"
+    assert verdict([run({"transformer": 4}, {"transformer": 2, "transformer_2": 0})], wan).engaged is True
+
+
 # --- caches: cache-dit, TeaCache, diffusers hooks ------------------------------------------------------------------
 
 
