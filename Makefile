@@ -13,7 +13,7 @@ HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-dev-$(HASH)
 
-.PHONY: sweep test setup clean docs docs-reference report report-engines gpu-check gpu-wheels roofline coverage mutation mutmut
+.PHONY: sweep test setup clean docs docs-reference report report-engines report-parallel gpu-check gpu-wheels roofline coverage mutation mutmut
 
 setup: $(STAMP)
 
@@ -91,6 +91,14 @@ report-engines: $(STAMP)
 	$(VENV)/bin/omni-accel engines create vllm-omni
 	rm -rf reports/engines-flux
 	$(VENV)/bin/omni-accel sweep profiles/engines-flux.yaml --out reports/engines-flux
+
+# Regenerate reports/parallel-cpu: two-rank cells (Ulysses, CFG parallel, each alone and with a cache, int8,
+# offload or compile) against one rank; ring and TP refused on the CPU. Its compatibility matrix is tables.md.
+report-parallel: $(STAMP)
+	rm -rf reports/parallel-cpu
+	$(VENV)/bin/omni-accel sweep profiles/parallel-cpu.yaml --out reports/parallel-cpu
+	$(VENV)/bin/omni-accel gate reports/parallel-cpu
+	$(VENV)/bin/omni-accel table reports/parallel-cpu > reports/parallel-cpu/tables.md
 
 # The GPU check (benchmarks/gpu/): `make gpu-wheels` on a machine with PyPI downloads the wheels the GPU
 # machine lacks into .gpu-wheels/ (ignored, ~12 MiB); `make gpu-check` on the GPU machine (no network,
