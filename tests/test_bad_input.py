@@ -495,7 +495,7 @@ REVIEW_CASES = {
     "perf-string-latency": (
         lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "devices: {cpu: {wan: {compile: fast}}}\n")),
         r"perf\.yaml: devices\.cpu\.wan\.compile: 'fast' is not allowed: expected the warm median latency in "
-        r"seconds, a number > 0$",
+        r"seconds, a finite number > 0$",
     ),
     "perf-unknown-key": (
         lambda tmp, run: _gate(run, "--baseline", _file(tmp, "perf.yaml", "rel_tolerence: 0.1\n")),

@@ -106,8 +106,10 @@ def test_a_claim_reads_true_false_or_none():
         ({"devices": {"H200": {"flux": 0.1}}}, "devices.H200.flux: expected a mapping of variant to seconds, got 0.1"),
         (
             {"devices": {"H200": {"flux": {"compile": 0}}}},
-            "devices.H200.flux.compile: 0 is not allowed: expected the warm median latency in seconds, a number > 0",
+            "devices.H200.flux.compile: 0 is not allowed: expected the warm median latency in seconds, a finite "
+            "number > 0",
         ),
+        ({"devices": {"H200": {"flux": {"compile": float("inf")}}}}, "devices.H200.flux.compile: inf is not allowed"),
         ({"devices": {"H200": {"flux": {"compile": -1.0}}}}, "devices.H200.flux.compile: -1.0 is not allowed"),
         ({"devices": {"H200": {"flux": {"compile": "fast"}}}}, "devices.H200.flux.compile: 'fast' is not allowed"),
         ({"devices": {"H200": {"flux": {"compile": True}}}}, "devices.H200.flux.compile: True is not allowed"),

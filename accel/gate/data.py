@@ -130,10 +130,10 @@ def check_perf_baseline(data: dict[str, Any], source: str) -> None:
             if not isinstance(variants, dict):
                 raise ConfigError(f"{where}: expected a mapping of variant to seconds, got {variants!r}")
             for variant, seconds in variants.items():
-                if not _in_range(seconds, 0.0, math.inf) or seconds == 0:
+                if not _in_range(seconds, 0.0, math.inf) or seconds == 0 or math.isinf(seconds):
                     raise ConfigError(
                         f"{where}.{variant}: {seconds!r} is not allowed: expected the warm median latency in "
-                        "seconds, a number > 0"
+                        "seconds, a finite number > 0"
                     )
 
 
