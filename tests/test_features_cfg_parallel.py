@@ -58,10 +58,13 @@ def _no_launch(monkeypatch) -> None:
     monkeypatch.setattr(ranks, "_forkserver_context", refuse_to_start)
 
 
-def test_cfg_parallel_on_two_ranks_is_identical_to_the_one_rank_true_cfg_run(tmp_path):
+def _two_ranks_against_one(tmp_path, profile: dict) -> tuple[dict, dict]:
+    """Sweep ``profile`` (a baseline and the cfg cell) and check what every CFG-parallel cell must show: both ok,
+    images identical to the one-rank run's bit for bit, the one-rank run calling the transformer for two
+    branches x two steps, and each rank computing its own branch once per step. Returns (baseline, cell)."""
     import numpy as np
 
-    result = run_sweep(parse_profile(_profile([CFG])), "p.yaml", tmp_path, show_progress=False)
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
     records = {r["variant"]: r for r in result.records}
     baseline, cell = records["baseline"], records["cfg"]
     assert baseline["status"] == "ok" and cell["status"] == "ok", cell.get("error")
@@ -71,44 +74,37 @@ def test_cfg_parallel_on_two_ranks_is_identical_to_the_one_rank_true_cfg_run(tmp
         assert set(one.files) == set(two.files)
         for key in one.files:
             assert np.array_equal(one[key], two[key]), (key, float(np.abs(one[key] - two[key]).max()))
-    assert cell["parity"]["max_abs_diff"] == 0.0, cell["parity"]
     assert baseline["denoiser_calls_per_call"] == 4  # the one-rank run: two branches x two steps
     evidence = cell["evidence"]["cfg_parallel"]
-    assert evidence["engaged"] and evidence["ranks_identical"] is True
+    assert evidence["engaged"] and evidence["ranks_identical"] is True, evidence
+    assert [rank["branch_last_run"] for rank in evidence["ranks"]] == ["cond", "uncond"]
+    for rank in evidence["ranks"]:
+        assert rank["transformer_calls_per_step_last_run"] == 1 and rank["steps_last_run"] == 2, rank
+    return baseline, cell
+
+
+def test_cfg_parallel_on_two_ranks_is_identical_to_the_one_rank_true_cfg_run(tmp_path):
+    _, cell = _two_ranks_against_one(tmp_path, _profile([CFG]))
+    assert cell["parity"]["max_abs_diff"] == 0.0, cell["parity"]
+    evidence = cell["evidence"]["cfg_parallel"]
     assert re.fullmatch(
         r"cfg parallel over 2 ranks: rank 0 computed the cond branch, 1 transformer call per step \(of 2\), "
         r"2 all_gather per call \(\d+ bytes each\)",
         evidence["summary"],
     ), evidence["summary"]
     assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
-    assert [rank["branch_last_run"] for rank in evidence["ranks"]] == ["cond", "uncond"]
-    for rank in evidence["ranks"]:  # every rank exchanged its prediction each step and called the transformer once
+    for rank in evidence["ranks"]:  # every rank exchanged its prediction each step
         gathered = rank["collectives_last_run"]["c10d.all_gather"]
         assert gathered["calls"] == 2 and gathered["bytes"] > 0, rank
-        assert rank["transformer_calls_per_step_last_run"] == 1 and rank["steps_last_run"] == 2, rank
 
 
 def test_cfg_parallel_on_native_qwen_image_is_identical_to_the_one_rank_run(tmp_path):
     """Qwen-Image's true CFG rescales the combination to the conditional branch's norm: both ranks combine the
     gathered pair with that formula, so the images are the one-rank run's, bit for bit."""
-    import numpy as np
-
     # max_sequence_length 512, as tests/test_native_qwen_image.py: past the byte-level template for any prompt
-    profile = _profile([CFG], source="tiny-qwen-image", call_kwargs={"max_sequence_length": 512})
-    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
-    records = {r["variant"]: r for r in result.records}
-    baseline, cell = records["baseline"], records["cfg"]
-    assert baseline["status"] == "ok" and cell["status"] == "ok", cell.get("error")
-    with np.load(tmp_path / baseline["outputs_file"]) as one, np.load(tmp_path / cell["outputs_file"]) as two:
-        assert set(one.files) == set(two.files)
-        for key in one.files:
-            assert np.array_equal(one[key], two[key]), (key, float(np.abs(one[key] - two[key]).max()))
-    assert baseline["denoiser_calls_per_call"] == 4
-    evidence = cell["evidence"]["cfg_parallel"]
-    assert evidence["engaged"] and evidence["ranks_identical"] is True, evidence
-    assert [rank["branch_last_run"] for rank in evidence["ranks"]] == ["cond", "uncond"]
-    for rank in evidence["ranks"]:
-        assert rank["transformer_calls_per_step_last_run"] == 1 and rank["steps_last_run"] == 2, rank
+    _two_ranks_against_one(
+        tmp_path, _profile([CFG], source="tiny-qwen-image", call_kwargs={"max_sequence_length": 512})
+    )
 
 
 def test_ranks_given_different_seeds_fail_the_cell(tmp_path, monkeypatch):
