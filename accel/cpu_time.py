@@ -22,3 +22,10 @@ def busy_seconds(times: Any) -> float:
 def machine_busy_seconds() -> float:
     """CPU seconds all cores of this machine have spent working since boot."""
     return busy_seconds(psutil.cpu_times())
+
+
+def machine_steal_seconds() -> float:
+    """CPU seconds the hypervisor has taken from this virtual machine's cores since boot (0 where the kernel keeps
+    no such count). Steal is time the VM wanted to run and the host ran someone else: it slows a timed call
+    without any process of this machine being busy."""
+    return float(getattr(psutil.cpu_times(), "steal", 0.0))

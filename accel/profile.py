@@ -224,12 +224,14 @@ class Measure(StrictModel):
             "equivalent within the noise threshold ends it sooner); at least measure.pairs."
         ),
     )
-    pair_budget_s: float = Field(
-        default=30.0,
+    pair_budget_s: float | None = Field(
+        default=None,
         gt=0,
         description=(
-            "interleaved timing: seconds a cell may spend drawing pairs while its comparison is undecided; "
-            "the sampling stops at the first look after it is spent (the verdict then says so)."
+            "interleaved timing: an optional wall-clock cap, in seconds, on drawing pairs while a comparison is "
+            "undecided (the sampling stops at the first look after it is spent, and the verdict says so). Unset "
+            "(the default), measure.max_pairs alone bounds a cell, so a slower host draws as many pairs as a fast "
+            "one instead of deciding less."
         ),
     )
     confidence: float = Field(

@@ -73,7 +73,7 @@ class Timing(TypedDict, total=False):
     paired: Annotated[
         dict[str, Any],
         "interleaved timing: reference_s, variant_s (ABBA order), pairs_drawn, stopped (what ended the sequential "
-        "sampling: decided, max_pairs or pair_budget_s) and estimate (the interval reached)",
+        "sampling: decided, max_pairs or, when set, pair_budget_s) and estimate (the interval reached)",
     ]
     speedup: Annotated[
         float,
@@ -81,7 +81,12 @@ class Timing(TypedDict, total=False):
         "ratio estimated from the baseline's and this cell's warm samples",
     ]
     speedup_ci: Annotated[dict[str, Any], "the speedup's interval and what it may be published as (verdict)"]
-    timing: Annotated[dict[str, Any], "how and where it was timed: method, node, threads, executor, overlap"]
+    timing: Annotated[
+        dict[str, Any],
+        "how and where it was timed: method, node, threads, executor, overlap; alone and interleaved: the "
+        "contention over each timed window (wall_s, own_cores, other_cores, steal_cores: cores a virtual "
+        "machine's host took, counted in other_cores too, contended, load_average_1m)",
+    ]
 
 
 class Memory(TypedDict, total=False):

@@ -144,6 +144,18 @@ def test_sequential_pairs_stop_as_soon_as_the_question_is_answered():
     assert estimate.n == 10 and "equivalent" in estimate.stopped
 
 
+def test_without_a_seconds_budget_a_slow_host_draws_as_many_pairs_as_a_fast_one():
+    """The budget is counted in pairs by default: a host whose calls take a minute each still draws to
+    max_pairs before it calls the comparison undecided (a seconds cap would stop it after its first look)."""
+    band = noise_band(0.05)
+    wide = [0.8, 1.25] * 40
+    for seconds_per_tick in (0.001, 60.0):
+        ticks = iter(seconds_per_tick * tick for tick in range(1000))
+        sampler = SequentialPairs(band, 0.95, 8, 40)
+        estimate = sampler.run(_draws(wide), clock=ticks.__next__)
+        assert estimate.n == 40 and "undecided after measure.max_pairs = 40 pairs" in estimate.stopped, estimate
+
+
 def test_sequential_pairs_stop_undecided_at_the_most_pairs_or_when_the_budget_is_spent():
     band = noise_band(0.05)
     wide = [0.8, 1.25] * 40  # straddles the band whatever the number of pairs
@@ -210,7 +222,7 @@ def test_sequential_speedup_is_the_ratio_of_medians_with_each_medians_interval()
 def test_format_speedup_everywhere_the_same():
     claim = {"ratio": 1.823, "low": 1.61, "high": 2.034, "verdict": FASTER}
     assert format_speedup(claim) == "1.82x [1.61–2.03]"
-    assert format_speedup({**claim, "verdict": NOISE}) == "≈1.0x"
+    assert format_speedup({**claim, "verdict": NOISE}) == "≈1.0x?"  # undecided: not an equivalence claim
     assert format_speedup({**claim, "verdict": EQUIVALENT}) == "≈1.0x"
     assert format_speedup({**claim, "verdict": UNVERIFIED}) == "1.82x?"
     assert format_speedup({**claim, "verdict": INCONCLUSIVE}) == "1.82x?"

@@ -19,6 +19,9 @@ from accel.report.tables import performance_table
 from accel.sweep.runner import run_sweep
 from accel.targets.adapter import AdapterTarget
 
+# How each verdict an identical variant may get is shown: "| ≈1.0x |" equivalent, "| ≈1.0x? |" noise, "x? |"
+# inconclusive (the cell's own ratio before the question mark).
+SHOWN = {"equivalent": "| ≈1.0x |", "noise": "| ≈1.0x? |", "inconclusive": "x? |"}
 BURST_CALLS = 3  # the baseline cell's calls: cold, one timed pass, one stage pass
 SLOWDOWN = 5.0  # a slowed call takes this many times as long (relative, so it holds on a busy machine too)
 
@@ -69,14 +72,14 @@ def test_identical_variant_is_noise_despite_the_burst(drifting_run):
     assert claim["n"] == same["paired"]["pairs_drawn"] == len(same["paired"]["reference_s"]), claim
     assert same["paired"]["stopped"], same["paired"]
     # Never a speed claim. With 6 pairs the interval is the lowest to the highest ratio: inside the ±5% band it is
-    # "equivalent", wider and including 1.0 "noise" (both `≈1.0x`); all six on one side of 1.0 (probability
+    # "equivalent" (`≈1.0x`), wider and including 1.0 "noise" (`≈1.0x?`); all six on one side of 1.0 (probability
     # 2/64 for identical calls, more when load drifts) and reaching past the band, "inconclusive" (`x?`).
     assert claim["verdict"] in ("equivalent", "noise", "inconclusive"), claim
     assert claim["low"] <= claim["ratio"] <= claim["high"]
     assert claim["reference_problem"] is None
     table = performance_table(list(drifting_run.values()), "tiny-flux", load_gate_data())
     row = next(line for line in table.splitlines() if line.startswith("| same "))
-    assert ("x?" if claim["verdict"] == "inconclusive" else "≈1.0x") in row
+    assert SHOWN[claim["verdict"]] in row
 
 
 def test_really_slower_variant_is_claimed_slower(drifting_run):
@@ -201,13 +204,13 @@ def test_gate_summary_publishes_the_same_claims(drifting_run):
     assert "## Speed claims" in summary
     same = next(line for line in summary.splitlines() if line.startswith("| tiny-flux/same "))
     slow = next(line for line in summary.splitlines() if line.startswith("| tiny-flux/slow "))
-    # The summary states the record's own verdict. For the identical variant that is "equivalent" or "noise"
-    # (`≈1.0x`) or, in
+    # The summary states the record's own verdict. For the identical variant that is "equivalent" (`≈1.0x`),
+    # "noise" (`≈1.0x?`) or, in
     # about 3% of runs (more when load drifts: CI once measured [1.09, 1.39]), "inconclusive" (`x?`): never
     # a claim, which the record test above pins; here the summary must not turn either into one.
     verdict = drifting_run["same"]["speedup_ci"]["verdict"]
     assert verdict in ("equivalent", "noise", "inconclusive")
-    assert f"| {verdict} |" in same and ("x? |" if verdict == "inconclusive" else "≈1.0x") in same
+    assert f"| {verdict} |" in same and SHOWN[verdict] in same
     assert "| faster |" not in same and "| slower |" not in same
     if drifting_run["noise-floor"]["speedup_ci"]["verdict"] == "equivalent":
         assert "| slower |" in slow and "[" in slow

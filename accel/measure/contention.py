@@ -2,8 +2,9 @@
 
 A cell timed while another process busies a core measures slower than it would alone. The timer cannot tell,
 but the kernel's counters can: the CPU time the whole machine spent minus what this process tree spent, over
-the same wall time, is how many cores something else kept busy. Recorded with every cell, so a reader can
-see that a number was taken on a busy machine.
+the same wall time, is how many cores something else kept busy. On a virtual machine the host may also take
+cores away (steal time, counted in that figure and shown on its own as ``steal_cores``). Recorded with every
+cell, so a reader can see that a number was taken on a busy machine.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any
 
 import psutil
 
-from accel.cpu_time import machine_busy_seconds
+from accel.cpu_time import machine_busy_seconds, machine_steal_seconds
 
 # Other processes' average CPU use above which a timed window counts as shared (in cores).
 CONTENDED_CORES = 0.25
@@ -39,13 +40,15 @@ def _tree_cpu_seconds(process: psutil.Process) -> float:
 
 @dataclass(frozen=True)
 class Contention:
-    """Measured over one timed window. ``other_cores``: cores other processes kept busy on average."""
+    """Measured over one timed window. ``other_cores``: cores other processes (or, on a virtual machine, the
+    host's steal) kept busy on average; ``steal_cores``: the part of it the hypervisor took."""
 
     wall_s: float
     own_cores: float
     other_cores: float
     contended: bool
     load_average_1m: float | None
+    steal_cores: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,16 +64,18 @@ class ContentionMeter:
     def __enter__(self) -> ContentionMeter:
         self._wall = time.perf_counter()
         self._busy = machine_busy_seconds()
+        self._steal = machine_steal_seconds()
         self._own = _tree_cpu_seconds(self._process)
         return self
 
     def __exit__(self, *exc: Any) -> None:
         wall = time.perf_counter() - self._wall
         busy = machine_busy_seconds() - self._busy
+        steal = machine_steal_seconds() - self._steal
         own = _tree_cpu_seconds(self._process) - self._own
-        other = max(0.0, busy - own) / wall if wall > 0 else 0.0
+        cores = [max(0.0, seconds) / wall if wall > 0 else 0.0 for seconds in (own, busy - own, steal)]
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
-        self.result = Contention(wall, own / wall if wall > 0 else 0.0, other, other > CONTENDED_CORES, load)
+        self.result = Contention(wall, cores[0], cores[1], cores[1] > CONTENDED_CORES, load, cores[2])
 
 
 def execution_context(device: str) -> dict[str, Any]:

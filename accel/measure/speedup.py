@@ -13,11 +13,11 @@ which needs no assumption about the shape of the noise and is not dragged by a s
 ``faster`` (the interval lies above it), ``slower`` (below it), ``equivalent`` (inside it: shown ``≈1.0x``),
 otherwise undecided. **Sampling is sequential** (as Chromium's Pinpoint runs more attempts while a
 comparison is undecided): the cell draws ``measure.pairs`` pairs, looks, and keeps drawing (about 1.5x more
-each look) until the verdict is decided, ``measure.max_pairs`` is reached or ``measure.pair_budget_s`` is
-spent. Looking several times would let noise decide early, so each look's interval has the confidence
+each look) until the verdict is decided, ``measure.max_pairs`` is reached or, when set, ``measure.pair_budget_s``
+is spent. Looking several times would let noise decide early, so each look's interval has the confidence
 ``1 - (1 - confidence) / looks`` (Bonferroni over the planned looks): whichever look stops, the interval
 covers with at least ``measure.confidence``. Undecided at the end: ``noise`` (the interval includes 1.0,
-``≈1.0x``) or ``inconclusive`` (it excludes 1.0 but reaches into the band, ``1.33x?``).
+``≈1.0x?``) or ``inconclusive`` (it excludes 1.0 but reaches into the band, ``1.33x?``).
 
 The noise-floor cell (the baseline against a second copy of itself) must land inside the band: if it does
 not, the machine was too noisy for that threshold, and no claim of that model is published (``unverified``,
@@ -240,11 +240,13 @@ class SequentialPairs:
 
     ``draw(index)`` runs pair ``index`` (ABBA order is the caller's) and returns ``(reference_s, variant_s)``.
     The sampler looks at the pairs at ``planned_looks(first, most, confidence)``, each look's interval with
-    that look confidence; it stops at the first decided look, after ``most`` pairs, or at the first look after
-    ``budget_s`` seconds of drawing. ``estimate()`` gives the final estimate with the stop reason.
+    that look confidence; it stops at the first decided look, after ``most`` pairs, or, with a ``budget_s``, at the
+    first look after that many seconds of drawing. ``estimate()`` gives the final estimate with the stop reason.
     """
 
-    def __init__(self, band: tuple[float, float], confidence: float, first: int, most: int, budget_s: float):
+    def __init__(
+        self, band: tuple[float, float], confidence: float, first: int, most: int, budget_s: float | None = None
+    ):
         self.band = band
         self.schedule, self.per_look = planned_looks(first, most, confidence)
         self.budget_s = budget_s
@@ -271,7 +273,7 @@ class SequentialPairs:
             if look == len(self.schedule):
                 self.stopped = f"undecided after measure.max_pairs = {n} pairs"
                 break
-            if now() - started >= self.budget_s:
+            if self.budget_s is not None and now() - started >= self.budget_s:
                 self.stopped = f"undecided when measure.pair_budget_s ({self.budget_s:g} s) was spent, {n} pairs"
                 break
         return self.estimate()
@@ -285,14 +287,17 @@ class SequentialPairs:
 
 
 def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
-    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for noise (its interval
-    includes 1.0), ``1.82x?`` for an unverified or inconclusive one, an en dash when there is none."""
+    """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for an equivalent one
+    (its interval inside the noise band), ``≈1.0x?`` for noise (undecided, its interval includes 1.0 but reaches
+    past the band), ``1.82x?`` for an unverified or inconclusive one, an en dash when there is none."""
     if not claim or claim.get("ratio") is None:
         return "–"
     ratio = claim["ratio"]
     verdict = claim.get("verdict")
-    if verdict in (NOISE, EQUIVALENT):
+    if verdict == EQUIVALENT:
         return "≈1.0x"
+    if verdict == NOISE:
+        return "≈1.0x?"
     if verdict in (UNVERIFIED, INCONCLUSIVE):
         return f"{ratio:.{digits}f}x?"
     return f"{ratio:.{digits}f}x [{claim['low']:.{digits}f}–{claim['high']:.{digits}f}]"

@@ -288,7 +288,8 @@ def render(
         ]
     lines += [
         "Units: ms and s of wall time, synchronised with the device at both ends of a call; cores busy beside:",
-        "CPU time other processes used during the timed window / its wall time; RSS: peak resident",
+        "CPU time other processes (and a virtual machine's host, as steal time) used during the timed window /",
+        "its wall time; RSS: peak resident",
         "memory of the process tree (the kernel's high-water mark: memory_method) while loading and during the",
         "timed runs; PSS:",
         "proportional set size at the end of the run; GFLOP / step: FlopCounterMode on the baseline's",
@@ -309,18 +310,19 @@ def _speedup_method(profile: Profile) -> str:
             "sequential): drift between cells is not controlled, so every speedup is unverified (shown `1.23x?`)"
         )
     looks, per_look = planned_looks(m.pairs, m.max_pairs, m.confidence)
+    budget = "" if m.pair_budget_s is None else f" or {m.pair_budget_s:g} s"
     return (
         "median of the ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
         f"alike), drawn until decided: {looks[0]} pairs first, then more at looks {', '.join(map(str, looks[1:]))} "
-        f"while undecided (at most {m.max_pairs} pairs or {m.pair_budget_s:g} s per cell; the `pairs` column says "
-        "how many a cell drew). Its order-statistic interval has "
+        f"while undecided (at most {m.max_pairs} pairs{budget} per cell; the `pairs` column says how many a cell "
+        "drew). Its order-statistic interval has "
         f"{percent(per_look, 2)} confidence at each of the {len(looks)} planned looks (at least "
         f"{percent(m.confidence)} overall, Bonferroni). Against the noise threshold ±{m.min_effect:.0%} "
         f"([{1 / (1 + m.min_effect):.3f}, {1 + m.min_effect:.2f}]): `1.82x [1.61–2.03]` when the interval lies "
-        "outside it (faster or slower), `≈1.0x` when it lies inside it (equivalent) or, undecided, includes 1.0 "
-        "(noise), `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is unverified (the "
-        "noise floor did not land inside the band, too few pairs, engine or sequential timing)"
+        "outside it (faster or slower), `≈1.0x` when it lies inside it (equivalent), `≈1.0x?` when, undecided, "
+        "it includes 1.0 (noise), `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is "
+        "unverified (the noise floor did not land inside the band, too few pairs, engine or sequential timing)"
     )
 
 

@@ -117,7 +117,8 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
         "(footnote) · ➖ not measured (footnote: why it could not run here). A feature measured in several "
         "settings shows each, by variant name. Speedup: median "
         "reference / variant ratio of calls interleaved with an unaccelerated reference, with its interval "
-        "(`≈1.0x`: inside the noise band measured for identical configurations; `?`: unverified); SSIM as "
+        "(`≈1.0x`: equivalent, its interval inside the noise threshold; `≈1.0x?`: undecided, its interval "
+        "includes 1.0; `?`: unverified); SSIM as "
         "defined in the report."
     )
     lines = table_lines(header, ("left", *("center",) * len(columns)), rows)
@@ -223,7 +224,8 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
         )  # fmt: skip
     legend = (
         "Units: warm median latency per call in ms; speedup: interleaved with an unaccelerated reference, with "
-        "its interval (`≈1.0x`: noise; `?`: unverified); peak memory: device allocated on a GPU, else host RSS, in "
+        "its interval (`≈1.0x`: equivalent within the noise band; `≈1.0x?`: undecided, its interval includes 1.0; "
+        "`?`: unverified); peak memory: device allocated on a GPU, else host RSS, in "
         "MiB; memory reduction = baseline peak / variant peak (the same measure); status: the gate's verdict "
         "(skipped: the cell did not run, or failed as its claim says, with the reason)."
     )
