@@ -135,12 +135,67 @@ def test_a_one_gpu_machine_refuses_for_world_size(monkeypatch):
     assert launch_refusal(tp, "cuda") == "tensor_parallel: needs 2 GPUs, one per rank (found: 1)"
 
 
-def test_native_targets_are_refused_before_launch(tmp_path, monkeypatch):
+def test_ulysses_on_native_pipelines_matches_one_rank_with_the_native_all_to_all_counted(tmp_path):
+    """Native FLUX and native Qwen-Image (3 heads and, with max_sequence_length 101 cutting its prompt, an odd
+    text length: "anything" pads the heads and exchanges uneven shares) split by diffusers' hooks from their own
+    _cp_plan, attention by the native layer."""
+    from accel.gate import load_gate_data, required_parity
+
+    profile = _profile([], [
+        {"name": "cp", "features": {"context_parallel": {"ulysses": 2}}, "models": ["flux-native"]},
+        {"name": "cp-any", "features": {"context_parallel": {"ulysses": 2, "anything": True}},
+         "models": ["qwen-native"]},
+    ])  # fmt: skip
+    profile["models"] = [
+        {"name": "flux-native", "source": "tiny-flux", "target": "native"},
+        {
+            "name": "qwen-native",
+            "source": "tiny-qwen-image",
+            "target": "native",
+            "call_kwargs": {"max_sequence_length": 101},
+        },
+    ]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    data = load_gate_data()
+    for model in ("flux-native", "qwen-native"):
+        cell = next(r for r in result.records if r["model"] == model and r["variant"].startswith("cp"))
+        assert cell["status"] == "ok", (model, cell.get("error"))
+        ssim, psnr, kind = required_parity(data, cell, None, cell["modality"])
+        assert kind.startswith("lossless") and "float32" in kind
+        assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, (model, cell["parity"])
+        assert cell["parity"]["max_abs_diff"] < 1e-4, (model, cell["parity"])  # reduction order only
+        evidence = cell["evidence"]["context_parallel"]
+        assert evidence["engaged"] and evidence["ranks_identical"] is True
+        assert evidence["cpu_device_count_shim"] is None  # the native path builds its own mesh
+        for rank in evidence["ranks"]:
+            exchanged = rank["collectives_last_run"]["all_to_all_single"]
+            # Each attention layer: three exchanges in (q, k, v), one out; none without the native Ulysses.
+            assert exchanged["calls"] > 0 and exchanged["calls"] % 4 == 0 and exchanged["bytes"] > 0, (model, rank)
+            tokens = rank["tokens_last_run"]
+            assert tokens["rank"] == [tokens["gathered"][0] // 2], (model, tokens)
+
+
+def test_ring_and_tensor_parallel_on_native_targets_are_refused_before_launch(tmp_path, monkeypatch):
     _no_launch(monkeypatch)
-    spec = _spec(tmp_path, ULYSSES)
-    spec = type(spec)(**{**spec.__dict__, "model": spec.model.model_copy(update={"target": "native"})})
-    record = ranks.run_ranks(spec, TIMEOUT_S)
-    assert record["status"] == "unsupported" and "no _cp_plan / _tp_plan yet" in record["error"]
+    for features, reason in (
+        ({"context_parallel": {"ulysses": 1, "ring": 2}}, "native attention layer implements Ulysses"),
+        ({"tensor_parallel": {"tp": 2}}, "native pipelines have no _tp_plan"),
+    ):
+        spec = _spec(tmp_path, {"name": "par", "features": features})
+        spec = type(spec)(**{**spec.__dict__, "model": spec.model.model_copy(update={"target": "native"})})
+        record = ranks.run_ranks(spec, TIMEOUT_S)
+        assert record["status"] == "unsupported" and reason in record["error"], record["error"]
+
+
+def test_native_ulysses_refuses_heads_the_degree_does_not_divide_unless_anything():
+    from accel.native.context_parallel import native_cp_refusal
+    from accel.native.qwen_image.transformer import NativeQwenImageTransformer
+
+    transformer = NativeQwenImageTransformer(num_layers=1, attention_head_dim=8, num_attention_heads=3,
+                                             joint_attention_dim=16, axes_dims_rope=(2, 2, 4))  # fmt: skip
+    assert "has [3] (anything: true pads them)" in native_cp_refusal(transformer, 2, 1)
+    assert native_cp_refusal(transformer, 2, 1, anything=True) is None
+    assert native_cp_refusal(transformer, 3, 1) is None
 
 
 def test_options_world_size_conflicts_and_the_offload_order():

@@ -2,7 +2,10 @@
 
 Both go through diffusers' own parallelism (``ModelMixin.enable_parallelism``): ``context_parallel`` with a
 ``ContextParallelConfig`` (Ulysses all-to-all and/or Ring attention over the model's ``_cp_plan``),
-``tensor_parallel`` with a ``TensorParallelConfig`` (weights sharded by the model's ``_tp_plan``). A variant
+``tensor_parallel`` with a ``TensorParallelConfig`` (weights sharded by the model's ``_tp_plan``). On a native
+pipeline ``context_parallel`` takes the same config and diffusers' split/gather hooks from the native model's
+own ``_cp_plan``, and the native attention layer runs the Ulysses all-to-all (``accel.native.context_parallel``;
+Ulysses only: ring attention is refused there before any rank starts). A variant
 with either runs as ``world_size`` ranks, each its own process, started by the harness
 (``accel.sweep.ranks``): this module only declares what a rank needs and applies the feature inside one.
 
@@ -148,12 +151,17 @@ class _ParallelFeature:
         and the model's) can be split, decided on the driver before any rank starts. Default: diffusers'
         parallel plans, which only the adapter target's models have."""
         if model.target != "adapter":
-            return Support.no("the native pipelines have no _cp_plan / _tp_plan yet (target: adapter only)")
+            return Support.no("the native pipelines have no _tp_plan (tensor parallelism: target adapter only)")
         return Support.yes()
 
     def launch_support(self, device: str, options: Any, configs: dict[str, Any]) -> Support:
         """Whether the ranks can run here, decided on the driver before any starts (``configs``: the variant's)."""
         raise NotImplementedError
+
+
+def _is_native(transformer: Any) -> bool:
+    """A transformer of the native target (``accel.native``), not a diffusers model."""
+    return type(transformer).__module__.startswith("accel.native.")
 
 
 def _in_ranks(world_size: int) -> Support:
@@ -264,6 +272,7 @@ class ParallelHandle(Handle):
             self.hooks.append(proj_out.register_forward_pre_hook(self._note_local))
             self.hooks.append(proj_out.register_forward_hook(self._note_gathered))
         self.cp_plan: Any = None
+        self.native = False  # a native transformer (accel.native.context_parallel), not diffusers' hooks
 
     def _note_local(self, module: Any, args: tuple[Any, ...]) -> None:
         tokens = _tokens(args)
@@ -289,6 +298,11 @@ class ParallelHandle(Handle):
         for hook in self.hooks:
             hook.remove()
         self.collectives.remove()
+        if self.native:
+            from accel.native.context_parallel import disable_native_context_parallel
+
+            disable_native_context_parallel(self.transformer)
+            return
         if self.cp_plan is not None:
             from diffusers.hooks.context_parallel import remove_context_parallel
 
@@ -341,6 +355,16 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
     def world_size(self, options: ContextParallelConfig) -> int:
         return options.ulysses * options.ring
 
+    def cell_support(
+        self, model: Any, workload: Any, call_kwargs: dict[str, Any], options: ContextParallelConfig
+    ) -> Support:
+        """Adapter models: diffusers' plans. Native ones: Ulysses through the native attention layer."""
+        if model.target == "native" and options.ring > 1:
+            return Support.no("the native attention layer implements Ulysses (all-to-all) only: use ring: 1")
+        if model.target in ("adapter", "native"):
+            return Support.yes()
+        return super().cell_support(model, workload, call_kwargs, options)
+
     def launch_support(self, device: str, options: ContextParallelConfig, configs: dict[str, Any]) -> Support:
         from accel.features.attention import AttentionBackendConfig
 
@@ -362,6 +386,11 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
 
     def check(self, pipeline: Any, device: str, options: ContextParallelConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
+        if transformer is not None and _is_native(transformer):
+            from accel.native.context_parallel import native_cp_refusal
+
+            refusal = native_cp_refusal(transformer, options.ulysses, options.ring, options.anything)
+            return Support.no(refusal) if refusal else _in_ranks(self.world_size(options))
         if transformer is None or not hasattr(transformer, "enable_parallelism"):
             return Support.no(
                 f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism"
@@ -383,9 +412,15 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
                 ulysses_anything=options.anything and options.ulysses > 1,
                 ring_anything=options.anything and options.ring > 1,
             )
-            with cpu_device_count_shim(context.device) as shimmed:
-                transformer.enable_parallelism(config=config)
-            handle.cpu_shim = shimmed
+            if _is_native(transformer):
+                from accel.native.context_parallel import enable_native_context_parallel
+
+                handle.native = True  # before enabling: a failure halfway is undone by remove()
+                enable_native_context_parallel(transformer, config, context.device)
+            else:
+                with cpu_device_count_shim(context.device) as shimmed:
+                    transformer.enable_parallelism(config=config)
+                handle.cpu_shim = shimmed
             handle.cp_plan = transformer._cp_plan
         except BaseException:
             handle.remove()

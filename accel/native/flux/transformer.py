@@ -7,7 +7,8 @@ as diffusers 0.42's, so a native port can be checked against the library from on
 Class attributes declare what acceleration features need: ``_repeated_blocks`` (regional compile),
 ``_layerwise_offload_blocks_attrs`` (layerwise offload), ``_cache_blocks`` (Cache-DiT's block adapter:
 the ModuleLists whose blocks take ``hidden_states, encoder_hidden_states, temb, image_rotary_emb`` and
-return ``(encoder_hidden_states, hidden_states)``).
+return ``(encoder_hidden_states, hidden_states)``), ``_cp_plan`` (context parallelism: diffusers' plan for its
+FLUX model, which this forward's signature shares; ``accel.native.context_parallel``).
 """
 
 from __future__ import annotations
@@ -15,10 +16,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
 from diffusers.models.cache_utils import CacheMixin
 from torch import nn
 
@@ -245,6 +247,17 @@ class NativeFluxTransformer(nn.Module, CacheMixin):
     _repeated_blocks = ("DoubleStreamBlock", "SingleStreamBlock")
     _layerwise_offload_blocks_attrs = ("transformer_blocks", "single_transformer_blocks")
     _cache_blocks = ("transformer_blocks", "single_transformer_blocks")
+    # Context parallelism (diffusers' FluxTransformer2DModel._cp_plan): the image and text tokens and their
+    # position ids split over the ranks on entry (RoPE is computed from each rank's ids), gathered at proj_out.
+    _cp_plan: ClassVar[dict[str, Any]] = {
+        "": {
+            "hidden_states": ContextParallelInput(split_dim=1, expected_dims=3, split_output=False),
+            "encoder_hidden_states": ContextParallelInput(split_dim=1, expected_dims=3, split_output=False),
+            "img_ids": ContextParallelInput(split_dim=0, expected_dims=2, split_output=False),
+            "txt_ids": ContextParallelInput(split_dim=0, expected_dims=2, split_output=False),
+        },
+        "proj_out": ContextParallelOutput(gather_dim=1, expected_dims=3),
+    }
 
     def __init__(
         self,

@@ -24,10 +24,11 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
+from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
 from diffusers.models.cache_utils import CacheMixin
 from torch import nn
 
@@ -236,6 +237,20 @@ class NativeQwenImageTransformer(nn.Module, CacheMixin):
     _repeated_blocks = ("QwenImageBlock",)
     _layerwise_offload_blocks_attrs = ("transformer_blocks",)
     _cache_blocks = ("transformer_blocks",)
+    # Context parallelism (diffusers' QwenImageTransformer2DModel._cp_plan, less the mask and modulation index
+    # this text-to-image forward has no use for): the image and text streams split on entry to the first block,
+    # the rotary tables as pos_embed returns them, the image stream gathered at proj_out.
+    _cp_plan: ClassVar[dict[str, Any]] = {
+        "transformer_blocks.0": {
+            "hidden_states": ContextParallelInput(split_dim=1, expected_dims=3, split_output=False),
+            "encoder_hidden_states": ContextParallelInput(split_dim=1, expected_dims=3, split_output=False),
+        },
+        "pos_embed": {
+            0: ContextParallelInput(split_dim=0, expected_dims=2, split_output=True),
+            1: ContextParallelInput(split_dim=0, expected_dims=2, split_output=True),
+        },
+        "proj_out": ContextParallelOutput(gather_dim=1, expected_dims=3),
+    }
 
     def __init__(
         self,
