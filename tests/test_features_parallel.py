@@ -291,3 +291,20 @@ def test_ulysses_and_ring_on_two_gpus_match_one_gpu(tmp_path):
         ssim, psnr, _ = required_parity(data, cell, None, cell["modality"])
         assert cell["parity"]["psnr_min"] >= psnr and cell["parity"]["ssim_min"] >= ssim, cell["parity"]
         assert cell["evidence"]["context_parallel"]["ranks_identical"] is True
+
+
+def test_first_block_cache_under_ulysses_decides_as_one_rank_on_every_rank(tmp_path):
+    """Each rank holds a share of the sequence; First Block Cache's skip decision is taken over the whole of it
+    (an all-reduce), so the ranks agree. Deciding per share, the ranks of this cell disagreed at a step and
+    their collectives stopped matching (gloo: an allgather of 8 tokens against 99)."""
+    profile = _profile([], [
+        {"name": "cp-fbc", "features": {"context_parallel": {"ulysses": 2, "anything": True},
+                                        "first_block_cache": 0.5}},
+    ])  # fmt: skip
+    profile["workload"].update(steps=4, prompts=["a red fox in the snow"], negative_prompt="blurry")
+    profile["models"] = [{"name": "qwen-native", "source": "tiny-qwen-image", "target": "native"}]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    cell = next(r for r in result.records if r["variant"] == "cp-fbc")
+    assert cell["status"] == "ok", cell.get("error")
+    assert cell["evidence"]["context_parallel"]["ranks_identical"] is True
+    assert cell["evidence"]["first_block_cache"]["engaged"], cell["evidence"]["first_block_cache"]

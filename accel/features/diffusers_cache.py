@@ -90,6 +90,51 @@ class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
 
         return DiffusersFirstBlockCacheConfig(threshold=options.threshold)
 
+    def apply(self, pipeline: Any, options: FirstBlockCacheConfig, context: RunContext) -> WorkCounter:
+        from accel.features.parallel import context_parallel_group
+
+        handle = super().apply(pipeline, options, context)
+        group = context_parallel_group(pipeline.transformer)
+        if group is not None:
+            agree_across_ranks(pipeline.transformer, group)
+        return handle
+
+
+def agree_across_ranks(transformer: Any, group: Any) -> int:
+    """Under context parallelism, make every First Block Cache head hook of ``transformer`` decide from the whole
+    sequence, as one rank would, instead of from this rank's share: the residual's change is summed over the
+    ranks (one all-reduce per step) before it is compared with the threshold. Without it each rank judged its own
+    share, the ranks could disagree, and their collectives stopped matching (measured on native Qwen-Image over
+    two ranks: a gloo allgather of 8 tokens against 99). Returns the number of hooks changed.
+
+    The decision is diffusers' ``FBCHeadBlockHook._should_compute_remaining_blocks`` (mean |residual - previous|
+    / mean |previous| > threshold) with the means taken over every rank's tokens: the element counts cancel, so
+    it is a ratio of sums."""
+    import torch
+    import torch.distributed._functional_collectives as funcol
+    from diffusers.hooks.first_block_cache import FBCHeadBlockHook
+
+    changed = 0
+    for module in transformer.modules():
+        registry = getattr(module, "_diffusers_hook", None)
+        for hook in (registry.hooks.values() if registry is not None else ()):
+            if not isinstance(hook, FBCHeadBlockHook):
+                continue
+
+            def decide(residual: torch.Tensor, hook: Any = hook) -> bool:
+                previous = hook.state_manager.get_state().head_block_residual
+                if previous is None:
+                    return True
+                sums = torch.stack([(residual - previous).abs().sum(), previous.abs().sum()]).double()
+                sums = funcol.all_reduce(sums, "sum", group)
+                if isinstance(sums, funcol.AsyncCollectiveTensor):
+                    sums = sums.wait()
+                return bool((sums[0] / sums[1]).item() > hook.threshold)
+
+            hook._should_compute_remaining_blocks = decide
+            changed += 1
+    return changed
+
 
 class MagCacheConfig(FeatureConfig):
     """Options of ``mag_cache``; without ``mag_ratios`` the model's published ratios are used (Flux)."""

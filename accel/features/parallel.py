@@ -164,6 +164,19 @@ def _is_native(transformer: Any) -> bool:
     return type(transformer).__module__.startswith("accel.native.")
 
 
+def context_parallel_group(transformer: Any) -> Any:
+    """The device mesh over which ``transformer``'s sequence is split by context parallelism, or None: diffusers'
+    (``_parallel_config``) or the native attention layer's (``Attention.ulysses``)."""
+    config = getattr(getattr(transformer, "_parallel_config", None), "context_parallel_config", None)
+    if config is not None:
+        return config._flattened_mesh
+    for module in transformer.modules():
+        group = getattr(module, "ulysses", None)
+        if group is not None and hasattr(group, "mesh"):
+            return group.mesh
+    return None
+
+
 def _in_ranks(world_size: int) -> Support:
     import torch
 

@@ -237,14 +237,14 @@ class NativeQwenImageTransformer(nn.Module, CacheMixin):
     _repeated_blocks = ("QwenImageBlock",)
     _layerwise_offload_blocks_attrs = ("transformer_blocks",)
     _cache_blocks = ("transformer_blocks",)
-    # Context parallelism (diffusers' QwenImageTransformer2DModel._cp_plan, less the mask and modulation index
-    # this text-to-image forward has no use for): the image and text streams split on entry to the first block,
-    # the rotary tables as pos_embed returns them, the image stream gathered at proj_out.
+    # Context parallelism: the image and text streams split as img_in and txt_in return them, the rotary tables
+    # as pos_embed returns them (computed from the whole sequence's shape first), the image stream gathered at
+    # proj_out. diffusers' QwenImageTransformer2DModel._cp_plan splits at the first block's input instead; here
+    # every block, the first included, sees this rank's share on entry and on exit, so a hook on the first block
+    # (First Block Cache's residual check) compares like with like (measured: 8 vs 16 tokens at the block input).
     _cp_plan: ClassVar[dict[str, Any]] = {
-        "transformer_blocks.0": {
-            "hidden_states": ContextParallelInput(split_dim=1, expected_dims=3, split_output=False),
-            "encoder_hidden_states": ContextParallelInput(split_dim=1, expected_dims=3, split_output=False),
-        },
+        "img_in": {0: ContextParallelInput(split_dim=1, expected_dims=3, split_output=True)},
+        "txt_in": {0: ContextParallelInput(split_dim=1, expected_dims=3, split_output=True)},
         "pos_embed": {
             0: ContextParallelInput(split_dim=0, expected_dims=2, split_output=True),
             1: ContextParallelInput(split_dim=0, expected_dims=2, split_output=True),
@@ -293,11 +293,12 @@ class NativeQwenImageTransformer(nn.Module, CacheMixin):
     ) -> torch.Tensor:
         """Velocity for packed image tokens (batch, tokens, channels) given the text stream (batch, text tokens,
         joint_attention_dim), ``timestep`` in [0, 1] and the packed grid ``img_shape`` (frames, rows, columns)."""
+        # From the whole sequence's shape, before context parallelism (if any) splits the streams at img_in/txt_in.
+        rotary = self.pos_embed(*img_shape, encoder_hidden_states.shape[1], device=hidden_states.device)
         hidden_states = self.img_in(hidden_states)
         timestep = timestep.to(hidden_states.dtype)
         encoder_hidden_states = self.txt_in(self.txt_norm(encoder_hidden_states))
         temb = self.time_text_embed(timestep, hidden_states.dtype)
-        rotary = self.pos_embed(*img_shape, encoder_hidden_states.shape[1], device=hidden_states.device)
         for block in self.transformer_blocks:
             encoder_hidden_states, hidden_states = block(
                 hidden_states=hidden_states,
