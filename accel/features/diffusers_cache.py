@@ -117,7 +117,7 @@ def agree_across_ranks(transformer: Any, group: Any) -> int:
     changed = 0
     for module in transformer.modules():
         registry = getattr(module, "_diffusers_hook", None)
-        for hook in (registry.hooks.values() if registry is not None else ()):
+        for hook in registry.hooks.values() if registry is not None else ():
             if not isinstance(hook, FBCHeadBlockHook):
                 continue
 
