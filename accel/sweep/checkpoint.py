@@ -20,6 +20,16 @@ from accel.errors import ConfigError, did_you_mean
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack")
 # Component classes that carry no weights and no config.json of their own.
 WEIGHTLESS_SUFFIXES = ("Tokenizer", "TokenizerFast", "Scheduler", "Processor", "FeatureExtractor")
+# Backend variants transformers appends to a weightless class's name (CLIPImageProcessorPil, ...ProcessorFast).
+WEIGHTLESS_VARIANTS = ("Fast", "Pil")
+
+
+def is_weightless(class_name: str) -> bool:
+    """Whether a component class holds no weights (a tokenizer, scheduler, image processor or feature
+    extractor, also in a backend variant such as ``CLIPImageProcessorPil``): no config.json or weight file."""
+    for variant in WEIGHTLESS_VARIANTS:
+        class_name = class_name.removesuffix(variant)
+    return class_name.endswith(WEIGHTLESS_SUFFIXES)
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
@@ -99,7 +109,7 @@ def _check_component(folder: Path, where: str, class_name: str) -> None:
             read_json_object(config, "the config")
         except ConfigError as error:
             raise ConfigError(f"{where}: {error}") from error
-    if class_name.endswith(WEIGHTLESS_SUFFIXES):
+    if is_weightless(class_name):
         return
     if not (folder / "config.json").is_file():
         raise ConfigError(f"{where}: {folder / 'config.json'} is missing")
@@ -237,7 +247,12 @@ def _check_model_config(cls: Any, folder: Path, where: str) -> None:
     for key, value in config.items():
         if key not in parameters or value is None:
             continue
-        wanted = _annotation_kinds(hints[key]) if key in hints else _json_kind(parameters[key].default)
+        default = _json_kind(parameters[key].default)
+        wanted = _annotation_kinds(hints[key]) if key in hints else default
+        if wanted is not None and default is not None:
+            # The class's own default is always allowed: diffusers annotates AutoencoderKLCogVideoX's
+            # force_upcast as a float and defaults (and saves) it True.
+            wanted = wanted | default
         if wanted is not None and _given_kind(value) not in wanted:
             raise ConfigError(
                 f"{where}: {config_path}: {key}: {value!r} is not allowed: {cls.__name__} takes "

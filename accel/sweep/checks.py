@@ -96,11 +96,13 @@ def check_components(profile: Profile, indexes: dict[str, dict[str, Any]], sourc
     """Every ``components`` a variant's feature names (quantization's) is a component with weights of each
     local model the variant runs on. A misspelt one used to become an unsupported, skipped cell and a green
     gate."""
-    from accel.sweep.checkpoint import WEIGHTLESS_SUFFIXES
+    from accel.sweep.checkpoint import is_weightless
 
     for variant in profile.variant_plan().variants:
         for feature, config in variant.configs.items():
-            wanted = getattr(config, "components", None)
+            # Only components the profile names: a default that does not fit a model (quantization's
+            # "transformer" on a UNet pipeline) is the feature's refusal of that cell, with its reason.
+            wanted = getattr(config, "components", None) if "components" in config.model_fields_set else None
             if not wanted:
                 continue
             for model_name, index in indexes.items():
@@ -113,7 +115,7 @@ def check_components(profile: Profile, indexes: dict[str, dict[str, Any]], sourc
                     and isinstance(entry, list)
                     and len(entry) == 2
                     and isinstance(entry[1], str)
-                    and not entry[1].endswith(WEIGHTLESS_SUFFIXES)
+                    and not is_weightless(entry[1])
                 )
                 for component in wanted:
                     if component not in present:
