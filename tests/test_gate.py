@@ -814,3 +814,102 @@ def test_a_lossy_engine_feature_it_logged_did_not_engage_without_an_effect_on_th
     assert set(logged) == {"engaged", "summary", "engine_log"}
     assert record["status"] == "failed"
     assert record["error"] == f"no evidence of engagement: tea_cache: vLLM-Omni logged: TeaCache on; {why}"
+
+
+def test_a_reference_not_runnable_here_is_skipped_and_one_unsupported_on_the_model_fails():
+    from accel.gate import ENVIRONMENT
+
+    error = "attention_backend: package flash_attn not installed: pip install 'omni-accel[gpu]'"
+    for scope, outcome in (("environment", SKIP), ("model", FAIL)):
+        records = results()
+        baseline = next(r for r in records if (r["model"], r["variant"]) == ("flux", "baseline"))
+        _crash(baseline, "unsupported", error)
+        baseline["unsupported_scope"] = scope
+        verdict = _verdict("flux/baseline", records)
+        assert verdict.outcome == outcome, (scope, verdict)
+        if scope == "environment":
+            assert verdict.skip_kind == ENVIRONMENT and verdict.message() == f"not run, unsupported here: {error}"
+        else:
+            assert verdict.skip_kind is None and verdict.message() == (
+                f"baseline unsupported: {error}: every cell of flux is measured against it"
+            )
+
+
+def test_a_reference_without_timed_outputs_or_failed_after_them_fails():
+    records = results()
+    baseline = next(r for r in records if (r["model"], r["variant"]) == ("flux", "baseline"))
+    baseline.pop("warm")  # status ok, but nothing was timed
+    verdict = _verdict("flux/baseline", records)
+    assert verdict.outcome == FAIL
+    assert verdict.message() == "baseline no timed outputs: every cell of flux is measured against it"
+    records = results()
+    baseline = next(r for r in records if (r["model"], r["variant"]) == ("flux", "baseline"))
+    baseline.update(status="failed", error="RuntimeError: out of memory after the timed runs")  # warm kept
+    verdict = _verdict("flux/baseline", records)
+    assert verdict.outcome == FAIL and verdict.message() == (
+        "baseline failed: RuntimeError: out of memory after the timed runs: every cell of flux is measured against it"
+    )
+
+
+def test_a_references_parity_is_that_of_its_checks():
+    assert _verdict("flux/baseline").in_parity is True  # no check: nothing out of parity
+    assert _verdict("wan/noise-floor").in_parity is True
+    records = results()
+    next(r for r in records if r.get("role") == "noise_floor" and r["model"] == "wan")["parity"] = {
+        "ssim": 0.5,
+        "psnr": 12.0,
+    }
+    assert _verdict("wan/noise-floor", records).in_parity is False
+
+
+def test_a_planned_cell_missing_from_the_results_fails_and_every_measured_speedup_is_listed():
+    from accel.gate import judge_records
+
+    records = results()
+    report = judge_records(records, _data(), [("flux", "lost"), ("wan", "never")])
+    lost = [v for v in report.verdicts if v.key in ("flux/lost", "wan/never")]
+    assert [(v.model, v.variant, v.outcome) for v in lost] == [("flux", "lost", FAIL), ("wan", "never", FAIL)]
+    assert lost[0].message() == (
+        "planned by the run's profile but not in its results: never measured (an interrupted sweep or a lost "
+        "record); continue it with 'omni-accel sweep --resume RUN_DIR'"
+    )
+    assert report.exit_code == 1 and len(report.verdicts) == len(records) + 2
+    # How each speedup may be published: every measured variant's, never the noise floor's.
+    keys = [key for key, _ in report.speed_claims]
+    assert keys == [
+        "flux/compile",
+        "flux/tea",
+        "flux/fbc-loose",
+        "flux/tiling",
+        "flux/offload",
+        "flux/tea+offload",
+        "flux/int8+tiling",
+        "wan/compile",
+        "wan/attn-math",
+        "wan/offload",
+        "wan/slicing",
+        "wan/pab",
+    ]
+    ci = {f"{r['model']}/{r['variant']}": r.get("speedup_ci") for r in records}
+    assert all(claim is ci[key] for key, claim in report.speed_claims)
+
+
+def test_a_record_without_a_modality_is_judged_as_an_image():
+    with_modality = _outcomes(gate_records(results(), _data()))
+    records = results()
+    for r in records:
+        if r["model"] == "flux":
+            r.pop("modality")
+    assert _outcomes(gate_records(records, _data())) == with_modality
+    floor = next(r for r in records if r.get("role") == "noise_floor" and r["model"] == "flux")
+    floor["parity"] = {"ssim": 0.5, "psnr": 12.0}
+    assert "vs the baseline (lossless_minimum, image)" in _verdict("flux/noise-floor", records).message()
+
+
+def test_a_feature_that_did_not_engage_says_so_when_it_gives_no_summary():
+    from accel.gate import evidence_problem, not_engaged_error
+
+    assert evidence_problem({"engaged": False}) == "not engaged"
+    assert evidence_problem({"engaged": False, "summary": ""}) == "not engaged"
+    assert evidence_problem({"engaged": False, "summary": "no hook ran"}) == "no hook ran"
+    assert not_engaged_error({"compile": {"engaged": False}}) == "compile: not engaged"

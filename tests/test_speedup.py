@@ -19,6 +19,7 @@ from accel.measure.speedup import (
     classify,
     fewest_pairs,
     format_speedup,
+    judge_interval,
     look_confidence,
     look_schedule,
     median_interval,
@@ -227,3 +228,96 @@ def test_format_speedup_everywhere_the_same():
     assert format_speedup({**claim, "verdict": UNVERIFIED}) == "1.82x?"
     assert format_speedup({**claim, "verdict": INCONCLUSIVE}) == "1.82x?"
     assert format_speedup(None) == "–"
+
+
+def test_the_median_interval_reaches_the_confidence_asked_for_at_every_rank():
+    values = [float(v) for v in range(1, 11)]
+    # Coverage equal to the confidence asked for is enough ("at least"): [x(2), x(9)] covers 1 - 2 * 11/1024.
+    assert median_interval(values, 1 - 2 * 11 / 1024) == (2.0, 9.0, pytest.approx(1 - 2 * 11 / 1024))
+    # A low confidence narrows the interval to the ranks next to the median: [x(4), x(7)] of 10 covers 65.6%.
+    assert median_interval(values, 0.6) == (4.0, 7.0, pytest.approx(1 - 2 * 176 / 1024))
+    # 60 ratios at 95%: [x(22), x(39)], well inside the outer third of the ranks.
+    low, high, coverage = median_interval([float(v) for v in range(1, 61)], 0.95)
+    assert (low, high) == (22.0, 39.0) and 0.95 <= coverage < 0.98
+    # The default confidence is 95%, for the median interval and the paired speedup alike.
+    assert median_interval(values) == median_interval(values, 0.95)
+    assert paired_speedup(values, [1.0] * 10) == paired_speedup(values, [1.0] * 10, 0.95)
+    assert paired_speedup(values, [1.0] * 10).low == 2.0
+    with pytest.raises(ValueError, match=r"^no values$"):
+        median_interval([])
+
+
+def test_the_fewest_pairs_reach_a_confidence_exactly_at_a_power_of_two():
+    # min..max of n ratios covers 1 - 2 / 2**n: 2 ratios cover 50%, 3 cover 75%, 4 cover 87.5%, exactly.
+    assert [fewest_pairs(c) for c in (0.5, 0.75, 0.875)] == [2, 3, 4]
+    # A look that exactly reaches the per-look confidence is kept: 8 pairs reach 99% (5 looks share 5%).
+    assert planned_looks(8, 40, 0.95) == ([8, 12, 18, 27, 40], pytest.approx(0.99))
+    # No look can decide (5 pairs cover 93.75%, 97.5% is needed at each of 2 looks): one look at the most,
+    # with the whole confidence, not a share of it.
+    assert planned_looks(3, 5, 0.95) == ([5], pytest.approx(0.95))
+
+
+def test_the_verdict_of_an_interval_on_the_edges_of_the_band_and_of_1():
+    band = noise_band(0.05)
+    band_low, band_high = band
+    # Touching the band is reaching into it: never a claim.
+    assert judge_interval(band_high, 1.2, band)[0] == INCONCLUSIVE
+    assert judge_interval(0.8, band_low, band)[0] == INCONCLUSIVE
+    # Inside the band includes its edges.
+    assert judge_interval(band_low, 1.0, band)[0] == EQUIVALENT
+    assert judge_interval(1.0, band_high, band)[0] == EQUIVALENT
+    # An interval that ends at 1.0 includes it.
+    assert judge_interval(1.0, 1.2, band)[0] == NOISE
+    assert judge_interval(0.8, 1.0, band)[0] == NOISE
+    # The reason says where the interval lies, against which band, and on which side of 1.0.
+    assert judge_interval(1.3, 1.7, band) == (FASTER, "interval [1.30, 1.70] above the ±5% noise band [0.95, 1.05]")
+    assert judge_interval(1.04, 1.5, band) == (
+        INCONCLUSIVE,
+        "interval [1.04, 1.50] excludes 1.0 (faster) but reaches into the ±5% noise band [0.95, 1.05]: not a claim",
+    )
+    assert judge_interval(0.9, 0.99, band)[1] == (
+        "interval [0.90, 0.99] excludes 1.0 (slower) but reaches into the ±5% noise band [0.95, 1.05]: not a claim"
+    )
+
+
+def test_a_claim_keeps_its_band_and_says_why_it_stopped_only_when_undecided():
+    band = noise_band(0.05)
+    good = _estimate(1.5, 1.3, 1.7)
+    assert classify(good, band, 0.95, "the reference's output differs").band == band
+    assert classify(_estimate(1.5, 1.3, 1.7, method="sequential"), band, 0.95).band == band
+    few = classify(_estimate(2.0, 1.8, 2.2, n=4), band, 0.95)
+    assert few.verdict == UNVERIFIED and few.band == band
+    assert few.reason == "4 pairs give 88% confidence (< 95%): raise measure.pairs"
+    # A confidence reached exactly, or short of it by no more than float rounding (1e-9), is reached.
+    exact = SpeedupEstimate(1.5, 1.3, 1.7, 0.95, 10, "interleaved")
+    assert classify(exact, band, 0.95).verdict == FASTER
+    assert classify(exact, band, exact.overall_confidence + 1e-9).verdict == FASTER
+    # The stop reason is added to an undecided verdict only: a decided one needs no excuse.
+    stopped = "undecided after measure.max_pairs = 10 pairs"
+    decided = SpeedupEstimate(1.5, 1.3, 1.7, good.confidence, 10, "interleaved", "decided (faster) at look 1 of 1")
+    assert classify(decided, band, 0.95).reason == "interval [1.30, 1.70] above the ±5% noise band [0.95, 1.05]"
+    noise = SpeedupEstimate(1.0, 0.8, 1.3, good.confidence, 10, "interleaved", stopped)
+    assert classify(noise, band, 0.95).reason.endswith(f": undecided ({stopped})")
+
+
+def test_the_pair_budget_counts_seconds_from_the_first_draw_up_to_and_including_the_budget():
+    band = noise_band(0.05)
+    wide = [0.8, 1.25] * 40  # straddles the band whatever the number of pairs
+    # A clock whose origin is far from 0 (time.perf_counter's is arbitrary): 6 s of looks stay within 100 s.
+    ticks = iter(range(1000, 2000))
+    far = SequentialPairs(band, 0.95, 10, 60, budget_s=100.0).run(_draws(wide), clock=lambda: next(ticks))
+    assert far.n == 60 and far.stopped == "undecided after measure.max_pairs = 60 pairs", far
+    # Exactly the budget spent at the first look: it stops there.
+    ticks = iter(range(1000))
+    spent = SequentialPairs(band, 0.95, 10, 60, budget_s=1.0).run(_draws(wide), clock=lambda: next(ticks))
+    assert spent.n == 10 and spent.stopped == "undecided when measure.pair_budget_s (1 s) was spent, 10 pairs"
+
+
+def test_the_sequential_estimate_is_the_median_ratio_with_every_planned_look():
+    sampler = SequentialPairs(noise_band(0.05), 0.95, 6, 40)
+    estimate = sampler.run(lambda index: (0.2 + 0.001 * index, 1.0))
+    assert estimate.n == 9 and estimate.ratio == pytest.approx(0.204) and estimate.looks == 5
+    assert estimate == sampler.estimate() and estimate.confidence == pytest.approx(
+        median_interval([0.2 + 0.001 * i for i in range(9)], 0.99)[2]
+    )
+    assert estimate.overall_confidence == pytest.approx(1 - 5 * (1 - estimate.confidence))
