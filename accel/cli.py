@@ -81,7 +81,8 @@ def sweep(
         loaded, str(path), run_dir, executor=executor, resume=resume is not None, ray_address=ray_address
     )
     failed = [r for r in result.records if r["status"] == "failed"]
-    typer.echo(f"{len(result.records)} cells in {result.wall_s:.1f} s, {len(failed)} failed")
+    earlier = f" ({result.resumed} from an earlier run)" if result.resumed else ""
+    typer.echo(f"{len(result.records)} cells{earlier} in {result.wall_s:.1f} s, {len(failed)} failed")
     typer.echo(f"results: {result.run_dir / 'results.jsonl'}")
     typer.echo(f"report:  {result.report_path}")
     dead = failed_models(result.records)

@@ -55,6 +55,10 @@ def test_sigkill_mid_sweep_then_resume_measures_every_cell_once(tmp_path):
     assert set(counts.values()) == {1} and len(counts) == 6  # baseline, noise floor, 4 variants
     assert all(r["status"] == "ok" for r in result.records)
     assert result.report_path.is_file()
+    # The resumed run's wall time covers only the cells it measured, and the report says so.
+    assert result.resumed == before
+    report = result.report_path.read_text()
+    assert f"for {6 - before} cells" in report and f"{before} more cells came from an earlier run" in report
 
 
 def test_a_line_cut_short_by_a_crash_is_dropped_on_resume(tmp_path, monkeypatch):

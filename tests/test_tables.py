@@ -164,3 +164,24 @@ def test_noise_is_never_published_as_a_speedup():
     assert "≈1.0x" in support_matrix(records, data) and "1.6" not in support_matrix(records, data).split("\n")[2]
     row = next(line for line in performance_table(records, "m", data).splitlines() if line.startswith("| cache "))
     assert "≈1.0x" in row and "1.60" not in row
+
+
+def test_a_sequential_cell_against_cell_ratio_is_not_shown_as_a_speedup():
+    """Timed one cell after the other, one contended baseline call made a 72x "speedup" in the coverage run: the
+    tables show a dash for a sequential ratio (the warm medians stay in the performance table)."""
+    from synthetic import record
+
+    from accel.measure.speedup import UNVERIFIED
+
+    records = [
+        record("m", "baseline", {}, latency=2.97),
+        record("m", "cache", {"tea_cache": 0.4}, speedup=54.8, ssim=0.99, psnr=40.0, speedup_ci={
+            "ratio": 54.8, "low": None, "high": None, "confidence": None, "n": 1, "method": "sequential",
+            "verdict": UNVERIFIED, "reason": "timed sequentially", "band": [0.95, 1.05],
+        }),
+    ]  # fmt: skip
+    data = load_gate_data()
+    matrix_row = support_matrix(records, data).split("\n")[2]
+    assert "✅ – · 0.99" in matrix_row and "54" not in matrix_row, matrix_row
+    row = next(line for line in performance_table(records, "m", data).splitlines() if line.startswith("| cache "))
+    assert "| – |" in row and "54.8" not in row, row

@@ -289,8 +289,10 @@ class SequentialPairs:
 def format_speedup(claim: dict[str, Any] | None, digits: int = 2) -> str:
     """How a speedup is shown everywhere: ``1.82x [1.61–2.03]`` for a claim, ``≈1.0x`` for an equivalent one
     (its interval inside the noise band), ``≈1.0x?`` for noise (undecided, its interval includes 1.0 but reaches
-    past the band), ``1.82x?`` for an unverified or inconclusive one, an en dash when there is none."""
-    if not claim or claim.get("ratio") is None:
+    past the band), ``1.82x?`` for an unverified or inconclusive one, an en dash when there is none or when it
+    is sequential: the ratio of two cells timed one after the other is never a claim, and on a shared machine
+    one contended baseline call made a 72x "speedup" of it (the coverage run); the warm medians stay beside it."""
+    if not claim or claim.get("ratio") is None or claim.get("method") == SEQUENTIAL:
         return "–"
     ratio = claim["ratio"]
     verdict = claim.get("verdict")

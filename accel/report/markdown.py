@@ -212,8 +212,9 @@ def render(
     environment: dict[str, Any],
     wall_s: float,
     figures: dict[str, list[str]] | None = None,
+    resumed: int = 0,
 ) -> str:
-    """The whole report as markdown."""
+    """The whole report as markdown (``resumed``: cells whose records came from an earlier run of the folder)."""
     packages = environment.get("packages", {})
     devices = ", ".join(environment.get("devices") or []) or f"CPU: {environment.get('cpu')}"
     w = profile.workload
@@ -259,8 +260,7 @@ def render(
         "stage hooks between them (after the first half: drift moves both alike); cold = load + first call",
         f"- Speedup: {_speedup_method(profile)}",
         f"- Parity against the baseline: {PARITY_DEFINITION}",
-        f"- Sweep wall time: {fmt(float(wall_s), 1)} s for {len(records)} cells "
-        f"({fmt(float(wall_s) / max(1, len(records)), 1)} s per cell)",
+        _wall_line(wall_s, len(records), resumed),
         "",
     ]
     lines += reference_table(records)
@@ -307,7 +307,8 @@ def _speedup_method(profile: Profile) -> str:
     if m.timing != "interleaved":
         return (
             "baseline cell's warm median / variant's, cells timed one after the other (measure.timing: "
-            "sequential): drift between cells is not controlled, so every speedup is unverified (shown `1.23x?`)"
+            "sequential): drift between cells is not controlled, so no speedup is published (shown `–`; the warm "
+            "medians are in the table and each ratio in the record)"
         )
     looks, per_look = planned_looks(m.pairs, m.max_pairs, m.confidence)
     budget = "" if m.pair_budget_s is None else f" or {m.pair_budget_s:g} s"
@@ -398,8 +399,19 @@ def write_report(
     environment: dict[str, Any],
     wall_s: float,
     figures: dict[str, list[str]] | None = None,
+    resumed: int = 0,
 ) -> Path:
     """Write ``report.md`` into the run directory."""
     path = Path(run_dir) / REPORT_FILE
-    path.write_text(render(profile, records, environment, wall_s, figures))
+    path.write_text(render(profile, records, environment, wall_s, figures, resumed))
     return path
+
+
+def _wall_line(wall_s: float, cells: int, resumed: int) -> str:
+    """The sweep's wall time per cell it measured; a resumed run's earlier cells are not in its wall time."""
+    measured = cells - resumed
+    line = f"- Sweep wall time: {fmt(float(wall_s), 1)} s for {measured} cells ({fmt(wall_s / max(1, measured), 1)} s"
+    line += " per cell)"
+    if resumed:
+        line += f"; {resumed} more cells came from an earlier run of this folder (--resume), not timed in it"
+    return line

@@ -118,7 +118,7 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
         "settings shows each, by variant name. Speedup: median "
         "reference / variant ratio of calls interleaved with an unaccelerated reference, with its interval "
         "(`≈1.0x`: equivalent, its interval inside the noise threshold; `≈1.0x?`: undecided, its interval "
-        "includes 1.0; `?`: unverified); SSIM as "
+        "includes 1.0; `?`: unverified; `–`: timed sequentially, cell against cell, so not shown); SSIM as "
         "defined in the report."
     )
     lines = table_lines(header, ("left", *("center",) * len(columns)), rows)
@@ -225,7 +225,8 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
     legend = (
         "Units: warm median latency per call in ms; speedup: interleaved with an unaccelerated reference, with "
         "its interval (`≈1.0x`: equivalent within the noise band; `≈1.0x?`: undecided, its interval includes 1.0; "
-        "`?`: unverified); peak memory: device allocated on a GPU, else host RSS, in "
+        "`?`: unverified; `–`: timed sequentially, cell against cell, so not shown); peak memory: device "
+        "allocated on a GPU, else host RSS, in "
         "MiB; memory reduction = baseline peak / variant peak (the same measure); status: the gate's verdict "
         "(skipped: the cell did not run, or failed as its claim says, with the reason)."
     )

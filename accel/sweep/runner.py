@@ -48,6 +48,7 @@ class SweepResult:
     records: list[dict[str, Any]]
     report_path: Path
     wall_s: float
+    resumed: int = 0  # cells whose records an earlier run of the folder wrote (--resume)
 
 
 def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
@@ -363,8 +364,9 @@ def _run_sweep(
     write_table(records, run_dir)
     figures = write_figures(run_dir, records, keys)
     wall_s = time.perf_counter() - started
-    report_path = write_report(run_dir, profile, records, environment, wall_s, figures)
-    return SweepResult(run_dir, records, report_path, wall_s)
+    resumed = sum(1 for cell in cells if (cell.model.name, cell.variant) in done)
+    report_path = write_report(run_dir, profile, records, environment, wall_s, figures, resumed)
+    return SweepResult(run_dir, records, report_path, wall_s, resumed)
 
 
 def write_cell_files(run_dir: Path, record: dict[str, Any]) -> None:
