@@ -410,8 +410,8 @@ def write_report(
 def _wall_line(wall_s: float, cells: int, resumed: int) -> str:
     """The sweep's wall time per cell it measured; a resumed run's earlier cells are not in its wall time."""
     measured = cells - resumed
-    line = f"- Sweep wall time: {fmt(float(wall_s), 1)} s for {measured} cells ({fmt(wall_s / max(1, measured), 1)} s"
-    line += " per cell)"
+    line = f"- Sweep wall time: {fmt(float(wall_s), 1)} s for {measured} cells"
+    line += f" ({fmt(wall_s / measured, 1)} s per cell)" if measured else " (the report only)"
     if resumed:
         line += f"; {resumed} more cells came from an earlier run of this folder (--resume), not timed in it"
     return line
