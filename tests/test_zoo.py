@@ -170,3 +170,14 @@ def test_parallel_builds_of_one_entry_build_once_and_never_remove_a_folder_in_us
     umask = os.umask(0)
     os.umask(umask)
     assert target.stat().st_mode & 0o777 == 0o777 & ~umask  # as mkdir makes it, not mkdtemp's 0700
+
+
+def test_a_pipeline_that_ignores_num_images_per_prompt_is_refused_with_that_reason():
+    """CogVideoXPipeline sets num_videos_per_prompt = 1 inside its call: asked for two videos it gives one.
+    The cell is unsupported on the model with the reason, not a crash in the harness's bookkeeping."""
+    from accel.errors import ModelUnavailable
+
+    target = AdapterTarget(ModelSpec(name="cogvideox", source="tiny-cogvideox"))
+    target.load()
+    with pytest.raises(ModelUnavailable, match=r"CogVideoXPipeline gave 1 output\(s\) for 2 asked"):
+        target.generate(dataclasses.replace(REQUEST, steps=2, num_images_per_prompt=2, num_frames=5))

@@ -224,8 +224,16 @@ class AdapterTarget:
 
     def generate(self, request: Request) -> list[np.ndarray]:
         """Run one request; one float32 array (frames, H, W, 3) in [0, 1] per generated image or video."""
-        output = self.pipeline(**self.call_kwargs(request))
-        return normalise_output(output)
+        output = normalise_output(self.pipeline(**self.call_kwargs(request)))
+        if len(output) != request.num_images_per_prompt:
+            # CogVideoXPipeline sets num_videos_per_prompt = 1 inside its __call__, whatever it is given.
+            raise ModelUnavailable(
+                "model",
+                f"model '{self.spec.name}': {type(self.pipeline).__name__} gave {len(output)} output(s) for "
+                f"{request.num_images_per_prompt} asked (workload.num_images_per_prompt): the pipeline does not "
+                "honour it; run it with num_images_per_prompt: 1",
+            )
+        return output
 
 
 def input_image(height: int, width: int) -> Any:
