@@ -63,7 +63,13 @@ class AccelCells:
         if results:
             from accel.results import read_results
 
+            from accel.sweep.runner import unmeasured_cells
+
             self.records = read_results(results)
+            run_dir = Path(results) if Path(results).is_dir() else Path(results).parent
+            # as `omni-accel gate` does: a cell the run planned (cells.planned.json, profile.resolved.yaml) but
+            # never recorded (an interrupted sweep) is an item, and fails as never measured
+            self.unmeasured: list[tuple[str, str]] = unmeasured_cells(run_dir, self.records)
         else:
             from accel.profile import load_profile
 
@@ -73,7 +79,7 @@ class AccelCells:
 
     def cell_keys(self) -> list[tuple[str, str]]:
         if self.records is not None:
-            return [(r["model"], r["variant"]) for r in self.records]
+            return [(r["model"], r["variant"]) for r in self.records] + getattr(self, "unmeasured", [])
         from accel.sweep.runner import plan
 
         assert self.profile is not None  # no records: a profile was loaded

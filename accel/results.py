@@ -172,6 +172,19 @@ class ResultsFile:
         )
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object of a results line names one key twice (json would keep the last silently)."""
+
+
+def _refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise _DuplicateKey(key)
+        obj[key] = value
+    return obj
+
+
 def load_results(path: str | Path) -> ResultsFile:
     """Read a results file (or a run directory's ``results.jsonl``), checking every record.
 
@@ -202,7 +215,7 @@ def load_results(path: str | Path) -> ResultsFile:
             continue
         where = f"{path}:{number}"
         try:
-            record = json.loads(line.decode("utf-8"))
+            record = json.loads(line.decode("utf-8"), object_pairs_hook=_refuse_duplicate_keys)
             json.dumps(record, ensure_ascii=False).encode("utf-8")  # a lone surrogate cannot be printed
         except (UnicodeDecodeError, UnicodeEncodeError) as error:
             raise ConfigError(f"{where}: not UTF-8 text (or an unpaired surrogate): {error.reason}") from error
@@ -210,6 +223,11 @@ def load_results(path: str | Path) -> ResultsFile:
             raise ConfigError(f"{where}: not a JSON record: {error.msg} at column {error.colno}") from error
         except RecursionError as error:
             raise ConfigError(f"{where}: not a JSON record: nested too deep") from error
+        except _DuplicateKey as error:
+            raise ConfigError(
+                f"{where}: not a JSON record: duplicate key {error.args[0]!r}: the second would silently replace "
+                "the first (was the line edited by hand?)"
+            ) from error
         check_version(record, where)
         check_record(record, where)
         cell = (record["model"], record["variant"])
