@@ -100,15 +100,15 @@ class Workload(StrictModel):
         default=[0], min_length=1, description=f"Generator seeds, 0 to {MAX_SEED} (what torch.manual_seed takes)."
     )
     steps: int = Field(default=4, gt=0, le=MAX_STEPS, description="Denoising steps; more steps, more time.")
-    height: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
-    width: int = Field(default=64, gt=0, description="Pixels; a multiple of the model's factor.")
+    height: int = Field(default=64, gt=0, le=16384, description="Pixels; a multiple of the model's factor.")
+    width: int = Field(default=64, gt=0, le=16384, description="Pixels; a multiple of the model's factor.")
     num_frames: int | None = Field(
         default=None,
         gt=0,
         description=f"Video models only (an error when none makes videos); default {DEFAULT_VIDEO_FRAMES}; Wan: 4k+1.",
     )
     guidance_scale: float = 3.5
-    num_images_per_prompt: int = Field(default=1, gt=0, description="Batch per call; VAE slicing needs > 1.")
+    num_images_per_prompt: int = Field(default=1, gt=0, le=64, description="Batch per call; VAE slicing needs > 1.")
     prompt_set: str | None = Field(
         default=None,
         description=(

@@ -62,7 +62,6 @@ class AccelCells:
         results = option("accel_results")
         if results:
             from accel.results import read_results
-
             from accel.sweep.runner import unmeasured_cells
 
             self.records = read_results(results)
