@@ -175,6 +175,30 @@ def test_ulysses_on_native_pipelines_matches_one_rank_with_the_native_all_to_all
             assert tokens["rank"] == [tokens["gathered"][0] // 2], (model, tokens)
 
 
+def test_image_tokens_the_degree_does_not_divide_are_gathered_padded_on_gloo(tmp_path):
+    """48x48 gives 9 image tokens: "anything" splits them 5 + 4, and gloo's all_gather refuses uneven sizes
+    (diffusers gathers them unpadded at proj_out), so the cell pads each share to the longest and cuts it back,
+    on the native and the adapter target alike, and says so in the evidence."""
+    profile = _profile([], [
+        {"name": "cp-any", "features": {"context_parallel": {"ulysses": 2, "anything": True}}},
+    ])  # fmt: skip
+    profile["workload"].update(height=48, width=48)
+    profile["models"] = [
+        {"name": "flux-native", "source": "tiny-flux", "target": "native"},
+        {"name": "tiny-flux", "source": "tiny-flux"},
+    ]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    for model in ("flux-native", "tiny-flux"):
+        cell = next(r for r in result.records if r["model"] == model and r["variant"] == "cp-any")
+        assert cell["status"] == "ok", (model, cell.get("error"))
+        assert cell["parity"]["max_abs_diff"] < 1e-4, (model, cell["parity"])
+        evidence = cell["evidence"]["context_parallel"]
+        assert evidence["engaged"] and evidence["ranks_identical"] is True
+        assert "padded" in evidence["gloo_uneven_gather"], evidence
+        shares = sorted(rank["tokens_last_run"]["rank"][0] for rank in evidence["ranks"])
+        assert shares == [4, 5] and evidence["ranks"][0]["tokens_last_run"]["gathered"] == [9], evidence["ranks"]
+
+
 def test_ring_and_tensor_parallel_on_native_targets_are_refused_before_launch(tmp_path, monkeypatch):
     _no_launch(monkeypatch)
     for features, reason in (

@@ -44,6 +44,7 @@ from accel.features.base import (
     Support,
     Verdict,
 )
+from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, UnevenGatherOnGloo
 
 # The torch.distributed functions diffusers' context parallelism calls (attention_dispatch.py, hooks/
 # context_parallel.py, diffusers 0.42), looked up on their module at every call: wrapping them counts them.
@@ -274,6 +275,8 @@ class ParallelHandle(Handle):
         self.world_size = world_size
         self.rank = dist.get_rank()
         self.cpu_shim = False
+        self.uneven_gather: Any = None  # accel.features.uneven_gather.UnevenGatherOnGloo, for uneven shares
+        self.padded_gather = False
         self.collectives = _Collectives()
         self.local_tokens: list[int] = []
         self.gathered_tokens: list[int] = []
@@ -311,6 +314,8 @@ class ParallelHandle(Handle):
         for hook in self.hooks:
             hook.remove()
         self.collectives.remove()
+        if self.uneven_gather is not None:
+            self.uneven_gather.remove()
         if self.native:
             from accel.native.context_parallel import disable_native_context_parallel
 
@@ -337,6 +342,7 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
         "collectives_per_run": per_run,
         "tokens_per_run": tokens,
         "cpu_device_count_shim": CPU_SHIM_NOTE if handle.cpu_shim else None,
+        "gloo_uneven_gather": GLOO_UNEVEN_GATHER_NOTE if handle.padded_gather else None,
     }
     if not per_run:
         return Verdict(False, "no timed call ran", evidence)
@@ -425,6 +431,9 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
                 ulysses_anything=options.anything and options.ulysses > 1,
                 ring_anything=options.anything and options.ring > 1,
             )
+            if options.anything:
+                handle.uneven_gather = UnevenGatherOnGloo()
+                handle.padded_gather = handle.uneven_gather.installed
             if _is_native(transformer):
                 from accel.native.context_parallel import enable_native_context_parallel
 

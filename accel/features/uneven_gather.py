@@ -1,0 +1,61 @@
+"""Uneven context-parallel shares gathered on gloo: each rank's share padded to the longest, then cut back.
+
+With ``ulysses_anything`` / ``ring_anything`` diffusers splits a sequence the degree does not divide into
+unequal shares (``tensor_split``: 9 tokens over 2 ranks are 5 + 4) and gathers them at the plan's output with
+``torch.distributed.all_gather`` into tensors of each rank's size (``hooks/context_parallel.py``,
+``_all_gather_anything``, diffusers 0.42). NCCL accepts unequal sizes there; gloo does not ("ProcessGroupGloo::
+allgather: invalid tensor size"). No library offers the padded form, so it is written here: while a
+context-parallel handle with uneven shares is applied on a gloo group, diffusers' function is replaced by
+``padded_all_gather_anything`` (same result, one all_gather of equal sizes), and restored when it is removed.
+The evidence names the replacement (``GLOO_UNEVEN_GATHER_NOTE``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+GLOO_UNEVEN_GATHER_NOTE = (
+    "gloo's all_gather refuses unequal sizes: uneven shares were padded to the longest, gathered and cut back "
+    "(diffusers' _all_gather_anything replaced while the feature was applied)"
+)
+
+
+def padded_all_gather_anything(tensor: Any, dim: int, group: Any) -> Any:
+    """``tensor`` (this rank's share along ``dim``) from every rank of ``group``, concatenated in rank order,
+    through one all_gather of equal-sized tensors (each share zero-padded to the longest)."""
+    import torch
+    import torch.distributed as dist
+    from diffusers.models._modeling_parallel import gather_size_by_comm
+
+    tensor = tensor.contiguous()
+    sizes = gather_size_by_comm(tensor.shape[dim], group)
+    longest = max(sizes)
+    padded = tensor
+    if tensor.shape[dim] < longest:
+        pad_shape = list(tensor.shape)
+        pad_shape[dim] = longest - tensor.shape[dim]
+        padded = torch.cat([tensor, tensor.new_zeros(pad_shape)], dim=dim)
+    gathered = [torch.empty_like(padded) for _ in sizes]
+    dist.all_gather(gathered, padded, group=group)  # looked up at call time: the collective counter sees it
+    return torch.cat([part.narrow(dim, 0, size) for part, size in zip(gathered, sizes, strict=True)], dim=dim)
+
+
+class UnevenGatherOnGloo:
+    """Installs ``padded_all_gather_anything`` in place of diffusers' gather while applied, if the default
+    process group is gloo; ``installed`` says whether it did; ``remove`` restores diffusers' function."""
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+        from diffusers.hooks import context_parallel
+
+        self.installed = False
+        self._module = context_parallel
+        self._original = getattr(context_parallel, "_all_gather_anything", None)
+        if self._original is not None and dist.is_initialized() and dist.get_backend() == "gloo":
+            context_parallel._all_gather_anything = padded_all_gather_anything
+            self.installed = True
+
+    def remove(self) -> None:
+        if self.installed:
+            self._module._all_gather_anything = self._original
+            self.installed = False
