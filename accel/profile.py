@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -73,6 +74,11 @@ class ModelSpec(StrictModel):
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when present.")
     load_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to from_pretrained.")
     call_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to every pipeline call.")
+    workload: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Workload keys this model runs with instead of the profile's (e.g. num_images_per_prompt: 1 "
+        "for a pipeline that gives one output per prompt); its baseline and variants all use them.",
+    )
     world: Literal["shapes"] | None = Field(
         default=None,
         description="The procedural world the model was trained on (scores prompt adherence); default: the zoo's.",
@@ -357,6 +363,32 @@ class Profile(StrictModel):
                     )
         return self
 
+    def workload_for(self, model: ModelSpec) -> Workload:
+        """The workload ``model``'s cells run: the profile's, with the model's own ``workload`` keys over it."""
+        if not model.workload:
+            return self.workload
+        return Workload.model_validate({**self.workload.model_dump(exclude_unset=True), **model.workload})
+
+    @model_validator(mode="after")
+    def _model_workloads_valid(self) -> Profile:
+        for index, model in enumerate(self.models):
+            if not model.workload:
+                continue
+            try:
+                workload = self.workload_for(model)
+            except ValidationError as error:
+                first = error.errors()[0]
+                location, suffix = explain_error(Workload, first)
+                key = f"models[{index}].workload" + (f".{format_location(location)}" if location else "")
+                raise ValueError(f"{key}: {first['msg'].removeprefix('Value error, ')}{suffix}") from None
+            reference = self.measure.reference_model
+            if reference is not None and workload.model_dump() != self.workload.model_dump():
+                raise ValueError(
+                    f"models[{index}].workload: measure.reference_model ('{reference}') compares every model's "
+                    "baseline on the same prompts, seeds and outputs: remove one of them"
+                )
+        return self
+
     @model_validator(mode="after")
     def _reference_exists(self) -> Profile:
         reference = self.measure.reference_model
@@ -400,6 +432,8 @@ def format_validation_error(source: str, error: ValidationError, model: Any = No
     first = error.errors()[0]
     location, suffix = explain_error(model, first) if model else (tuple(first["loc"]), "")
     message = first["msg"].removeprefix("Value error, ") + suffix
+    if not location and re.match(r"[\w.\[\]]+: ", message):  # a profile-wide check that names its own key
+        return f"{source}: {message}"
     return f"{source}: {format_location(location)}: {message}"
 
 

@@ -102,6 +102,19 @@ CASES = {
         "workload.height: 72 is not a multiple of 16, the resolution factor of model 'tiny-flux'",
     ),
     "unknown-executor": (_with(measure={"executor": "threads"}), r"measure.executor: Input should be 'process'"),
+    "model-workload-out-of-range": (
+        _with(models=[{"name": "m", "source": "tiny-flux", "workload": {"num_images_per_prompt": 0}}]),
+        r"\.yaml: models\[0\].workload.num_images_per_prompt: Input should be greater than 0, got 0 \(allowed: a whole "
+        r"number > 0 and <= 64\)",
+    ),
+    "model-workload-unknown-key": (
+        _with(models=[{"name": "m", "source": "tiny-flux", "workload": {"step": 2}}]),
+        r"\.yaml: models\[0\].workload: unknown key 'step'. Did you mean 'steps'\?",
+    ),
+    "model-workload-resolution-factor": (
+        _with(models=[{"name": "m", "source": "tiny-flux", "workload": {"width": 72}}]),
+        r"models\[0\].workload.width: 72 is not a multiple of 16, the resolution factor of model 'm'",
+    ),
 }
 
 

@@ -132,3 +132,29 @@ def test_plan_puts_each_baseline_first(tmp_path):
         "tiny-wan/noise-floor",
         "tiny-wan/tiling",
     ]
+
+
+def test_a_model_with_its_own_workload_runs_it_in_every_cell_and_is_compared_on_it(tmp_path):
+    """ModelSpec.workload: keys over the profile's (a pipeline that gives one output per prompt runs with one);
+    its baseline and variants generate that, parity compares those outputs, the report says so."""
+    import numpy as np
+
+    profile = small_profile(["tiny-flux"], [{"name": "slice", "features": {"vae_use_slicing": True}}])
+    profile["workload"]["num_images_per_prompt"] = 2
+    profile["measure"]["noise_floor"] = False
+    profile["models"].append({"name": "one-each", "source": "tiny-flux", "workload": {"num_images_per_prompt": 1}})
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    outputs = {}
+    for record in result.records:
+        with np.load(tmp_path / record["outputs_file"]) as arrays:
+            outputs[(record["model"], record["variant"])] = sorted(set(arrays.files) - {"__reference__"})
+    two, one = ["p0_s0_n0", "p0_s0_n1"], ["p0_s0_n0"]
+    assert outputs == {("tiny-flux", "baseline"): two, ("tiny-flux", "slice"): two,
+                       ("one-each", "baseline"): one, ("one-each", "slice"): one}  # fmt: skip
+    one_each = next(r for r in result.records if r["model"] == "one-each" and r["variant"] == "slice")
+    assert one_each["parity"]["bit_identical"] is True, one_each["parity"]
+    # Slicing a batch of one does nothing: the feature says so instead of claiming to have engaged.
+    assert "one slice" in one_each["evidence"]["vae_use_slicing"]["summary"], one_each["evidence"]
+    sliced = next(r for r in result.records if r["model"] == "tiny-flux" and r["variant"] == "slice")
+    assert sliced["evidence"]["vae_use_slicing"]["engaged"] is True, sliced["evidence"]
+    assert "Workload of one-each: the profile's, with num_images_per_prompt 1" in result.report_path.read_text()

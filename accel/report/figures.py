@@ -95,7 +95,10 @@ def image_grids(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -
             tiles = []
             for record in cells:
                 with np.load(Path(run_dir) / record["outputs_file"]) as outputs:
-                    tiles.append((record, _thumbnail(outputs[key])))
+                    if key in outputs:  # a model with its own workload (ModelSpec.workload) may lack the key
+                        tiles.append((record, _thumbnail(outputs[key])))
+            if not tiles:
+                continue
             label_h = 34
             width = TILE * len(tiles)
             height = max(t.height for _, t in tiles) + label_h

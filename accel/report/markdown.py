@@ -255,6 +255,12 @@ def render(
         f"transformers {packages.get('transformers')}; omni-accel commit {environment.get('git_commit') or '–'}",
         f"- Workload: {len(w.prompts)} prompt(s) x {len(w.seeds)} seed(s), {w.steps} steps, {w.height}x{w.width}, "
         f"guidance {w.guidance_scale}, {w.num_images_per_prompt} image(s) per prompt{_frames(w, records)}",
+        *[
+            f"- Workload of {m.name}: the profile's, with "
+            + ", ".join(f"{key} {value}" for key, value in sorted(m.workload.items()))
+            for m in profile.models
+            if m.workload
+        ],
         f"- Timing: {profile.measure.warmup} warmup call(s) after the cold one, {profile.measure.repeats} timed "
         "pass(es) with the pipeline alone (warm = median per call, no stage hooks inside) and one pass with the "
         "stage hooks between them (after the first half: drift moves both alike); cold = load + first call",

@@ -65,11 +65,13 @@ def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
             if makes_video is False:
                 image_models.append(model.name)
         factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None
+        own = bool(model.workload.keys() & {"height", "width"})
         for key in ("height", "width"):
-            value = getattr(profile.workload, key)
+            value = getattr(profile.workload_for(model), key)
             if factor and value % factor:
+                where_key = f"models[{index}].workload.{key}" if own else f"workload.{key}"
                 raise ConfigError(
-                    f"{source}: workload.{key}: {value} is not a multiple of {factor}, the resolution factor "
+                    f"{source}: {where_key}: {value} is not a multiple of {factor}, the resolution factor "
                     f"of model '{model.name}' (VAE downsampling x 2x2 patches)"
                 )
     if profile.workload.num_frames is not None and len(image_models) == len(profile.models):

@@ -59,11 +59,12 @@ def plan(profile: Profile, run_dir: Path) -> list[CellSpec]:
     models = local_sources_resolved(profile.models)
     models = sorted(models, key=lambda m: m.name != reference) if reference else models
     for model in models:
-        cells.append(CellSpec(model, profile.workload, profile.measure, BASELINE, {}, str(run_dir)))
+        workload = profile.workload_for(model)
+        cells.append(CellSpec(model, workload, profile.measure, BASELINE, {}, str(run_dir)))
         if profile.measure.noise_floor:
-            cells.append(CellSpec(model, profile.workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
+            cells.append(CellSpec(model, workload, profile.measure, NOISE_FLOOR, {}, str(run_dir)))
         cells.extend(
-            CellSpec(model, profile.workload, profile.measure, v.name, v.features, str(run_dir), configs=v.configs)
+            CellSpec(model, workload, profile.measure, v.name, v.features, str(run_dir), configs=v.configs)
             for v in variants
             if v.models is None or model.name in v.models
         )
@@ -312,7 +313,6 @@ def _run_sweep(
     # record) and the CPU peak measured here, instead of reading environment.json on a node that may lack it.
     cells = [replace(cell, cpu_peaks=peaks) for cell in plan(profile, Path(os.path.abspath(run_dir)))]
     (run_dir / PLANNED_CELLS_FILE).write_text(json.dumps([[cell.model.name, cell.variant] for cell in cells]) + "\n")
-    keys = sample_keys(profile.workload)
     done = {(r["model"], r["variant"]): r for r in previous}
     records: list[dict[str, Any]] = []
     baselines: dict[str, dict[str, Any]] = {r["model"]: r for r in previous if r["variant"] == BASELINE}
@@ -342,11 +342,12 @@ def _run_sweep(
                 noise_floors[cell.model.name] = record
             if record.get("device") and not record.get("device_name"):  # engine cells: the device they ran on here
                 record["device_name"] = env.device_name(record["device"])
+            keys = sample_keys(cell.workload)  # the model's own workload (ModelSpec.workload) where it has one
             attach_parity(record, baselines.get(cell.model.name), run_dir, keys)
             attach_speedup(
                 record, baselines.get(cell.model.name), noise_floors.get(cell.model.name), run_dir, keys, measure
             )
-            attach_adherence(record, cell.model, profile.workload, baselines.get(cell.model.name), run_dir, keys)
+            attach_adherence(record, cell.model, cell.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
             judge_measured_cell(record)  # the gate's judgements, made once, before the record is written
             if cell.variant == BASELINE and profile.measure.reference_model:
@@ -362,7 +363,7 @@ def _run_sweep(
     environment["cells_ran_on"] = placements(records)  # the driver's environment above; the cells' here
     (run_dir / ENVIRONMENT_FILE).write_text(json.dumps(environment, indent=2))
     write_table(records, run_dir)
-    figures = write_figures(run_dir, records, keys)
+    figures = write_figures(run_dir, records, sample_keys(profile.workload))
     wall_s = time.perf_counter() - started
     resumed = sum(1 for cell in cells if (cell.model.name, cell.variant) in done)
     report_path = write_report(run_dir, profile, records, environment, wall_s, figures, resumed)
