@@ -97,7 +97,12 @@ def test_no_collective_no_engagement_and_the_cell_fails():
     from accel.gate import judge_measured_cell
 
     handle = types.SimpleNamespace(
-        runs=[{"collectives": {}, "tokens": {}}], rank=0, world_size=2, kind="ulysses 2", cpu_shim=False
+        runs=[{"collectives": {}, "tokens": {}}],
+        rank=0,
+        world_size=2,
+        kind="ulysses 2",
+        cpu_shim=False,
+        padded_gather=False,
     )
     verdict = _verify(handle, ("all_to_all_single",))  # what the evidence is when the hook is gone
     assert not verdict.engaged and verdict.summary == "no all_to_all_single collective ran in 1 of 1 calls"

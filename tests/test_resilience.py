@@ -242,6 +242,28 @@ def test_an_interrupt_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanw
         pytest.fail("a process of the interrupted sweep outlived it")
 
 
+def test_an_interrupt_caught_by_a_finaliser_is_delivered_again_without_a_traceback(capsys):
+    """A Ctrl-C whose handler runs inside a __del__ (the garbage collector's timing: CI once saw regex's
+    Group.__del__) cannot propagate from there: Python printed "Exception ignored ... Traceback" and lost it.
+    Inside the sweep it is delivered again at the next bytecode, and nothing is printed."""
+    from accel.sweep.runner import _sigterm_as_interrupt
+
+    class InterruptedWhileFinalised:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt
+
+    reached_after = False
+    with pytest.raises(KeyboardInterrupt), _sigterm_as_interrupt():
+        InterruptedWhileFinalised()  # finalised at once: its KeyboardInterrupt is unraisable
+        for _ in range(100):
+            time.sleep(0.01)
+        reached_after = True
+    assert not reached_after
+    err = capsys.readouterr().err
+    assert "Exception ignored" not in err and "Traceback" not in err, err
+    assert sys.unraisablehook is not None and signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
 def test_the_warmup_never_reruns_a_failed_cell_and_a_dead_model_exits_non_zero(tmp_path, monkeypatch, capsys):
     """Every cell times out: the first is recorded from its warm-up (not run a second time, which would cost
     a second full timeout), and the sweep exits 1 saying every cell of the model failed."""

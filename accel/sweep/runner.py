@@ -176,7 +176,6 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     every recorded cell kept. Unlike Ctrl-C it reaches only the sweep, so the sweep must stop its workers
     (without this they outlived it, still measuring). Only the main thread can install a handler."""
     import signal
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield
@@ -185,11 +184,32 @@ def _sigterm_as_interrupt() -> Iterator[None]:
     def interrupt(signum: int, frame: Any) -> None:
         raise KeyboardInterrupt
 
+    default_hook = sys.unraisablehook
+
+    def redeliver(unraisable: Any) -> None:
+        # Python runs a signal's handler at the next bytecode, which can be inside a finaliser (a __del__ the
+        # garbage collector called): the KeyboardInterrupt raised there cannot propagate, Python prints
+        # "Exception ignored ... Traceback" and the interrupt is lost. Deliver it again, quietly, as SIGTERM
+        # (its handler above raises it) from a helper thread, so that it arrives after this hook returned:
+        # raised here, the handler would run inside the hook.
+        if issubclass(unraisable.exc_type, KeyboardInterrupt):
+            threading.Thread(target=_signal_self_soon, args=(signal.SIGTERM,), daemon=True).start()
+            return
+        default_hook(unraisable)
+
     previous = signal.signal(signal.SIGTERM, interrupt)
+    sys.unraisablehook = redeliver
     try:
         yield
     finally:
+        sys.unraisablehook = default_hook
         signal.signal(signal.SIGTERM, previous)
+
+
+def _signal_self_soon(signum: int) -> None:
+    """Send ``signum`` to this process after a moment (from a helper thread; the main thread handles it)."""
+    time.sleep(0.01)
+    os.kill(os.getpid(), signum)
 
 
 def interrupted_message(run_dir: Path) -> str:
