@@ -256,7 +256,9 @@ class Measure(StrictModel):
         description=(
             "The noise threshold: ratios within 1/(1+min_effect)..1+min_effect are 'equivalent', and only an "
             "interval wholly outside it is a speedup claim. The noise-floor control must land inside it; if it "
-            "does not, the model's claims are unverified (the machine was too noisy for it), never widened."
+            "does not (the machine was too noisy for it), it is never widened: the model's equivalences are "
+            "unverified, and so are its speedups, except those whose interval clears it even divided by every "
+            "bias the noise floor's interval allows (when that interval includes 1.0)."
         ),
     )
     threads: int | None = Field(

@@ -382,20 +382,39 @@ def _floor(verdict: str, low: float, high: float) -> dict:
 
     estimate = SpeedupEstimate(1.0, low, high, 0.99, 20, "interleaved")
     claim = {**estimate.to_dict(), "verdict": verdict, "reason": f"interval [{low:.2f}, {high:.2f}] ..."}
-    return {"variant": "noise-floor", "paired": {"estimate": estimate.to_dict()}, "speedup_ci": claim}
+    ratios = [low + (high - low) * i / 19 for i in range(20)]
+    paired = {"estimate": estimate.to_dict(), "reference_s": ratios, "variant_s": [1.0] * 20}
+    return {"variant": "noise-floor", "paired": paired, "speedup_ci": claim}
+
+
+def _paired(low: float, high: float, n: int = 10) -> dict:
+    """An interleaved comparison's record part: ``n`` ratios from ``low`` to ``high`` and their estimate."""
+    from accel.measure.speedup import paired_speedup
+
+    ratios = [low + (high - low) * i / (n - 1) for i in range(n)]
+    estimate = paired_speedup(ratios, [1.0] * n, 0.95)
+    return {"estimate": estimate.to_dict(), "reference_s": ratios, "variant_s": [1.0] * n}
 
 
 def test_the_noise_band_is_the_threshold_and_a_noisy_floor_unverifies_claims(tmp_path):
-    from accel.measure.speedup import SpeedupEstimate
     from accel.sweep.compare import attach_speedup
 
     measure = types.SimpleNamespace(min_effect=0.05, confidence=0.95)
-    estimate = SpeedupEstimate(1.3, 1.2, 1.4, 0.98, 10, "interleaved")
-    for floor, verdict in ((_floor("equivalent", 0.98, 1.03), "faster"), (_floor("noise", 0.8, 1.25), "unverified")):
+    cases = (
+        (_floor("equivalent", 0.98, 1.03), _paired(1.2, 1.4), "faster"),
+        (_floor("noise", 0.8, 1.25), _paired(1.2, 1.4), "unverified"),
+        # an undecided floor (it includes 1.0) keeps a claim that clears the band beyond every bias it allows
+        (_floor("noise", 0.8, 1.25), _paired(1.9, 2.1), "faster"),
+        (_floor("inconclusive", 1.06, 1.25), _paired(1.9, 2.1), "unverified"),  # a bias seen: no claim at all
+    )
+    for floor, paired, verdict in cases:
         record = _run_with_reference(tmp_path, 0.0)
-        record.update(warm={"median": 0.1}, paired={"estimate": estimate.to_dict()})
+        record.update(warm={"median": 0.1}, paired=paired)
         attach_speedup(record, {"warm": {"median": 0.13}}, floor, tmp_path, ["s0"], measure)
         claim = record["speedup_ci"]
         assert claim["band"] == [pytest.approx(1 / 1.05), pytest.approx(1.05)]  # never widened by the floor
         assert claim["verdict"] == verdict, claim
-    assert "too noisy for this threshold" in claim["reason"] and "[0.80, 1.25]" in claim["reason"]
+        if floor["speedup_ci"]["verdict"] == "noise":  # the reason says what the floor allowed
+            assert "divided by every bias the noise floor allows" in claim["reason"], claim
+            assert verdict == "faster" or "[0.80, 1.25]" in claim["reason"], claim
+    assert "too noisy for this threshold" in claim["reason"] and "[1.06, 1.25]" in claim["reason"]

@@ -17,6 +17,7 @@ from accel.measure.speedup import (
     SpeedupEstimate,
     against_noise_floor,
     classify,
+    clears_floor_bias,
     fewest_pairs,
     format_speedup,
     judge_interval,
@@ -105,6 +106,37 @@ def test_a_noise_floor_outside_the_band_unverifies_claims_instead_of_widening_th
     biased_floor = classify(_estimate(1.2, 1.1, 1.3), band, 0.95)
     assert against_noise_floor(faster, biased_floor).verdict == UNVERIFIED
     assert against_noise_floor(faster, None) == faster  # the noise-floor cell itself
+
+
+def test_an_undecided_noise_floor_keeps_only_the_claims_that_clear_every_bias_it_allows():
+    """A floor that is wide but includes 1.0 saw no bias between the arms: a claim stands when its interval,
+    divided by the floor's, still clears the band (the error rate split so both cover together at 95%)."""
+    band = noise_band(0.05)
+    floor_ratios = [0.8 + 0.4 * i / 39 for i in range(40)]  # 0.80 .. 1.20: undecided, includes 1.0
+    floor = classify(paired_speedup(floor_ratios, [1.0] * 40, 0.99), band, 0.95)
+    assert floor.verdict == NOISE
+    two_x = [2.0 + 0.02 * i for i in range(8)]  # 2.00 .. 2.14, decided at the first look of five
+    clears, how = clears_floor_bias(two_x, floor_ratios, band, 0.95, looks=5, floor_looks=5)
+    assert clears and "clears the noise band" in how
+    faster = classify(SpeedupEstimate(2.07, 2.0, 2.14, 0.992, 8, "interleaved", looks=5), band, 0.95)
+    kept = against_noise_floor(faster, floor, (clears, how))
+    assert kept.verdict == FASTER and kept.reason.endswith(how) and "the noise floor was undecided" in kept.reason
+    # 1.10x clears the band alone but not once divided by the floor's widest bias (1.11): unverified
+    small = [1.10 + 0.01 * i for i in range(8)]
+    clears, how = clears_floor_bias(small, floor_ratios, band, 0.95, looks=5, floor_looks=5)
+    assert not clears and "does not clear" in how
+    verdict = against_noise_floor(classify(_estimate(1.13, 1.10, 1.17), band, 0.95), floor, (clears, how))
+    assert verdict.verdict == UNVERIFIED and verdict.reason.endswith(how)
+    slower = [0.5 - 0.01 * i for i in range(8)]
+    assert clears_floor_bias(slower, floor_ratios, band, 0.95, looks=5, floor_looks=5)[0]
+    # a floor that saw a bias (its interval excludes 1.0) unverifies every claim, however clear
+    biased = classify(_estimate(1.2, 1.1, 1.3), band, 0.95)
+    assert against_noise_floor(faster, biased, (True, how)).verdict == UNVERIFIED
+    # too few pairs for the split confidence: never a claim beyond the floor
+    assert clears_floor_bias(two_x[:6], floor_ratios, band, 0.95, looks=5, floor_looks=5) == (
+        False,
+        "too few pairs (6, the floor's 40) to hold it beyond every bias the noise floor allows",
+    )
 
 
 def test_the_look_schedule_grows_by_half_and_ends_at_the_most():

@@ -20,9 +20,12 @@ covers with at least ``measure.confidence``. Undecided at the end: ``noise`` (th
 ``≈1.0x?``) or ``inconclusive`` (it excludes 1.0 but reaches into the band, ``1.33x?``).
 
 The noise-floor cell (the baseline against a second copy of itself) must land inside the band: if it does
-not, the machine was too noisy for that threshold, and no claim of that model is published (``unverified``,
-with the floor's interval in the reason) instead of the band being widened. Numbers only: no I/O, no
-policy beyond this rule.
+not, the machine was too noisy for that threshold, and the band is never widened to fit. Then no equivalence of
+that model is published (``≈1.0x?``), and a faster/slower claim is published only when it holds whatever bias
+between the two arms the floor leaves possible: when the floor's interval includes 1.0 (undecided, no bias
+seen), the variant's interval divided by the floor's (the error rate split between the two, so together they
+still cover with ``measure.confidence``) must still clear the band (``clears_floor_bias``); a floor that excludes
+1.0 (a bias seen) unverifies every claim. Numbers only: no I/O, no policy beyond this rule.
 """
 
 from __future__ import annotations
@@ -222,16 +225,68 @@ def classify(
     return SpeedupClaim(verdict, reason, band)
 
 
-def against_noise_floor(claim: SpeedupClaim, floor: SpeedupClaim | None) -> SpeedupClaim:
-    """A claim as it may be published given its model's noise floor: when identical configurations did not
-    land inside the band, the machine was too noisy for the threshold, so a faster/slower claim is unverified
-    and an equivalence only ``noise`` (the band is never widened to fit)."""
+# The share of the error rate a claim beyond the noise floor's bias gives the floor's interval (the rest stays
+# with the variant's, which then covers at nearly the confidence its sampling stopped at): the floor has drawn
+# many pairs and can afford the wider interval; a variant decided at the first look (8 pairs) cannot.
+FLOOR_ERROR_SHARE = 0.2
+
+
+def clears_floor_bias(
+    ratios: list[float],
+    floor_ratios: list[float],
+    band: tuple[float, float],
+    confidence: float,
+    looks: int = 1,
+    floor_looks: int = 1,
+) -> tuple[bool, str]:
+    """Whether a speedup's interval still clears the noise band after dividing it by every arm-to-arm bias the
+    noise floor's interval allows, and the sentence that says so.
+
+    The error rate ``1 - confidence`` is split between the two intervals, ``FLOOR_ERROR_SHARE`` to the floor's
+    and the rest to the variant's (each divided among its planned looks, as the sampling did), so both cover
+    together with at least ``confidence`` (Bonferroni): if the variant's true ratio lies in ``[low, high]`` and
+    the bias in ``[f_low, f_high]``, the ratio without the bias lies in ``[low / f_high, high / f_low]``. Too
+    few pairs for either interval to reach its confidence: False.
+    """
+    error = 1 - confidence
+    need = 1 - error * (1 - FLOOR_ERROR_SHARE) / max(1, looks)
+    need_floor = 1 - error * FLOOR_ERROR_SHARE / max(1, floor_looks)
+    low, high, coverage = median_interval(ratios, need)
+    f_low, f_high, f_coverage = median_interval(floor_ratios, need_floor)
+    if coverage + 1e-12 < need or f_coverage + 1e-12 < need_floor:
+        return False, (
+            f"too few pairs ({len(ratios)}, the floor's {len(floor_ratios)}) to hold it beyond every bias the "
+            "noise floor allows"
+        )
+    lowest, highest = low / f_high, high / f_low
+    band_low, band_high = band
+    clears = lowest > band_high or highest < band_low
+    where = "clears" if clears else "does not clear"
+    return clears, (
+        f"divided by every bias the noise floor allows ([{f_low:.2f}, {f_high:.2f}]), the interval "
+        f"[{lowest:.2f}, {highest:.2f}] {where} the noise band (together at {confidence:.0%} confidence)"
+    )
+
+
+def against_noise_floor(
+    claim: SpeedupClaim, floor: SpeedupClaim | None, floor_bias: tuple[bool, str] | None = None
+) -> SpeedupClaim:
+    """A claim as it may be published given its model's noise floor. When identical configurations did not
+    land inside the band, the machine was too noisy for the threshold (the band is never widened to fit): an
+    equivalence is only ``noise``, and a faster/slower claim stands only when the floor's interval includes 1.0
+    and ``floor_bias`` (``clears_floor_bias``: the claim holds beyond every bias that interval allows) says it
+    clears; otherwise it is unverified."""
     if floor is None or floor.verdict == EQUIVALENT or claim.verdict not in DECIDED:
         return claim
     why = f"the noise floor (identical configurations) was {floor.verdict}: {floor.reason}; the machine was too "
     why += "noisy for this threshold (run on an idle machine or raise measure.min_effect)"
     if claim.verdict == EQUIVALENT:
         return SpeedupClaim(NOISE, f"{claim.reason}, but {why}", claim.band)
+    if floor.verdict == NOISE and floor_bias is not None:
+        clears, how = floor_bias
+        if clears:
+            return SpeedupClaim(claim.verdict, f"{claim.reason}; the noise floor was undecided, but {how}", claim.band)
+        why += f"; {how}"
     return SpeedupClaim(UNVERIFIED, why, claim.band)
 
 

@@ -161,8 +161,9 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
         verdict = "inside the noise threshold, as identical configurations should be: this model's claims stand"
     else:
         verdict = (
-            "NOT inside the noise threshold: the machine was too noisy for it, so no speed claim of this model is "
-            "published (they show as unverified)"
+            "NOT inside the noise threshold: the machine was too noisy for it, so no equivalence of this model is "
+            "published, and a faster/slower claim only where its interval clears the band even divided by every "
+            "bias this interval allows (when it includes 1.0; otherwise none: they show as unverified)"
         )
     stopped = f"; {claim['stopped']}" if claim.get("stopped") else ""
     return (

@@ -55,10 +55,14 @@ def attach_speedup(
     stands only when its model's noise-floor cell landed inside that band (never widened to fit).
     """
     from accel.measure.speedup import (
+        FASTER,
+        NOISE,
+        SLOWER,
         SpeedupClaim,
         SpeedupEstimate,
         against_noise_floor,
         classify,
+        clears_floor_bias,
         noise_band,
         sequential_speedup,
     )
@@ -82,7 +86,20 @@ def attach_speedup(
             floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci["reason"], band)
         if floor_usable and shared_reason(noise_floor):  # its band is contaminated: no claim against it
             why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
-    claim = against_noise_floor(classify(estimate, band, measure.confidence, why_unverified), floor_claim)
+    claim = classify(estimate, band, measure.confidence, why_unverified)
+    floor_bias = None
+    if paired and floor_claim is not None and floor_claim.verdict == NOISE and claim.verdict in (FASTER, SLOWER):
+        assert band is not None and noise_floor is not None  # a usable floor gives both
+        floor_paired = noise_floor["paired"]
+        floor_bias = clears_floor_bias(
+            _ratios(paired),
+            _ratios(floor_paired),
+            band,
+            measure.confidence,
+            estimate.looks,
+            floor_paired["estimate"].get("looks", 1),
+        )
+    claim = against_noise_floor(claim, floor_claim, floor_bias)
     record["speedup"] = estimate.ratio
     record["speedup_ci"] = {
         **estimate.to_dict(),
@@ -92,6 +109,11 @@ def attach_speedup(
         "band": list(claim.band) if claim.band else None,
         "reference_problem": why_unverified,
     }
+
+
+def _ratios(paired: dict[str, Any]) -> list[float]:
+    """The per-pair ratios reference / variant of an interleaved comparison's record."""
+    return [r / v for r, v in zip(paired["reference_s"], paired["variant_s"], strict=True)]
 
 
 def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -> str | None:
