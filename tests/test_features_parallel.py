@@ -204,6 +204,27 @@ def test_image_tokens_the_degree_does_not_divide_are_gathered_padded_on_gloo(tmp
         assert shares == [4, 5] and evidence["ranks"][0]["tokens_last_run"]["gathered"] == [9], evidence["ranks"]
 
 
+def test_image_tokens_the_degree_does_not_divide_without_anything_are_refused_with_what_to_do(tmp_path):
+    """48x48 gives 9 image tokens; without "anything" diffusers' even split asserted mid-call ("Tensor size along
+    dimension to be sharded must be divisible by mesh size", the cell failed with no hint). The cell is refused
+    for this model and workload instead, naming the length, the degree and the option that splits it."""
+    profile = _profile([], [ULYSSES])
+    profile["workload"].update(height=48, width=48)
+    profile["models"] = [
+        {"name": "flux-native", "source": "tiny-flux", "target": "native"},
+        {"name": "tiny-flux", "source": "tiny-flux"},
+    ]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    for model in ("flux-native", "tiny-flux"):
+        cell = next(r for r in result.records if r["model"] == model and r["variant"] == "cp")
+        assert cell["status"] == "unsupported" and cell["unsupported_scope"] == "model", (model, cell.get("error"))
+        assert re.match(
+            r"context_parallel: ulysses 2 does not divide the sequence this call splits \(9 along dim 1 of ",
+            cell["error"],
+        ), cell["error"]
+        assert "set context_parallel.anything: true" in cell["error"], cell["error"]
+
+
 def test_ring_and_tensor_parallel_on_native_targets_are_refused_before_launch(tmp_path, monkeypatch):
     _no_launch(monkeypatch)
     for features, reason in (

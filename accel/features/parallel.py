@@ -44,7 +44,7 @@ from accel.features.base import (
     Support,
     Verdict,
 )
-from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, UnevenGatherOnGloo
+from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, EvenSplitRequired, UnevenGatherOnGloo
 
 # The torch.distributed functions diffusers' context parallelism calls (attention_dispatch.py, hooks/
 # context_parallel.py, diffusers 0.42), looked up on their module at every call: wrapping them counts them.
@@ -276,6 +276,7 @@ class ParallelHandle(Handle):
         self.rank = dist.get_rank()
         self.cpu_shim = False
         self.uneven_gather: Any = None  # accel.features.uneven_gather.UnevenGatherOnGloo, for uneven shares
+        self.even_split: EvenSplitRequired | None = None  # without anything: an uneven length refused, not asserted
         self.padded_gather = False
         self.collectives = _Collectives()
         self.local_tokens: list[int] = []
@@ -316,6 +317,9 @@ class ParallelHandle(Handle):
         self.collectives.remove()
         if self.uneven_gather is not None:
             self.uneven_gather.remove()
+        if self.even_split is not None:
+            self.even_split.remove()
+            self.even_split = None
         if self.native:
             from accel.native.context_parallel import disable_native_context_parallel
 
@@ -434,6 +438,9 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             if options.anything:
                 handle.uneven_gather = UnevenGatherOnGloo()
                 handle.padded_gather = handle.uneven_gather.installed
+            else:
+                degree = f"ulysses {options.ulysses}" if options.ring == 1 else kind
+                handle.even_split = EvenSplitRequired(degree)
             if _is_native(transformer):
                 from accel.native.context_parallel import enable_native_context_parallel
 

@@ -8,11 +8,19 @@ allgather: invalid tensor size"). No library offers the padded form, so it is wr
 context-parallel handle with uneven shares is applied on a gloo group, diffusers' function is replaced by
 ``padded_all_gather_anything`` (same result, one all_gather of equal sizes), and restored when it is removed.
 The evidence names the replacement (``GLOO_UNEVEN_GATHER_NOTE``).
+
+Without ``anything`` diffusers splits evenly and asserts that the degree divides the length
+(``EquipartitionSharder.shard``: "Tensor size along dimension to be sharded must be divisible by mesh size"), an
+AssertionError in the middle of the call that says nothing of the option that would split it. While such a
+handle is applied, ``EvenSplitRequired`` refuses that call instead (``ModelUnavailable``, scope model: the cell is
+recorded unsupported for this model and workload), naming the length, the degree and ``anything: true``.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from accel.errors import ModelUnavailable
 
 GLOO_UNEVEN_GATHER_NOTE = (
     "gloo's all_gather refuses unequal sizes: uneven shares were padded to the longest, gathered and cut back "
@@ -59,3 +67,31 @@ class UnevenGatherOnGloo:
         if self.installed:
             self._module._all_gather_anything = self._original
             self.installed = False
+
+
+class EvenSplitRequired:
+    """Installs, while applied, a check before diffusers' even split: a length ``degree`` does not divide is
+    refused with what to do (``ModelUnavailable``), where diffusers asserts; ``remove`` restores its method."""
+
+    def __init__(self, degree: str) -> None:
+        from diffusers.hooks.context_parallel import EquipartitionSharder
+
+        self._sharder = EquipartitionSharder
+        self._original = EquipartitionSharder.__dict__["shard"]
+        split = self._original.__func__
+
+        def shard(cls: Any, tensor: Any, dim: int, mesh: Any) -> Any:
+            length = tensor.size()[dim]
+            if length % mesh.size():
+                raise ModelUnavailable(
+                    "model",
+                    f"context_parallel: {degree} does not divide the sequence this call splits ({length} along dim "
+                    f"{dim} of a tensor of shape {tuple(tensor.shape)}); set context_parallel.anything: true (uneven "
+                    "shares) or choose a height and width whose token count it divides",
+                )
+            return split(cls, tensor, dim, mesh)
+
+        EquipartitionSharder.shard = classmethod(shard)
+
+    def remove(self) -> None:
+        self._sharder.shard = self._original
