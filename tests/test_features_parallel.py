@@ -75,6 +75,8 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
         assert [r["status"] for r in cell["timing"]["per_rank"]] == ["ok", "ok"]
         assert "device_count() read 1" in evidence["cpu_device_count_shim"]
+        # 64x64: even shares at the gather (16 image tokens, 8 + 8), also with "anything": nothing was padded.
+        assert evidence["gloo_uneven_gather"] is None, (model, evidence["gloo_uneven_gather"])
         for rank in evidence["ranks"]:  # every rank exchanged data by all-to-all and saw half the sequence
             exchanged = rank["collectives_last_run"]["all_to_all_single"]
             assert exchanged["calls"] > 0 and exchanged["bytes"] > 0, (model, rank)

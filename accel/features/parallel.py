@@ -277,7 +277,7 @@ class ParallelHandle(Handle):
         self.cpu_shim = False
         self.uneven_gather: Any = None  # accel.features.uneven_gather.UnevenGatherOnGloo, for uneven shares
         self.even_split: EvenSplitRequired | None = None  # without anything: an uneven length refused, not asserted
-        self.padded_gather = False
+        self.padded_gather = False  # a share padded at a gather (accel.features.uneven_gather), set by end_run
         self.collectives = _Collectives()
         self.local_tokens: list[int] = []
         self.gathered_tokens: list[int] = []
@@ -309,6 +309,8 @@ class ParallelHandle(Handle):
 
     def end_run(self) -> None:
         self.current["collectives"] = self.collectives.take()
+        # Said only where a share was padded: with "anything" and even shares nothing was (64x64 FLUX: 8 + 8).
+        self.padded_gather = self.uneven_gather is not None and self.uneven_gather.uneven_gathers > 0
         self.current["tokens"] = {"rank": sorted(set(self.local_tokens)), "gathered": sorted(set(self.gathered_tokens))}
 
     def remove(self) -> None:
@@ -437,7 +439,6 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             )
             if options.anything:
                 handle.uneven_gather = UnevenGatherOnGloo()
-                handle.padded_gather = handle.uneven_gather.installed
             else:
                 degree = f"ulysses {options.ulysses}" if options.ring == 1 else kind
                 handle.even_split = EvenSplitRequired(degree)

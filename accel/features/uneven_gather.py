@@ -31,6 +31,11 @@ GLOO_UNEVEN_GATHER_NOTE = (
 def padded_all_gather_anything(tensor: Any, dim: int, group: Any) -> Any:
     """``tensor`` (this rank's share along ``dim``) from every rank of ``group``, concatenated in rank order,
     through one all_gather of equal-sized tensors (each share zero-padded to the longest)."""
+    return _padded_gather(tensor, dim, group)[0]
+
+
+def _padded_gather(tensor: Any, dim: int, group: Any) -> tuple[Any, bool]:
+    """``padded_all_gather_anything``'s result and whether the shares were uneven (a share was padded)."""
     import torch
     import torch.distributed as dist
     from diffusers.models._modeling_parallel import gather_size_by_comm
@@ -45,23 +50,32 @@ def padded_all_gather_anything(tensor: Any, dim: int, group: Any) -> Any:
         padded = torch.cat([tensor, tensor.new_zeros(pad_shape)], dim=dim)
     gathered = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(gathered, padded, group=group)  # looked up at call time: the collective counter sees it
-    return torch.cat([part.narrow(dim, 0, size) for part, size in zip(gathered, sizes, strict=True)], dim=dim)
+    parts = [part.narrow(dim, 0, size) for part, size in zip(gathered, sizes, strict=True)]
+    return torch.cat(parts, dim=dim), len(set(sizes)) > 1
 
 
 class UnevenGatherOnGloo:
     """Installs ``padded_all_gather_anything`` in place of diffusers' gather while applied, if the default
-    process group is gloo; ``installed`` says whether it did; ``remove`` restores diffusers' function."""
+    process group is gloo; ``installed`` says whether it did; ``uneven_gathers`` counts the gathers whose shares
+    were uneven (padded: what the evidence reports; even shares go through unpadded); ``remove`` restores
+    diffusers' function."""
 
     def __init__(self) -> None:
         import torch.distributed as dist
         from diffusers.hooks import context_parallel
 
         self.installed = False
+        self.uneven_gathers = 0
         self._module = context_parallel
         self._original = getattr(context_parallel, "_all_gather_anything", None)
         if self._original is not None and dist.is_initialized() and dist.get_backend() == "gloo":
-            context_parallel._all_gather_anything = padded_all_gather_anything
+            context_parallel._all_gather_anything = self._gather
             self.installed = True
+
+    def _gather(self, tensor: Any, dim: int, group: Any) -> Any:
+        gathered, uneven = _padded_gather(tensor, dim, group)
+        self.uneven_gathers += uneven
+        return gathered
 
     def remove(self) -> None:
         if self.installed:
