@@ -294,8 +294,14 @@ class _GroupOffloadFeature(Feature[ConfigT, _OnloadCounter]):
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
-        if not self._modules(pipeline):
+        modules = self._modules(pipeline)
+        if not modules:
             return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload")
+        for name, module in modules.items():  # diffusers' enable_group_offload raises on these (ValueError)
+            if getattr(module, "_supports_group_offloading", True) is False:
+                return Support.no(
+                    f"{type(module).__name__} ({name}) declares _supports_group_offloading = False (diffusers)"
+                )
         return self.probe(device, options)
 
     def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> _OnloadCounter:
