@@ -250,6 +250,28 @@ def test_native_ulysses_refuses_heads_the_degree_does_not_divide_unless_anything
     assert native_cp_refusal(transformer, 3, 1) is None
 
 
+def test_adapter_ulysses_refuses_heads_diffusers_cannot_split_before_anything_runs():
+    """tiny-flux has 2 attention heads. Over 3 ranks diffusers' Ulysses asserted mid-call (with anything:
+    "Padding head num 1 should be less than new local head num 1"); the heads are read from the model's config
+    and the cell refused after loading, with the rule, as the native layer's own refusal does."""
+    from features_helpers import loaded
+
+    from accel.features import FEATURES
+
+    pipeline = loaded("tiny-flux").pipeline
+    feature = FEATURES["context_parallel"]
+    refused = feature.check(pipeline, "cpu", ContextParallelConfig(ulysses=3, anything=True))
+    assert not refused.supported
+    assert refused.reason == (
+        "Ulysses over 3 ranks splits the attention heads; FluxTransformer2DModel has 2, and diffusers pads them "
+        "to a multiple of the degree only while the padding (1) is smaller than each rank's share (1): use a "
+        "degree that divides 2"
+    ), refused.reason
+    assert feature.check(pipeline, "cpu", ContextParallelConfig(ulysses=3)).reason == refused.reason  # no hint to pad
+    fits = feature.check(pipeline, "cpu", ContextParallelConfig(ulysses=2))  # past the heads: the ranks' check
+    assert fits.reason.startswith("needs 2 ranks with torch.distributed initialised"), fits.reason
+
+
 def test_options_world_size_conflicts_and_the_offload_order():
     assert variant_world_size(validate_variant_features({"context_parallel": {"ulysses": 2, "ring": 2}}, "v")) == 4
     assert variant_world_size(validate_variant_features({"attention_backend": "native"}, "v")) == 1

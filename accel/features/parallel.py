@@ -190,6 +190,33 @@ def _in_ranks(world_size: int) -> Support:
     return Support.yes()
 
 
+def ulysses_heads_refusal(transformer: Any, degree: int, anything: bool) -> str | None:
+    """Why diffusers' Ulysses cannot split ``transformer``'s attention heads over ``degree`` ranks, or None.
+
+    diffusers 0.42 (``attention_dispatch.py``): heads the degree does not divide need ``ulysses_anything``, which
+    pads them to a multiple of the degree only while the padding is smaller than each rank's share
+    (``_maybe_pad_qkv_head``: an assertion mid-call otherwise). Heads read from the model's config; a model
+    without ``num_attention_heads`` there is not checked."""
+    heads = getattr(getattr(transformer, "config", None), "get", lambda key: None)("num_attention_heads")
+    if degree <= 1 or not isinstance(heads, int) or heads % degree == 0:
+        return None
+    name = type(transformer).__name__
+    padding = degree - heads % degree
+    share = (heads + padding) // degree
+    if padding < share:  # anything pads them
+        if anything:
+            return None
+        return (
+            f"Ulysses over {degree} ranks needs head counts divisible by it; {name} has {heads} (anything: true "
+            "pads them)"
+        )
+    return (
+        f"Ulysses over {degree} ranks splits the attention heads; {name} has {heads}, and diffusers pads them to a "
+        f"multiple of the degree only while the padding ({padding}) is smaller than each rank's share ({share}): "
+        f"use a degree that divides {heads}"
+    )
+
+
 class _Collectives:
     """Counts (and sizes) the torch.distributed collectives called while installed; ``remove`` restores them."""
 
@@ -422,7 +449,8 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             )
         if getattr(transformer, "_cp_plan", None) is None:
             return Support.no(f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan)")
-        return _in_ranks(self.world_size(options))
+        refusal = ulysses_heads_refusal(transformer, options.ulysses, options.anything)
+        return Support.no(refusal) if refusal else _in_ranks(self.world_size(options))
 
     def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import ContextParallelConfig as DiffusersContextParallelConfig
