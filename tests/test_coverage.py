@@ -124,3 +124,36 @@ def test_a_sweep_reports_an_unavailable_family_and_runs_the_others(tmp_path, mon
         assert by_cell[("tiny-pixart-sigma", variant)]["status"] == "ok"
     counts = {row[0]: row[1:] for row in _rows(_tables(run.records)["family-counts"])}
     assert counts["**tiny-sd15**"][VERDICTS.index("refused by this device")] == "1"
+
+
+def test_a_class_the_build_needs_beyond_its_requires_is_reported_unavailable_and_the_run_goes_on(tmp_path, monkeypatch):
+    """``requires`` lists the classes an entry's builder instantiates, by hand; a class it looks up beyond them
+    (tiny-hunyuandit's AutoencoderKL and DDPMScheduler, every family's config classes) that this environment
+    lacks made the builder's AttributeError abort the whole sweep while checking its inputs."""
+    import dataclasses
+
+    from accel import zoo
+    from accel.zoo.pipelines.base import cls
+
+    entry = zoo.ZOO["tiny-sd15"]
+
+    def builder(config):
+        cls("diffusers.NoSuchScheduler")  # as a builder looks its scheduler up
+        return entry.builder(config)
+
+    # Another config: another zoo directory, so the entry is built (and its builder run) here.
+    changed = dataclasses.replace(entry, builder=builder, config={**entry.config, "review": "missing-class"})
+    monkeypatch.setitem(zoo.ZOO, "tiny-sd15", changed)
+    variants = [{"name": "model-offload", "features": {"enable_cpu_offload": True}}]
+    profile = small_profile(["tiny-sd15", "tiny-pixart-sigma"], variants, height=32, width=32)
+    profile["measure"].update(noise_floor=False, timing="sequential")
+    run = run_sweep(parse_profile(profile), "coverage.yaml", tmp_path / "run", show_progress=False)
+    by_cell = {(r["model"], r["variant"]): r for r in run.records}
+    for variant in ("baseline", "model-offload"):
+        record = by_cell[("tiny-sd15", variant)]
+        assert record["status"] == "unsupported" and record["unsupported_scope"] == "environment", record
+        assert (
+            "zoo entry 'tiny-sd15' is unavailable in this environment: diffusers.NoSuchScheduler not found"
+            in (record["error"])
+        )
+        assert by_cell[("tiny-pixart-sigma", variant)]["status"] == "ok"

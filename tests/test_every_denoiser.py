@@ -131,3 +131,56 @@ def test_compile_reaches_a_unet(granularity):
     assert verdict.engaged, verdict.summary
     compiled = verdict.evidence["compiled_modules_by_denoiser"]
     assert list(compiled) == ["unet"] and (compiled["unet"] == 1 if granularity == "full" else compiled["unet"] > 1)
+
+
+def _take_offload_off(name: str, module) -> None:
+    """The offload hooks taken off one denoiser (it then runs untouched), the others left in place."""
+    if name == "group_offload":
+        from accel.features.offload import _remove_group_offload
+
+        _remove_group_offload([module], "cpu")
+    else:
+        from accelerate.hooks import remove_hook_from_module
+
+        remove_hook_from_module(module)
+
+
+OFFLOADS = [("group_offload", {"offload_type": "block_level", "num_blocks_per_group": 1}), ("enable_cpu_offload", True)]
+
+
+@pytest.mark.parametrize("name, raw", OFFLOADS)
+def test_offload_reaches_both_denoisers_with_onloads_counted_for_each(wan22, name, raw):
+    config = FEATURES[name].parse_options(raw)
+    with apply(wan22.pipeline, config, num_inference_steps=4) as applied:
+        generate(wan22, steps=4)
+        verdict = applied.verdicts()[name]
+    assert verdict.engaged, verdict.summary
+    onloads = verdict.evidence["onloads_by_denoiser_per_run"][0]
+    assert onloads.get("transformer", 0) > 0 and onloads.get("transformer_2", 0) > 0, onloads
+
+
+@pytest.mark.parametrize("name, raw", OFFLOADS)
+def test_offload_removed_from_the_second_denoiser_is_partial_not_engaged(wan22, name, raw):
+    """A pipeline-wide feature counted its hooks over every component: the other components' onloads made it
+    engaged while transformer_2 ran without any."""
+    config = FEATURES[name].parse_options(raw)
+    with apply(wan22.pipeline, config, num_inference_steps=4) as applied:
+        _take_offload_off(name, wan22.pipeline.transformer_2)
+        generate(wan22, steps=4)
+        verdict = applied.verdicts()[name]
+    assert not verdict.engaged, verdict.summary
+    assert verdict.summary.startswith("partial: a denoiser ran without its offload hooks (transformer_2 on ")
+    assert verdict.evidence["partial"] and set(verdict.evidence["untouched_denoiser_calls"]) == {"transformer_2"}
+
+
+def test_quantization_left_off_the_second_denoiser_is_partial_even_under_a_low_min_share(wan22):
+    """min_quantized_share below 1 allows torchao's skips, not a whole denoiser running unquantized."""
+    both = QuantizationConfig(components=("transformer", "transformer_2"), min_quantized_share=0.3)
+    with apply(wan22.pipeline, both, num_inference_steps=4) as applied:
+        handle = applied.handles[0]
+        for linear_name, weight in handle.originals["transformer_2"].items():  # transformer_2's weights restored
+            wan22.pipeline.transformer_2.get_submodule(linear_name).weight = weight
+        generate(wan22, steps=4)
+        verdict = applied.verdicts()["quantization"]
+    assert not verdict.engaged, verdict.summary
+    assert "transformer_2" in verdict.summary and verdict.summary.startswith("partial")

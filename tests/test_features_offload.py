@@ -42,3 +42,14 @@ def test_gpu_only_offload_paths_say_why(name, raw, reason):
     feature = FEATURES[name]
     support = feature.check(target.pipeline, "cpu", feature.parse_options(raw))
     assert not support.supported and reason in support.reason
+
+
+@pytest.mark.parametrize("name", ["group_offload", "enable_layerwise_offload"])
+def test_a_model_that_declares_no_group_offloading_is_refused_with_that_cause(name):
+    """HunyuanDiT2DModel sets diffusers' ``_supports_group_offloading = False``: the coverage cells failed with
+    diffusers' ValueError from inside apply; the class's own declaration is the refusal, before anything runs."""
+    target = loaded("tiny-hunyuandit")
+    feature = FEATURES[name]
+    support = feature.check(target.pipeline, "cpu", feature.parse_options(None))
+    assert not support.supported
+    assert support.reason == "HunyuanDiT2DModel (transformer) declares _supports_group_offloading = False (diffusers)"

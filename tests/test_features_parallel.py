@@ -75,6 +75,8 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
         assert [r["status"] for r in cell["timing"]["per_rank"]] == ["ok", "ok"]
         assert "device_count() read 1" in evidence["cpu_device_count_shim"]
+        # 64x64: even shares at the gather (16 image tokens, 8 + 8), also with "anything": nothing was padded.
+        assert evidence["gloo_uneven_gather"] is None, (model, evidence["gloo_uneven_gather"])
         for rank in evidence["ranks"]:  # every rank exchanged data by all-to-all and saw half the sequence
             exchanged = rank["collectives_last_run"]["all_to_all_single"]
             assert exchanged["calls"] > 0 and exchanged["bytes"] > 0, (model, rank)
@@ -204,6 +206,27 @@ def test_image_tokens_the_degree_does_not_divide_are_gathered_padded_on_gloo(tmp
         assert shares == [4, 5] and evidence["ranks"][0]["tokens_last_run"]["gathered"] == [9], evidence["ranks"]
 
 
+def test_image_tokens_the_degree_does_not_divide_without_anything_are_refused_with_what_to_do(tmp_path):
+    """48x48 gives 9 image tokens; without "anything" diffusers' even split asserted mid-call ("Tensor size along
+    dimension to be sharded must be divisible by mesh size", the cell failed with no hint). The cell is refused
+    for this model and workload instead, naming the length, the degree and the option that splits it."""
+    profile = _profile([], [ULYSSES])
+    profile["workload"].update(height=48, width=48)
+    profile["models"] = [
+        {"name": "flux-native", "source": "tiny-flux", "target": "native"},
+        {"name": "tiny-flux", "source": "tiny-flux"},
+    ]
+    result = run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    for model in ("flux-native", "tiny-flux"):
+        cell = next(r for r in result.records if r["model"] == model and r["variant"] == "cp")
+        assert cell["status"] == "unsupported" and cell["unsupported_scope"] == "model", (model, cell.get("error"))
+        assert re.match(
+            r"context_parallel: ulysses 2 does not divide the sequence this call splits \(9 along dim 1 of ",
+            cell["error"],
+        ), cell["error"]
+        assert "set context_parallel.anything: true" in cell["error"], cell["error"]
+
+
 def test_ring_and_tensor_parallel_on_native_targets_are_refused_before_launch(tmp_path, monkeypatch):
     _no_launch(monkeypatch)
     for features, reason in (
@@ -225,6 +248,28 @@ def test_native_ulysses_refuses_heads_the_degree_does_not_divide_unless_anything
     assert "has [3] (anything: true pads them)" in native_cp_refusal(transformer, 2, 1)
     assert native_cp_refusal(transformer, 2, 1, anything=True) is None
     assert native_cp_refusal(transformer, 3, 1) is None
+
+
+def test_adapter_ulysses_refuses_heads_diffusers_cannot_split_before_anything_runs():
+    """tiny-flux has 2 attention heads. Over 3 ranks diffusers' Ulysses asserted mid-call (with anything:
+    "Padding head num 1 should be less than new local head num 1"); the heads are read from the model's config
+    and the cell refused after loading, with the rule, as the native layer's own refusal does."""
+    from features_helpers import loaded
+
+    from accel.features import FEATURES
+
+    pipeline = loaded("tiny-flux").pipeline
+    feature = FEATURES["context_parallel"]
+    refused = feature.check(pipeline, "cpu", ContextParallelConfig(ulysses=3, anything=True))
+    assert not refused.supported
+    assert refused.reason == (
+        "Ulysses over 3 ranks splits the attention heads; FluxTransformer2DModel has 2, and diffusers pads them "
+        "to a multiple of the degree only while the padding (1) is smaller than each rank's share (1): use a "
+        "degree that divides 2"
+    ), refused.reason
+    assert feature.check(pipeline, "cpu", ContextParallelConfig(ulysses=3)).reason == refused.reason  # no hint to pad
+    fits = feature.check(pipeline, "cpu", ContextParallelConfig(ulysses=2))  # past the heads: the ranks' check
+    assert fits.reason.startswith("needs 2 ranks with torch.distributed initialised"), fits.reason
 
 
 def test_options_world_size_conflicts_and_the_offload_order():

@@ -285,6 +285,24 @@ def test_quantization_needs_its_share_of_quantized_layers_on_every_run():
     assert not verdict([]).engaged
 
 
+def test_quantization_below_full_share_is_partial_when_a_denoiser_has_none_quantized():
+    """min_quantized_share 0.5 allows torchao's skips, not transformer_2 running on its float weights."""
+    import torch
+
+    entry = {"eligible_linears": 10, "skipped": {}, "weight_bytes_after": 0}
+    census = {"transformer": entry, "transformer_2": dict(entry)}
+    pipeline = types.SimpleNamespace(transformer=torch.nn.Linear(2, 2), transformer_2=torch.nn.Linear(2, 2))
+
+    def verdict(second):
+        runs = [{"quantized": {"transformer": 10, "transformer_2": second}}]
+        return _verify("quantization", _handle(runs, census=census, pipeline=pipeline, min_share=0.5))
+
+    assert verdict(8).engaged
+    partial = verdict(0)
+    assert not partial.engaged and partial.evidence["untouched_denoisers"] == ["transformer_2"]
+    assert partial.summary.startswith("partial: a denoiser ran with none of its linear layers quantized (transformer_")
+
+
 # --- offload ------------------------------------------------------------------------------------------------------
 
 
@@ -296,6 +314,23 @@ def test_offload_needs_an_onload_on_every_run(name):
     assert verdict([3, 3]).engaged
     assert not verdict([3, 0]).engaged
     assert not verdict([3, 3], hooks=0).engaged
+
+
+@pytest.mark.parametrize("name", ["enable_cpu_offload", "group_offload"])
+def test_offload_is_partial_when_a_called_denoiser_onloaded_nothing_of_its_own(name):
+    """The other components' onloads do not make up for a denoiser that ran without its hooks (Wan 2.2)."""
+
+    def run(second_onloads):
+        return {
+            "onloads": 5 + second_onloads,
+            "onloads_by_component": {"text_encoder": 1, "transformer": 4, "transformer_2": second_onloads},
+            "denoiser_calls": {"transformer": 2, "transformer_2": 2},
+        }
+
+    assert _verify(name, _handle([run(2), run(2)], hooks_installed=4)).engaged
+    partial = _verify(name, _handle([run(2), run(0)], hooks_installed=4))
+    assert not partial.engaged and partial.evidence["untouched_denoiser_calls"] == {"transformer_2": 2}
+    assert partial.summary.startswith("partial: a denoiser ran without its offload hooks (transformer_2 on 2 of 4")
 
 
 # --- VAE ------------------------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ from accel.features.base import (
     Support,
     Verdict,
 )
-from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, UnevenGatherOnGloo
+from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, EvenSplitRequired, UnevenGatherOnGloo
 
 # The torch.distributed functions diffusers' context parallelism calls (attention_dispatch.py, hooks/
 # context_parallel.py, diffusers 0.42), looked up on their module at every call: wrapping them counts them.
@@ -190,6 +190,33 @@ def _in_ranks(world_size: int) -> Support:
     return Support.yes()
 
 
+def ulysses_heads_refusal(transformer: Any, degree: int, anything: bool) -> str | None:
+    """Why diffusers' Ulysses cannot split ``transformer``'s attention heads over ``degree`` ranks, or None.
+
+    diffusers 0.42 (``attention_dispatch.py``): heads the degree does not divide need ``ulysses_anything``, which
+    pads them to a multiple of the degree only while the padding is smaller than each rank's share
+    (``_maybe_pad_qkv_head``: an assertion mid-call otherwise). Heads read from the model's config; a model
+    without ``num_attention_heads`` there is not checked."""
+    heads = getattr(getattr(transformer, "config", None), "get", lambda key: None)("num_attention_heads")
+    if degree <= 1 or not isinstance(heads, int) or heads % degree == 0:
+        return None
+    name = type(transformer).__name__
+    padding = degree - heads % degree
+    share = (heads + padding) // degree
+    if padding < share:  # anything pads them
+        if anything:
+            return None
+        return (
+            f"Ulysses over {degree} ranks needs head counts divisible by it; {name} has {heads} (anything: true "
+            "pads them)"
+        )
+    return (
+        f"Ulysses over {degree} ranks splits the attention heads; {name} has {heads}, and diffusers pads them to a "
+        f"multiple of the degree only while the padding ({padding}) is smaller than each rank's share ({share}): "
+        f"use a degree that divides {heads}"
+    )
+
+
 class _Collectives:
     """Counts (and sizes) the torch.distributed collectives called while installed; ``remove`` restores them."""
 
@@ -276,7 +303,8 @@ class ParallelHandle(Handle):
         self.rank = dist.get_rank()
         self.cpu_shim = False
         self.uneven_gather: Any = None  # accel.features.uneven_gather.UnevenGatherOnGloo, for uneven shares
-        self.padded_gather = False
+        self.even_split: EvenSplitRequired | None = None  # without anything: an uneven length refused, not asserted
+        self.padded_gather = False  # a share padded at a gather (accel.features.uneven_gather), set by end_run
         self.collectives = _Collectives()
         self.local_tokens: list[int] = []
         self.gathered_tokens: list[int] = []
@@ -308,6 +336,8 @@ class ParallelHandle(Handle):
 
     def end_run(self) -> None:
         self.current["collectives"] = self.collectives.take()
+        # Said only where a share was padded: with "anything" and even shares nothing was (64x64 FLUX: 8 + 8).
+        self.padded_gather = self.uneven_gather is not None and self.uneven_gather.uneven_gathers > 0
         self.current["tokens"] = {"rank": sorted(set(self.local_tokens)), "gathered": sorted(set(self.gathered_tokens))}
 
     def remove(self) -> None:
@@ -316,6 +346,9 @@ class ParallelHandle(Handle):
         self.collectives.remove()
         if self.uneven_gather is not None:
             self.uneven_gather.remove()
+        if self.even_split is not None:
+            self.even_split.remove()
+            self.even_split = None
         if self.native:
             from accel.native.context_parallel import disable_native_context_parallel
 
@@ -416,7 +449,8 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             )
         if getattr(transformer, "_cp_plan", None) is None:
             return Support.no(f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan)")
-        return _in_ranks(self.world_size(options))
+        refusal = ulysses_heads_refusal(transformer, options.ulysses, options.anything)
+        return Support.no(refusal) if refusal else _in_ranks(self.world_size(options))
 
     def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import ContextParallelConfig as DiffusersContextParallelConfig
@@ -433,7 +467,9 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             )
             if options.anything:
                 handle.uneven_gather = UnevenGatherOnGloo()
-                handle.padded_gather = handle.uneven_gather.installed
+            else:
+                degree = f"ulysses {options.ulysses}" if options.ring == 1 else kind
+                handle.even_split = EvenSplitRequired(degree)
             if _is_native(transformer):
                 from accel.native.context_parallel import enable_native_context_parallel
 

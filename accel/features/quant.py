@@ -342,6 +342,21 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
             why = f"; {len(skipped)} skipped by torchao, e.g. {name}: {reason}"
         if worst == 0:
             return Verdict(False, f"quantization requested but {counted}{why}", evidence)
+        # min_quantized_share allows torchao's skips, not a denoiser that ran with none of its layers quantized
+        # (Wan 2.2's transformer_2 beside transformer: half the layers, a share of 0.5 on its own).
+        untouched = sorted(
+            component
+            for run in handle.runs
+            for component, quantized in run.get("quantized", {}).items()
+            if not quantized and census[component]["eligible_linears"] and component in denoisers(handle.pipeline)
+        )
+        if untouched:
+            names = ", ".join(dict.fromkeys(untouched))
+            return Verdict(
+                False,
+                f"partial: a denoiser ran with none of its linear layers quantized ({names}); {counted}{why}",
+                {**evidence, "untouched_denoisers": list(dict.fromkeys(untouched))},
+            )
         if worst < handle.min_share:
             return Verdict(
                 False,

@@ -210,7 +210,10 @@ def build_pipeline_in_memory(name: str) -> Any:
     pipelines.check_available(name, (f"diffusers.{entry.pipeline_class}", *entry.requires))
     # A copy: builders hand parts of the config to library constructors that fill them in place (transformers
     # adds rope_theta to Qwen's rope_scaling), which changed the entry's fingerprint once it was built.
-    components = entry.builder(copy.deepcopy(entry.config))
+    try:
+        components = entry.builder(copy.deepcopy(entry.config))
+    except pipelines.MissingClass as error:  # a class the builder needs beyond ``requires``: named all the same
+        raise pipelines.unavailable(name, [error.dotted]) from error
     for module in components.values():
         if hasattr(module, "eval"):
             module.eval()  # as from_pretrained leaves them

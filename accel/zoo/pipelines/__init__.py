@@ -9,7 +9,15 @@ turns both into entries, so every family is a ``source:`` name like ``tiny-sd15`
 from __future__ import annotations
 
 from accel.zoo.pipelines import image_clip_t5, image_llm, image_vl, video_llm, video_t5
-from accel.zoo.pipelines.base import INPUTS, Family, check_available, input_image, missing_classes
+from accel.zoo.pipelines.base import (
+    INPUTS,
+    Family,
+    MissingClass,
+    check_available,
+    input_image,
+    missing_classes,
+    unavailable,
+)
 
 FAMILIES: tuple[Family, ...] = (
     *image_clip_t5.FAMILIES,
@@ -26,4 +34,14 @@ CORE_FAMILIES: dict[str, str] = {
     "tiny-qwen-image": "Qwen-Image",
 }
 
-__all__ = ["CORE_FAMILIES", "FAMILIES", "INPUTS", "Family", "check_available", "input_image", "missing_classes"]
+__all__ = [
+    "CORE_FAMILIES",
+    "FAMILIES",
+    "INPUTS",
+    "Family",
+    "MissingClass",
+    "check_available",
+    "input_image",
+    "missing_classes",
+    "unavailable",
+]

@@ -58,24 +58,41 @@ def missing_classes(requires: tuple[str, ...]) -> list[str]:
     return missing
 
 
+def unavailable(name: str, missing: list[str]) -> ModelUnavailable:
+    """The ModelUnavailable (scope environment) of zoo entry ``name``, naming what is missing and the versions."""
+    import diffusers
+    import transformers
+
+    return ModelUnavailable(
+        "environment",
+        f"zoo entry '{name}' is unavailable in this environment: {', '.join(missing)} not found "
+        f"(diffusers {diffusers.__version__}, transformers {transformers.__version__})",
+    )
+
+
 def check_available(name: str, requires: tuple[str, ...]) -> None:
     """A ModelUnavailable (scope environment) naming every missing class and the installed versions."""
     missing = missing_classes(requires)
     if missing:
-        import diffusers
-        import transformers
+        raise unavailable(name, missing)
 
-        raise ModelUnavailable(
-            "environment",
-            f"zoo entry '{name}' is unavailable in this environment: {', '.join(missing)} not found "
-            f"(diffusers {diffusers.__version__}, transformers {transformers.__version__})",
-        )
+
+class MissingClass(AttributeError):
+    """A class a builder looked up (``cls``) that this environment lacks; ``dotted``: ``package.Name``."""
+
+    def __init__(self, dotted: str) -> None:
+        super().__init__(f"{dotted} not found")
+        self.dotted = dotted
 
 
 def cls(dotted: str) -> Any:
-    """The class ``package.Name`` (``diffusers.FluxPipeline``)."""
+    """The class ``package.Name`` (``diffusers.FluxPipeline``); ``MissingClass`` where this environment lacks it
+    (a class beyond the entry's ``requires``: the zoo reports the entry unavailable, naming it)."""
     package, _, name = dotted.partition(".")
-    return getattr(importlib.import_module(package), name)
+    module = importlib.import_module(package)
+    if not hasattr(module, name):
+        raise MissingClass(dotted)
+    return getattr(module, name)
 
 
 def seeded(seed: int, dotted: str, *args: Any, **kwargs: Any) -> Any:
