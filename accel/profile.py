@@ -29,7 +29,15 @@ from pydantic import (
 )
 
 from accel.data import data_dir
-from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
+from accel.errors import (
+    ConfigError,
+    did_you_mean,
+    escape_controls,
+    explain_error,
+    format_location,
+    has_controls,
+    unknown_choice,
+)
 from accel.targets.registry import TARGETS, describe_targets
 from accel.yaml_bounds import load_yaml_file
 
@@ -513,7 +521,11 @@ def _check_native_call_kwargs(value: dict[str, Any]) -> None:
 def _safe_label(value: str) -> str:
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
     if not value or not set(value) <= allowed:
-        raise ValueError(f"'{value}' must be non-empty and use only letters, digits, '-', '_', '.' and '+'")
+        # escaped: a NUL or a terminal escape in a name, echoed raw, cut or restyled the one-line error
+        control = " holds a control character and" if has_controls(value) else ""
+        raise ValueError(
+            f"'{escape_controls(value)}'{control} must be non-empty and use only letters, digits, '-', '_', '.' and '+'"
+        )
     return value
 
 
