@@ -42,7 +42,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("accel_profile") or config.getoption("accel_results"):
-        config.pluginmanager.register(AccelCells(config), "omni-accel-cells")
+        from accel.errors import AccelError
+
+        try:
+            cells = AccelCells(config)
+        except AccelError as error:
+            # bad input (a corrupt, non-UTF-8 or missing results file, a bad profile or thresholds file) is a usage
+            # error: pytest prints "ERROR: <file>: <what is wrong>" and exits 4, as omni-accel exits 2, without
+            # the INTERNALERROR traceback (exit 3) an exception here gives
+            raise pytest.UsageError(str(error)) from error
+        config.pluginmanager.register(cells, "omni-accel-cells")
 
 
 class AccelCells:
@@ -59,12 +68,15 @@ class AccelCells:
         self.records: list[dict[str, Any]] | None = None
         self.report: GateReport | None = None
         self.profile: Profile | None = None  # None when the records were read (--accel-results)
+        self.notice: str | None = None
         results = option("accel_results")
         if results:
-            from accel.results import read_results
+            from accel.results import load_results
             from accel.sweep.runner import unmeasured_cells
 
-            self.records = read_results(results)
+            loaded = load_results(results)
+            self.records = loaded.records
+            self.notice = loaded.cut_notice()  # a last line cut short by a crash: not a record, said in the header
             run_dir = Path(results) if Path(results).is_dir() else Path(results).parent
             # as `omni-accel gate` does: a cell the run planned (cells.planned.json, profile.resolved.yaml) but
             # never recorded (an interrupted sweep) is an item, and fails as never measured
@@ -115,9 +127,9 @@ class AccelCells:
                 AccelItem.from_parent(session, name=f"accel[{model}/{variant}]", cells=self, cell=(model, variant))
             )
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         source = self.config.getoption("accel_results") or self.config.getoption("accel_profile")
-        return f"omni-accel: gating {source}"
+        return [f"omni-accel: gating {source}", *([self.notice] if self.notice else [])]
 
 
 class AccelGateFailure(Exception):
