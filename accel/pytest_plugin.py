@@ -107,6 +107,10 @@ class AccelCells:
     def verdict(self, cell: tuple[str, str]) -> CellVerdict:
         """The gate's verdict on ``cell``: the whole run judged once, as ``omni-accel gate`` judges it (a planned
         cell without a record fails as never measured)."""
+        return next(v for v in self.judged().verdicts if (v.model, v.variant) == cell)
+
+    def judged(self) -> GateReport:
+        """The whole run judged once (measuring it first under --accel-profile)."""
         if self.report is None:
             from accel.gate import judge_records
 
@@ -114,7 +118,23 @@ class AccelCells:
             recorded = {(r["model"], r["variant"]) for r in records}
             unmeasured = [key for key in self.cell_keys() if key not in recorded]
             self.report = judge_records(records, self.data, unmeasured)
-        return next(v for v in self.report.verdicts if (v.model, v.variant) == cell)
+        return self.report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A run that measured nothing (every record unsupported here, or none) fails, as ``omni-accel gate``
+        fails it, although each item is a skip: the gate's exit status and the plugin's agree. Judged only when
+        there are records (--accel-results, or a sweep an item ran): a session that ran no item measures
+        nothing itself."""
+        if self.records is None:
+            return
+        reason = self.judged().nothing_measured
+        if reason and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.records is not None and self.judged().nothing_measured:
+            terminalreporter.write_line(f"omni-accel: FAILED: {self.judged().nothing_measured}", red=True)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.config.getoption("accel_only"):
