@@ -8,25 +8,27 @@ from __future__ import annotations
 import difflib
 import types
 import typing
+import unicodedata
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 
 class AccelError(Exception):
-    """Base of the errors a user can act on; the message is printed as is, without a traceback."""
+    """Base of the errors a user can act on; the message is printed without a traceback, on one line: a key or
+    value holding a line break or another control character is shown escaped (``escape_controls``)."""
 
     exit_code = 2
+
+    def __init__(self, message: str = "") -> None:
+        super().__init__(escape_controls(str(message)))
 
 
 class ConfigError(AccelError):
     """Bad input: a profile, a path, an option. The message names the file, the key and what is allowed.
 
-    Always one line: a key or value that holds a line break (fuzzing found YAML keys such as ``"\\n"``) is
-    shown with the break escaped.
+    Always one line: a key or value that holds a line break (fuzzing found YAML keys such as ``"\\n"``), a NUL
+    or a terminal escape is shown escaped.
     """
-
-    def __init__(self, message: str = "") -> None:
-        super().__init__(str(message).replace("\r", "\\r").replace("\n", "\\n"))
 
 
 class Interrupted(AccelError):
@@ -47,6 +49,31 @@ class ModelUnavailable(UnavailableError):
     def __init__(self, scope: str, reason: str) -> None:
         super().__init__(reason)
         self.scope = scope
+
+
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def escape_controls(text: str) -> str:
+    """``text`` with every control character (C0, DEL, C1) and Unicode line or paragraph separator written as an
+    escape (``\\n``, ``\\x00``, ``\\x1b``, ``\\u2028``): printed raw, a NUL truncates or corrupts the line a
+    terminal or log shows, an ESC can restyle or rewrite it, and a separator splits the one-line error."""
+    if text.isprintable():  # the common case: nothing to escape (a space is printable)
+        return text
+    out = []
+    for char in text:
+        if char in _ESCAPES:
+            out.append(_ESCAPES[char])
+        elif unicodedata.category(char) in ("Cc", "Zl", "Zp"):
+            out.append(f"\\x{ord(char):02x}" if ord(char) < 0x100 else f"\\u{ord(char):04x}")
+        else:
+            out.append(char)
+    return "".join(out)
+
+
+def has_controls(text: str) -> bool:
+    """Whether ``text`` holds a character ``escape_controls`` would escape."""
+    return escape_controls(text) != text
 
 
 def did_you_mean(word: str, choices: Iterable[str]) -> str:

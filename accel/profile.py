@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
@@ -21,13 +22,22 @@ from pydantic import (
     PrivateAttr,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
 )
 
 from accel.data import data_dir
-from accel.errors import ConfigError, did_you_mean, explain_error, format_location, unknown_choice
+from accel.errors import (
+    ConfigError,
+    did_you_mean,
+    escape_controls,
+    explain_error,
+    format_location,
+    has_controls,
+    unknown_choice,
+)
 from accel.targets.registry import TARGETS, describe_targets
 from accel.yaml_bounds import load_yaml_file
 
@@ -41,6 +51,36 @@ DEFAULT_VIDEO_FRAMES = 5
 MAX_SEED = 2**64 - 1
 # Samplers are trained on 1000 timesteps; 10000 steps are far past any published schedule (FLUX: 28-50).
 MAX_STEPS = 10_000
+# Interleaved timing: a pair is two pipeline calls; 10000 pairs are 20000 timed calls in one cell (defaults: 10 first,
+# at most 60; the quickstart draws at most 40).
+MAX_PAIRS = 10_000
+# Warm-up calls and timed passes over every prompt and seed: 1000 is far past any run (quickstart: 1 and 2).
+MAX_REPEATS = 1000
+# torch threads per cell: more logical CPUs than one machine has (two 192-core sockets with SMT give 768).
+MAX_THREADS = 1024
+# A per-cell limit longer than a week is no limit (and past threading.TIMEOUT_MAX, ~292 years, join() overflows).
+MAX_TIMEOUT_S = 7 * 24 * 3600.0
+# A native pipeline's text length: QwenImagePipeline refuses more than 1024 tokens, FluxPipeline more than 512.
+MAX_SEQUENCE_LENGTH = 1024
+# Call arguments the workload sets on every call (adapter.call_kwargs): each has its own key, bounded and shown in
+# the report; given under call_kwargs it would silently win over that key (num_inference_steps: 1000000 past
+# workload.steps <= 10000, and a report saying 4 steps). The value says where to set it instead.
+WORKLOAD_CALL_KWARGS: dict[str, tuple[str, ...]] = {
+    "prompt": ("prompts",),
+    "negative_prompt": ("negative_prompt",),
+    "num_inference_steps": ("steps",),
+    "guidance_scale": ("guidance_scale",),
+    "height": ("height",),
+    "width": ("width",),
+    "max_area": ("height", "width"),
+    "num_frames": ("num_frames",),
+    "num_images_per_prompt": ("num_images_per_prompt",),
+    "num_videos_per_prompt": ("num_images_per_prompt",),
+    "generator": ("seeds",),
+    "output_type": (),  # the harness's own: outputs are compared as float arrays
+}
+# What a native pipeline reads from call_kwargs (NativeTarget.native_request); it ignores anything else.
+NATIVE_CALL_KWARGS = ("max_sequence_length", "true_cfg_scale")
 
 
 class StrictModel(BaseModel):
@@ -73,7 +113,15 @@ class ModelSpec(StrictModel):
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     device: Literal["auto", "cpu", "cuda"] = Field(default="auto", description="auto: cuda when present.")
     load_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to from_pretrained.")
-    call_kwargs: dict[str, Any] = Field(default_factory=dict, description="Passed to every pipeline call.")
+    call_kwargs: dict[str, Any] = Field(
+        default_factory=dict,
+        description=(
+            "Passed to every pipeline call; each key a parameter of the pipeline's call (checked at plan). Keys the "
+            "workload sets (num_inference_steps, height, width, guidance_scale, num_images_per_prompt, ...) are "
+            "refused: set them under workload or this model's workload. target native reads only "
+            "max_sequence_length (1 to 1024) and true_cfg_scale."
+        ),
+    )
     workload: dict[str, Any] = Field(
         default_factory=dict,
         description="Workload keys this model runs with instead of the profile's (e.g. num_images_per_prompt: 1 "
@@ -94,6 +142,16 @@ class ModelSpec(StrictModel):
     def _registered_target(cls, value: str) -> str:
         if value not in TARGETS:  # the registry, read at validation: a kind registered later is accepted
             raise ValueError(unknown_choice("target", value, TARGETS))
+        return value
+
+    @field_validator("call_kwargs")
+    @classmethod
+    def _call_kwargs_not_the_workloads(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        for key in value:
+            if key in WORKLOAD_CALL_KWARGS:
+                raise ValueError(_workload_call_kwarg(key))
+        if info.data.get("target") == "native":
+            _check_native_call_kwargs(value)
         return value
 
 
@@ -190,10 +248,13 @@ class Variant(StrictModel):
 class Measure(StrictModel):
     """How each configuration is timed."""
 
-    warmup: int = Field(default=1, ge=0, description="Untimed calls after the cold one (excluded).")
-    repeats: int = Field(default=3, gt=0, description="Timed passes over all prompts and seeds.")
+    warmup: int = Field(default=1, ge=0, le=MAX_REPEATS, description="Untimed calls after the cold one (excluded).")
+    repeats: int = Field(default=3, gt=0, le=MAX_REPEATS, description="Timed passes over all prompts and seeds.")
     timeout_s: float = Field(
-        default=600.0, gt=0, description="Per-cell limit (process and ray executors), from the cell's own start."
+        default=600.0,
+        gt=0,
+        le=MAX_TIMEOUT_S,
+        description="Per-cell limit in seconds (process and ray executors), from the cell's own start; at most a week.",
     )
     max_cv: float = Field(
         default=0.1, gt=0, description="A cell whose warm-latency coefficient of variation exceeds this is noisy."
@@ -217,6 +278,7 @@ class Measure(StrictModel):
     pairs: int = Field(
         default=10,
         ge=1,
+        le=MAX_PAIRS,
         description=(
             "interleaved timing: reference/variant call pairs drawn before the comparison first looks at its "
             "interval; it then draws more (about 1.5x each look) until decided, up to measure.max_pairs."
@@ -225,6 +287,7 @@ class Measure(StrictModel):
     max_pairs: int = Field(
         default=60,
         ge=1,
+        le=MAX_PAIRS,
         description=(
             "interleaved timing: the most pairs a comparison draws while undecided (faster, slower or "
             "equivalent within the noise threshold ends it sooner); at least measure.pairs."
@@ -264,12 +327,14 @@ class Measure(StrictModel):
     threads: int | None = Field(
         default=None,
         ge=1,
+        le=MAX_THREADS,
         description=(
             "torch threads each cell runs with, split among a parallel cell's ranks; on Ray the cell reserves at "
             "least that many CPUs and runs with this count instead of cpus_per_cell's; the CPU peak behind MFU is "
-            "measured with as many. Unset: torch's default (one per core); more than the machine's cores is refused "
-            "(process and inline executors). A CPU call bound by dispatch rather than GEMMs (mini-flux at 64x64) "
-            "is as fast on one thread, and identical adjacent calls spread 2.2-3.3x less (benchmarks/cpu_threads.py)."
+            "measured with as many. Unset: torch's default (one per core); at most 1024; more than the machine's "
+            "cores is refused by the sweep (process and inline executors). A CPU call bound by dispatch rather than "
+            "GEMMs (mini-flux at 64x64) is as fast on one thread, and identical adjacent calls spread 2.2-3.3x less "
+            "(benchmarks/cpu_threads.py)."
         ),
     )
     sweep_warmup: bool = Field(
@@ -421,10 +486,48 @@ def fingerprint_of(resolved: Any) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
+def _workload_call_kwarg(key: str) -> str:
+    owners = WORKLOAD_CALL_KWARGS[key]
+    if not owners:
+        return f"'{key}' is set by omni-accel on every call (outputs are compared as arrays, 'np'): remove it"
+    keys = " and ".join(f"workload.{owner}" for owner in owners)
+    own = " and ".join(owners)
+    return (
+        f"'{key}' comes from {keys} on every call, bounded and shown in the report; a call_kwargs value would silently "
+        f"override it: set {keys} instead (or {own} under this model's workload)"
+    )
+
+
+def _check_native_call_kwargs(value: dict[str, Any]) -> None:
+    for key in value:
+        if key not in NATIVE_CALL_KWARGS:
+            raise ValueError(
+                f"unknown key {key!r} for target native: a native pipeline reads only these call_kwargs and would "
+                f"silently ignore it.{did_you_mean(key, NATIVE_CALL_KWARGS)} "
+                f"Allowed keys: {', '.join(NATIVE_CALL_KWARGS)}"
+            )
+    length = value.get("max_sequence_length")
+    if "max_sequence_length" in value and (
+        not isinstance(length, int) or isinstance(length, bool) or not 0 < length <= MAX_SEQUENCE_LENGTH
+    ):
+        raise ValueError(
+            f"max_sequence_length: {length!r} is not allowed: expected a whole number > 0 and <= {MAX_SEQUENCE_LENGTH}"
+        )
+    scale = value.get("true_cfg_scale")
+    if "true_cfg_scale" in value and (
+        not isinstance(scale, int | float) or isinstance(scale, bool) or not math.isfinite(scale) or scale < 0
+    ):
+        raise ValueError(f"true_cfg_scale: {scale!r} is not allowed: expected a finite number >= 0 (> 1: true CFG)")
+
+
 def _safe_label(value: str) -> str:
     allowed = set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_.+")
     if not value or not set(value) <= allowed:
-        raise ValueError(f"'{value}' must be non-empty and use only letters, digits, '-', '_', '.' and '+'")
+        # escaped: a NUL or a terminal escape in a name, echoed raw, cut or restyled the one-line error
+        control = " holds a control character and" if has_controls(value) else ""
+        raise ValueError(
+            f"'{escape_controls(value)}'{control} must be non-empty and use only letters, digits, '-', '_', '.' and '+'"
+        )
     return value
 
 

@@ -42,7 +42,16 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("accel_profile") or config.getoption("accel_results"):
-        config.pluginmanager.register(AccelCells(config), "omni-accel-cells")
+        from accel.errors import AccelError
+
+        try:
+            cells = AccelCells(config)
+        except AccelError as error:
+            # bad input (a corrupt, non-UTF-8 or missing results file, a bad profile or thresholds file) is a usage
+            # error: pytest prints "ERROR: <file>: <what is wrong>" and exits 4, as omni-accel exits 2, without
+            # the INTERNALERROR traceback (exit 3) an exception here gives
+            raise pytest.UsageError(str(error)) from error
+        config.pluginmanager.register(cells, "omni-accel-cells")
 
 
 class AccelCells:
@@ -59,12 +68,15 @@ class AccelCells:
         self.records: list[dict[str, Any]] | None = None
         self.report: GateReport | None = None
         self.profile: Profile | None = None  # None when the records were read (--accel-results)
+        self.notice: str | None = None
         results = option("accel_results")
         if results:
-            from accel.results import read_results
+            from accel.results import load_results
             from accel.sweep.runner import unmeasured_cells
 
-            self.records = read_results(results)
+            loaded = load_results(results)
+            self.records = loaded.records
+            self.notice = loaded.cut_notice()  # a last line cut short by a crash: not a record, said in the header
             run_dir = Path(results) if Path(results).is_dir() else Path(results).parent
             # as `omni-accel gate` does: a cell the run planned (cells.planned.json, profile.resolved.yaml) but
             # never recorded (an interrupted sweep) is an item, and fails as never measured
@@ -95,6 +107,10 @@ class AccelCells:
     def verdict(self, cell: tuple[str, str]) -> CellVerdict:
         """The gate's verdict on ``cell``: the whole run judged once, as ``omni-accel gate`` judges it (a planned
         cell without a record fails as never measured)."""
+        return next(v for v in self.judged().verdicts if (v.model, v.variant) == cell)
+
+    def judged(self) -> GateReport:
+        """The whole run judged once (measuring it first under --accel-profile)."""
         if self.report is None:
             from accel.gate import judge_records
 
@@ -102,7 +118,23 @@ class AccelCells:
             recorded = {(r["model"], r["variant"]) for r in records}
             unmeasured = [key for key in self.cell_keys() if key not in recorded]
             self.report = judge_records(records, self.data, unmeasured)
-        return next(v for v in self.report.verdicts if (v.model, v.variant) == cell)
+        return self.report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        """A run that measured nothing (every record unsupported here, or none) fails, as ``omni-accel gate``
+        fails it, although each item is a skip: the gate's exit status and the plugin's agree. Judged only when
+        there are records (--accel-results, or a sweep an item ran): a session that ran no item measures
+        nothing itself."""
+        if self.records is None:
+            return
+        reason = self.judged().nothing_measured
+        if reason and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.records is not None and self.judged().nothing_measured:
+            terminalreporter.write_line(f"omni-accel: FAILED: {self.judged().nothing_measured}", red=True)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.config.getoption("accel_only"):
@@ -115,9 +147,9 @@ class AccelCells:
                 AccelItem.from_parent(session, name=f"accel[{model}/{variant}]", cells=self, cell=(model, variant))
             )
 
-    def pytest_report_header(self, config: pytest.Config) -> str:
+    def pytest_report_header(self, config: pytest.Config) -> list[str]:
         source = self.config.getoption("accel_results") or self.config.getoption("accel_profile")
-        return f"omni-accel: gating {source}"
+        return [f"omni-accel: gating {source}", *([self.notice] if self.notice else [])]
 
 
 class AccelGateFailure(Exception):

@@ -7,6 +7,7 @@ and pyarrow's process-wide registry refuses the second registration ("pandas.per
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from conftest import small_profile
 
@@ -75,3 +76,46 @@ def test_accel_only_runs_the_cells_and_nothing_else_pytest_collected(pytester):
     both.assert_outcomes(passed=11, failed=7, skipped=3)  # the project's test beside the 20 cells
     only = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "--accel-only")
     only.assert_outcomes(passed=10, failed=7, skipped=3, deselected=1)
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b'\xff\xfe{"model"\n{}\n', "results.jsonl:1: not UTF-8 text"),
+        (b"[1, 2]\n", "results.jsonl:1: expected a JSON object (one cell's record), got a list"),
+        (b'{"model": "m", "variant": "v"}\n', "results.jsonl:1: the record has no 'status'"),
+    ],
+)
+def test_a_bad_results_file_is_a_usage_error_naming_the_file(content, message, pytester):
+    """It used to be an INTERNALERROR traceback (exit 3) from pytest_configure; now pytest's usage error (exit 4),
+    one line, as `omni-accel gate` gives one line and exit 2."""
+    (pytester.path / "results.jsonl").write_bytes(content)
+    result = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "--accel-only")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, (result.ret, result.stderr.str())
+    errors = [line for line in result.stderr.lines if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("ERROR: ") and message in errors[0], errors
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str() and "Traceback" not in result.stderr.str()
+
+
+def test_a_missing_results_file_or_bad_thresholds_file_is_a_usage_error(pytester):
+    result = pytester.runpytest_subprocess("--accel-results", "nowhere.jsonl", "--accel-only")
+    assert (
+        result.ret == pytest.ExitCode.USAGE_ERROR
+        and "ERROR: nowhere.jsonl: results file not found" in result.stderr.str()
+    )
+    (pytester.path / "t.yaml").write_bytes(b"lossy: [\n")
+    result = pytester.runpytest_subprocess("--accel-results", "nowhere.jsonl", "--accel-thresholds", "t.yaml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR and "ERROR: t.yaml: malformed YAML" in result.stderr.str()
+    assert "INTERNALERROR" not in result.stdout.str() + result.stderr.str()
+
+
+def test_a_last_line_cut_short_is_noted_in_the_header(pytester):
+    import json
+
+    from synthetic import results
+
+    records = results()
+    text = "".join(json.dumps(r) + "\n" for r in records[:-1]) + json.dumps(records[-1])[:40]
+    (pytester.path / "results.jsonl").write_text(text)
+    result = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "--accel-only")
+    result.stdout.fnmatch_lines([f"note: results.jsonl:{len(records)}: last line cut short*"])

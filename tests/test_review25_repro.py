@@ -54,17 +54,23 @@ def test_a_results_record_with_a_key_written_twice_is_refused(tmp_path, monkeypa
     assert (run / "results.jsonl").read_bytes() == before
 
 
-@pytest.mark.xfail(strict=True, reason="open policy question, noted on issue 25: a run that measured nothing passes")
 def test_a_gate_over_a_run_where_nothing_ran_does_not_pass(tmp_path, monkeypatch, capsys):
-    """Policy question: every record, the baselines and noise floors included, says 'unsupported' in this
-    environment: the gate prints "0 passed, 0 failed, N skipped" and exits 0. A CI job whose runner lost its GPU
-    (or a hand-edited file) is green with nothing measured."""
+    """Every record, the baselines and noise floors included, says 'unsupported' in this environment: the gate
+    printed "0 passed, 0 failed, N skipped" and exited 0, so a CI job whose runner lost its GPU (or a hand-edited
+    file) was green with nothing measured. Decided: such a run fails (exit 1) with a line saying so and why."""
     run, records = _measured(tmp_path)
     for r in records:
         r.update(status="unsupported", unsupported_scope="environment", error="needs CUDA")
     (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    code, _ = _errors(monkeypatch, capsys, "gate", str(run))
-    assert code != 0
+    code, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
+    assert code == 1, out
+    assert "0 passed, 0 failed, 20 skipped" in out
+    first = records[0]
+    assert (
+        f"nothing was measured: none of the 20 record(s) ran, the baselines included; the first, "
+        f"{first['model']}/{first['variant']}, is unsupported: needs CUDA" in out
+    ), out
+    assert '<testcase classname="omni-accel" name="nothing-measured">' in (run / "gate.junit.xml").read_text()
 
 
 def test_the_plugin_fails_an_interrupted_run_as_the_gate_does(pytester, tmp_path):

@@ -299,13 +299,56 @@ def judge_records(
             "record); continue it with 'omni-accel sweep --resume RUN_DIR'"
         )
         verdicts.append(missing)
+    floor_records = {r["model"]: r for r in records if is_noise_floor(r)}
     claims = [
-        (f"{r['model']}/{r['variant']}", r["speedup_ci"])
+        (f"{r['model']}/{r['variant']}", publishable_claim(r["speedup_ci"], floor_records.get(r["model"])))
         for r in records
         if r.get("speedup_ci") and not is_noise_floor(r)
     ]
     notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
-    return GateReport(verdicts, notices, claims)
+    return GateReport(verdicts, notices, claims, nothing_measured=nothing_measured(records))
+
+
+def nothing_measured(records: list[dict[str, Any]]) -> str | None:
+    """Why the results measured nothing (no record ran: every one, the baselines included, unsupported here, or
+    no record at all), or None when a cell ran. Every verdict of such a run is a skip, and "0 passed, 0 failed"
+    is no qualification: a CI runner that lost its GPU was green. A run where some model measured something is
+    judged as usual (families unavailable here are skipped)."""
+    if any(r["status"] == "ok" for r in records):
+        return None
+    if not records:
+        return "nothing was measured: the results hold no record"
+    first = records[0]
+    return (
+        f"nothing was measured: none of the {len(records)} record(s) ran, the baselines included; the first, "
+        f"{first['model']}/{first['variant']}, is {first['status']}: {first.get('error')}"
+    )
+
+
+def publishable_claim(claim: dict[str, Any], floor: dict[str, Any] | None) -> dict[str, Any]:
+    """``claim`` (a record's ``speedup_ci``) as the gate may publish it, judged again against its model's
+    noise-floor record in the same results: without one that ran (the record removed, or a results file
+    without its run's profile), a speedup or an equivalence is verified by nothing and is shown ``unverified``
+    (an equivalence ``noise``); with one, ``against_noise_floor`` applies as at measurement. The sweep already
+    unverifies claims without a floor; a results file read alone must not publish them either."""
+    from accel.measure.speedup import DECIDED, EQUIVALENT, NOISE, UNVERIFIED, SpeedupClaim, against_noise_floor
+
+    verdict = claim.get("verdict")
+    if verdict not in DECIDED:
+        return claim
+    floor_ci = (floor or {}).get("speedup_ci") if (floor or {}).get("status") == "ok" else None
+    if not floor_ci or floor_ci.get("verdict") is None:
+        reason = (
+            "no noise-floor record that ran in these results (removed, or measure.noise_floor off): nothing shows "
+            "identical configurations land inside the noise band, so no claim is verified"
+        )
+        return {**claim, "verdict": NOISE if verdict == EQUIVALENT else UNVERIFIED, "reason": reason}
+    band = tuple(claim["band"]) if claim.get("band") else None
+    floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci.get("reason") or "", None)
+    judged = against_noise_floor(SpeedupClaim(str(verdict), claim.get("reason") or "", band), floor_claim)
+    if judged.verdict == verdict:
+        return claim
+    return {**claim, "verdict": judged.verdict, "reason": judged.reason}
 
 
 # The name the CLI, tables and older callers know.

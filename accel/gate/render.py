@@ -29,6 +29,8 @@ def markdown_summary(report: GateReport) -> str:
     """A markdown summary: counts, each failure with its numbers, each skipped cell with its reason, notices
     about the gate's inputs, then findings."""
     lines = ["# omni-accel gate", "", summary_counts(report), ""]
+    if report.nothing_measured:
+        lines += [f"**FAILED: {report.nothing_measured}**", ""]
     if report.failed:
         lines += ["## Failures", ""]
         for verdict in report.failed:
@@ -73,12 +75,18 @@ def junit_xml(report: GateReport, name: str = "omni-accel-gate") -> str:
     """JUnit XML: one testcase per cell, failures with measured and required values."""
     from xml.sax.saxutils import escape, quoteattr
 
-    failures = len(report.failed)
+    failures = len(report.failed) + bool(report.nothing_measured)
+    tests = len(report.verdicts) + bool(report.nothing_measured)
     skipped = sum(1 for v in report.verdicts if v.outcome == SKIP)
     lines = [
         '<?xml version="1.0" encoding="utf-8"?>',
-        f'<testsuite name={quoteattr(name)} tests="{len(report.verdicts)}" failures="{failures}" skipped="{skipped}">',
+        f'<testsuite name={quoteattr(name)} tests="{tests}" failures="{failures}" skipped="{skipped}">',
     ]
+    if report.nothing_measured:  # the run itself fails: every cell's own verdict is a skip
+        lines.append('  <testcase classname="omni-accel" name="nothing-measured">')
+        message = quoteattr(report.nothing_measured)
+        lines.append(f"    <failure message={message}>{escape(report.nothing_measured)}</failure>")
+        lines.append("  </testcase>")
     for verdict in report.verdicts:
         lines.append(f"  <testcase classname={quoteattr(verdict.model)} name={quoteattr(verdict.variant)}>")
         if verdict.outcome == FAIL:

@@ -73,6 +73,8 @@ class GateReport:
     notices: list[str] = field(default_factory=list)
     # (cell key, speedup_ci) of every measured variant: how each speedup may be published.
     speed_claims: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+    # Why the results measured nothing (``judge.nothing_measured``): the run fails with this line.
+    nothing_measured: str | None = None
 
     @property
     def failed(self) -> list[CellVerdict]:
@@ -88,7 +90,7 @@ class GateReport:
 
     @property
     def exit_code(self) -> int:
-        return 1 if self.failed else 0
+        return 1 if self.failed or self.nothing_measured else 0
 
 
 BASELINE = "baseline"

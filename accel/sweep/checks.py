@@ -7,6 +7,7 @@ workload's resolution fits each model; and every component a variant's features 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,7 @@ def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
             makes_video, indexes[model.name] = check_model_files(profile, index, location, source)
             if makes_video is False:
                 image_models.append(model.name)
+        check_call_kwargs(profile, index, location, source)
         factor = resolution_factor(location) if Path(location).is_dir() or location.startswith("synthetic:") else None
         own = bool(model.workload.keys() & {"height", "width"})
         for key in ("height", "width"):
@@ -80,6 +82,42 @@ def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
             "images); num_frames applies to video models only: remove it, or add a video model"
         )
     check_components(profile, indexes, source)
+
+
+def check_call_kwargs(profile: Profile, position: int, location: str, source: str) -> None:
+    """Every ``call_kwargs`` key of an adapter model is a parameter of its pipeline's ``__call__`` (read from the
+    class ``model_index.json`` or the ``synthetic:`` source names, nothing loaded). A misspelt key used to fail
+    every cell of the model with a TypeError; a custom pipeline or a ``__call__`` taking ``**kwargs`` is not
+    checked. Keys the workload sets are refused earlier, by the profile (``WORKLOAD_CALL_KWARGS``)."""
+    import inspect
+
+    import diffusers
+
+    from accel.profile import WORKLOAD_CALL_KWARGS
+    from accel.zoo import synthetic
+
+    model = profile.models[position]
+    if model.target != "adapter" or not model.call_kwargs or "custom_pipeline" in model.load_kwargs:
+        return
+    if synthetic.is_synthetic(location):
+        class_name = synthetic.parse(location).architecture.pipeline_class
+    else:
+        index_path = Path(location) / "model_index.json"
+        class_name = str(json.loads(index_path.read_text()).get("_class_name")) if index_path.is_file() else ""
+    pipeline = getattr(diffusers, class_name, None)
+    if not isinstance(pipeline, type):
+        return
+    parameters = inspect.signature(pipeline.__call__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    names = [name for name in parameters if name != "self"]
+    allowed = sorted(name for name in names if name not in WORKLOAD_CALL_KWARGS)
+    for key in model.call_kwargs:
+        if key not in parameters:
+            raise ConfigError(
+                f"{source}: models[{position}].call_kwargs: unknown key {key!r}: {class_name}'s call has no such "
+                f"parameter.{did_you_mean(key, names)} Allowed keys: {', '.join(allowed)}"
+            )
 
 
 def _location(model: ModelSpec, where: str, build: bool) -> str | None:

@@ -1,0 +1,90 @@
+"""A run judged as a whole (issue 25's review): one that measured nothing fails the gate and the pytest plugin
+alike, and a speedup is published only against a noise-floor record in the same results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from conftest import invoke
+from synthetic import results
+
+from accel.gate import judge_records, load_gate_data
+
+
+def _unsupported(record: dict, error: str = "needs CUDA") -> dict:
+    kept = {k: record[k] for k in ("model", "variant", "features", "modality") if k in record}
+    return {**kept, "status": "unsupported", "unsupported_scope": "environment", "error": error}
+
+
+def _write(run, records) -> None:
+    run.mkdir(exist_ok=True)
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+
+
+def test_an_empty_results_file_measured_nothing(tmp_path, monkeypatch, capsys):
+    _write(tmp_path / "run", [])
+    code, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "run"))
+    assert code == 1 and "nothing was measured: the results hold no record" in out, out
+
+
+def test_a_run_where_one_family_is_unavailable_is_judged_as_before():
+    """A coverage run where a family cannot run here (all its records unsupported in this environment) is judged
+    on what the others measured: its cells are skips, nothing else changes."""
+    data = load_gate_data()
+    records = results()
+    flux_only = [r for r in records if r["model"] == "flux"]
+    with_wan_unavailable = flux_only + [_unsupported(r) for r in records if r["model"] == "wan"]
+    report, reference = judge_records(with_wan_unavailable, data), judge_records(flux_only, data)
+    assert report.nothing_measured is None and report.exit_code == reference.exit_code
+    assert [v.outcome for v in report.verdicts if v.model == "flux"] == [v.outcome for v in reference.verdicts]
+    assert all(v.outcome == "skip" for v in report.verdicts if v.model == "wan")
+
+
+def test_a_run_whose_passing_cells_are_all_that_ran_passes():
+    """Only the nothing-measured rule changes the exit status: a run with a passing model and an unavailable one
+    exits 0."""
+    data = load_gate_data()
+    records = results()
+    passing = [r for r in records if r["model"] == "flux" and r["variant"] in ("baseline", "noise-floor", "compile")]
+    report = judge_records(passing + [_unsupported(r) for r in records if r["model"] == "wan"], data)
+    assert report.exit_code == 0 and not report.failed and report.nothing_measured is None, [
+        v.message() for v in report.failed
+    ]
+
+
+def test_the_plugin_fails_a_run_that_measured_nothing(pytester, tmp_path):
+    _write(pytester.path / "run", [_unsupported(r) for r in results()])
+    result = pytester.runpytest_subprocess("--accel-results", "run", "--accel-only")
+    result.assert_outcomes(skipped=20)
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+    result.stdout.fnmatch_lines(["*omni-accel: FAILED: nothing was measured: none of the 20 record(s) ran*"])
+
+
+def test_speed_claims_without_a_noise_floor_record_are_not_published(tmp_path, monkeypatch, capsys):
+    """A results file read without its noise-floor records (removed, or gated without the run's profile) used to
+    publish its recorded 'faster' and 'slower' claims; nothing verifies them."""
+    data = load_gate_data()
+    records = results()
+    with_floor = dict(judge_records(records, data).speed_claims)
+    without = dict(judge_records([r for r in records if r["variant"] != "noise-floor"], data).speed_claims)
+    assert with_floor["flux/compile"]["verdict"] == "faster" and with_floor["wan/slicing"]["verdict"] == "equivalent"
+    assert without["flux/compile"]["verdict"] == "unverified" and without["wan/slicing"]["verdict"] == "noise"
+    assert "no noise-floor record that ran" in without["flux/compile"]["reason"]
+    assert not {c["verdict"] for c in without.values()} & {"faster", "slower", "equivalent"}
+    # the interval itself is kept; only what may be published changes
+    assert without["flux/compile"]["low"] == with_floor["flux/compile"]["low"]
+    _write(tmp_path / "run", [r for r in records if r["variant"] != "noise-floor"])
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "run"))
+    assert "| flux/compile | 1.50x? | unverified |" in out and "| faster |" not in out, out
+
+
+def test_a_noisy_noise_floor_unverifies_a_recorded_claim():
+    """The gate applies the floor's verdict again: a hand-edited floor that was not equivalent leaves no claim."""
+    data = load_gate_data()
+    records = results()
+    for r in records:
+        if r["variant"] == "noise-floor" and r["model"] == "flux":
+            r["speedup_ci"] = {**r["speedup_ci"], "verdict": "faster", "reason": "interval above the band"}
+    claims = dict(judge_records(records, data).speed_claims)
+    assert claims["flux/compile"]["verdict"] == "unverified" and claims["wan/compile"]["verdict"] == "faster"
