@@ -88,3 +88,32 @@ def test_a_noisy_noise_floor_unverifies_a_recorded_claim():
             r["speedup_ci"] = {**r["speedup_ci"], "verdict": "faster", "reason": "interval above the band"}
     claims = dict(judge_records(records, data).speed_claims)
     assert claims["flux/compile"]["verdict"] == "unverified" and claims["wan/compile"]["verdict"] == "faster"
+
+
+def test_the_gate_keeps_a_claim_beyond_an_undecided_floor_as_the_sweep_does():
+    """Beside an undecided noise floor (its interval includes 1.0) the sweep publishes a claim that clears the
+    band beyond every bias the floor allows; the gate, judging again from both records' pairs, agrees, and
+    unverifies one that does not clear it (or whose pairs are gone)."""
+    from accel.gate.judge import publishable_claim
+    from accel.measure.speedup import classify, noise_band, paired_speedup
+
+    band = noise_band(0.05)
+
+    def record(variant: str, ratios: list[float], looks: int) -> dict:
+        estimate = paired_speedup(ratios, [1.0] * len(ratios), 0.99)
+        estimate = type(estimate)(**{**estimate.to_dict(), "looks": looks})
+        claim = classify(estimate, band, 0.95)
+        paired = {"estimate": estimate.to_dict(), "reference_s": ratios, "variant_s": [1.0] * len(ratios)}
+        speedup_ci = {**estimate.to_dict(), "verdict": claim.verdict, "reason": claim.reason, "band": list(band)}
+        return {"model": "m", "variant": variant, "status": "ok", "paired": paired, "speedup_ci": speedup_ci}
+
+    floor = record("noise-floor", [0.8 + 0.4 * i / 39 for i in range(40)], 5)
+    assert floor["speedup_ci"]["verdict"] == "noise"
+    big = record("cache", [2.0 + 0.02 * i for i in range(8)], 5)
+    small = record("small", [1.10 + 0.01 * i for i in range(8)], 5)
+    assert big["speedup_ci"]["verdict"] == small["speedup_ci"]["verdict"] == "faster"  # against the band alone
+    assert publishable_claim(big, floor)["verdict"] == "faster"
+    judged = publishable_claim(small, floor)
+    assert judged["verdict"] == "unverified" and "does not clear the noise band" in judged["reason"]
+    pairs_gone = {**big, "paired": {"estimate": big["paired"]["estimate"]}}
+    assert publishable_claim(pairs_gone, floor)["verdict"] == "unverified"

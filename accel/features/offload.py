@@ -37,6 +37,8 @@ class _OffloadHandle(Handle):
     was called and onloaded nothing of its own ran untouched, and the verdict is partial (Wan 2.2's
     ``transformer_2`` beside ``transformer``; the other components' onloads would otherwise hide it)."""
 
+    hooks_installed = 0  # set by the subclass: the offload hooks it counts
+
     def __init__(self, denoiser_roots: dict[str, Any], undo: Any) -> None:
         super().__init__()
         self.undo = undo

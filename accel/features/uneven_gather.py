@@ -105,7 +105,7 @@ class EvenSplitRequired:
                 )
             return split(cls, tensor, dim, mesh)
 
-        EquipartitionSharder.shard = classmethod(shard)
+        setattr(EquipartitionSharder, "shard", classmethod(shard))  # noqa: B010 (a classmethod mypy would refuse)
 
     def remove(self) -> None:
-        self._sharder.shard = self._original
+        setattr(self._sharder, "shard", self._original)  # noqa: B010

@@ -34,6 +34,9 @@ from accel.gate.verdict import (
 from accel.report.format import fmt
 from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
 
+# measure.confidence's default: the confidence of a record written before ``speedup_ci`` kept the one it asked.
+DEFAULT_CONFIDENCE = 0.95
+
 # What a model's cells are judged against when its baseline record is missing from the results.
 NO_BASELINE = {"status": "missing", "error": "no baseline record in these results"}
 
@@ -301,7 +304,7 @@ def judge_records(
         verdicts.append(missing)
     floor_records = {r["model"]: r for r in records if is_noise_floor(r)}
     claims = [
-        (f"{r['model']}/{r['variant']}", publishable_claim(r["speedup_ci"], floor_records.get(r["model"])))
+        (f"{r['model']}/{r['variant']}", publishable_claim(r, floor_records.get(r["model"])))
         for r in records
         if r.get("speedup_ci") and not is_noise_floor(r)
     ]
@@ -325,14 +328,26 @@ def nothing_measured(records: list[dict[str, Any]]) -> str | None:
     )
 
 
-def publishable_claim(claim: dict[str, Any], floor: dict[str, Any] | None) -> dict[str, Any]:
-    """``claim`` (a record's ``speedup_ci``) as the gate may publish it, judged again against its model's
+def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> dict[str, Any]:
+    """A record's claim (its ``speedup_ci``) as the gate may publish it, judged again against its model's
     noise-floor record in the same results: without one that ran (the record removed, or a results file
     without its run's profile), a speedup or an equivalence is verified by nothing and is shown ``unverified``
-    (an equivalence ``noise``); with one, ``against_noise_floor`` applies as at measurement. The sweep already
-    unverifies claims without a floor; a results file read alone must not publish them either."""
-    from accel.measure.speedup import DECIDED, EQUIVALENT, NOISE, UNVERIFIED, SpeedupClaim, against_noise_floor
+    (an equivalence ``noise``); with one, ``against_noise_floor`` applies as at measurement, the floor's
+    possible bias (``floor_bias_of``) computed again from both records' pairs. The sweep already unverifies
+    claims without a floor; a results file read alone must not publish them either."""
+    from accel.measure.speedup import (
+        DECIDED,
+        EQUIVALENT,
+        FASTER,
+        NOISE,
+        SLOWER,
+        UNVERIFIED,
+        SpeedupClaim,
+        against_noise_floor,
+        floor_bias_of,
+    )
 
+    claim: dict[str, Any] = record["speedup_ci"]
     verdict = claim.get("verdict")
     if verdict not in DECIDED:
         return claim
@@ -345,7 +360,11 @@ def publishable_claim(claim: dict[str, Any], floor: dict[str, Any] | None) -> di
         return {**claim, "verdict": NOISE if verdict == EQUIVALENT else UNVERIFIED, "reason": reason}
     band = tuple(claim["band"]) if claim.get("band") else None
     floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci.get("reason") or "", None)
-    judged = against_noise_floor(SpeedupClaim(str(verdict), claim.get("reason") or "", band), floor_claim)
+    floor_bias = None
+    if band is not None and floor_claim.verdict == NOISE and verdict in (FASTER, SLOWER):
+        confidence = claim.get("requested_confidence", DEFAULT_CONFIDENCE)
+        floor_bias = floor_bias_of(record.get("paired"), (floor or {}).get("paired"), band, confidence)
+    judged = against_noise_floor(SpeedupClaim(str(verdict), claim.get("reason") or "", band), floor_claim, floor_bias)
     if judged.verdict == verdict:
         return claim
     return {**claim, "verdict": judged.verdict, "reason": judged.reason}

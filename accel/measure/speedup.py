@@ -268,6 +268,32 @@ def clears_floor_bias(
     )
 
 
+def paired_ratios(paired: dict[str, Any]) -> list[float]:
+    """The per-pair ratios reference / variant of a record's interleaved comparison (``paired``)."""
+    return [r / v for r, v in zip(paired["reference_s"], paired["variant_s"], strict=True)]
+
+
+def floor_bias_of(
+    paired: dict[str, Any] | None,
+    floor_paired: dict[str, Any] | None,
+    band: tuple[float, float],
+    confidence: float,
+) -> tuple[bool, str] | None:
+    """``clears_floor_bias`` for a record's interleaved pairs against its noise-floor record's (each a record's
+    ``paired``: timings and estimate), or None when either lacks its pairs. The sweep (``attach_speedup``) and the
+    gate (``publishable_claim``) judge with it alike."""
+    if not paired or not floor_paired or "reference_s" not in paired or "reference_s" not in floor_paired:
+        return None
+    return clears_floor_bias(
+        paired_ratios(paired),
+        paired_ratios(floor_paired),
+        band,
+        confidence,
+        paired.get("estimate", {}).get("looks", 1),
+        floor_paired.get("estimate", {}).get("looks", 1),
+    )
+
+
 def against_noise_floor(
     claim: SpeedupClaim, floor: SpeedupClaim | None, floor_bias: tuple[bool, str] | None = None
 ) -> SpeedupClaim:

@@ -62,7 +62,7 @@ def attach_speedup(
         SpeedupEstimate,
         against_noise_floor,
         classify,
-        clears_floor_bias,
+        floor_bias_of,
         noise_band,
         sequential_speedup,
     )
@@ -88,17 +88,9 @@ def attach_speedup(
             why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
     claim = classify(estimate, band, measure.confidence, why_unverified)
     floor_bias = None
-    if paired and floor_claim is not None and floor_claim.verdict == NOISE and claim.verdict in (FASTER, SLOWER):
+    if floor_claim is not None and floor_claim.verdict == NOISE and claim.verdict in (FASTER, SLOWER):
         assert band is not None and noise_floor is not None  # a usable floor gives both
-        floor_paired = noise_floor["paired"]
-        floor_bias = clears_floor_bias(
-            _ratios(paired),
-            _ratios(floor_paired),
-            band,
-            measure.confidence,
-            estimate.looks,
-            floor_paired["estimate"].get("looks", 1),
-        )
+        floor_bias = floor_bias_of(paired, noise_floor["paired"], band, measure.confidence)
     claim = against_noise_floor(claim, floor_claim, floor_bias)
     record["speedup"] = estimate.ratio
     record["speedup_ci"] = {
@@ -108,12 +100,8 @@ def attach_speedup(
         "reason": claim.reason,
         "band": list(claim.band) if claim.band else None,
         "reference_problem": why_unverified,
+        "requested_confidence": measure.confidence,
     }
-
-
-def _ratios(paired: dict[str, Any]) -> list[float]:
-    """The per-pair ratios reference / variant of an interleaved comparison's record."""
-    return [r / v for r, v in zip(paired["reference_s"], paired["variant_s"], strict=True)]
 
 
 def _reference_problem(record: dict[str, Any], run_dir: Path, keys: list[str]) -> str | None:
