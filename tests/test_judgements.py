@@ -384,10 +384,49 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
     measure = types.SimpleNamespace(
         pairs=4, max_pairs=4, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
     )
-    spec = types.SimpleNamespace(model=None, measure=measure)
+    spec = types.SimpleNamespace(model=None, measure=measure, variant="v")
     paired = timed.measure_interleaved(spec, Fake("V"), applied, ["request"])
     assert calls[1:] == ["R", "V", "V", "R", "R", "V", "V", "R"]  # [0]: the reference's output, kept untimed
     assert len(paired["reference_s"]) == len(paired["variant_s"]) == 4
+
+
+def test_a_noise_floor_draws_the_pairs_its_bias_check_needs(monkeypatch):
+    """Claims beside a noise floor must clear the band divided by every bias its interval allows, at a fifth of
+    the error rate: a floor decided at the first look (8 pairs) could never bound it, so the floor's sampling
+    starts at floor_first_look (10 of at most 40); a variant's starts at measure.pairs."""
+    import accel.measure.speedup
+    import accel.targets.build
+    from accel.measure.speedup import floor_first_look
+    from accel.sweep import timed
+
+    started: dict[str, int] = {}
+
+    class Sampler(accel.measure.speedup.SequentialPairs):
+        def run(self, draw, clock=None):
+            started[variant] = self.schedule[0]
+            return accel.measure.speedup.SpeedupEstimate(1.0, 0.99, 1.01, 0.99, 1, "interleaved")
+
+    class Fake:
+        device = "cpu"
+        pipeline = None
+
+        def load(self, extra):
+            return None
+
+        def generate(self, request):
+            return [np.zeros((1, 2, 2, 3))]
+
+    applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
+    monkeypatch.setattr(accel.targets.build, "make_target", lambda model: Fake())
+    monkeypatch.setattr(accel.measure.speedup, "SequentialPairs", Sampler)
+    measure = types.SimpleNamespace(
+        pairs=8, max_pairs=40, pair_budget_s=None, confidence=0.95, min_effect=0.05, warmup=0
+    )
+    for variant in ("noise-floor", "cache"):
+        timed.measure_interleaved(
+            types.SimpleNamespace(model=None, measure=measure, variant=variant), Fake(), applied, ["r"]
+        )
+    assert started == {"noise-floor": floor_first_look(8, 40, 0.95), "cache": 8} and started["noise-floor"] == 10
 
 
 def _run_with_reference(tmp_path, shift):

@@ -361,7 +361,7 @@ def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> d
     band = tuple(claim["band"]) if claim.get("band") else None
     floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci.get("reason") or "", None)
     floor_bias = None
-    if band is not None and floor_claim.verdict == NOISE and verdict in (FASTER, SLOWER):
+    if band is not None and floor_claim.verdict in (EQUIVALENT, NOISE) and verdict in (FASTER, SLOWER):
         confidence = claim.get("requested_confidence", DEFAULT_CONFIDENCE)
         floor_bias = floor_bias_of(record.get("paired"), (floor or {}).get("paired"), band, confidence)
     judged = against_noise_floor(SpeedupClaim(str(verdict), claim.get("reason") or "", band), floor_claim, floor_bias)

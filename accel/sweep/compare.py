@@ -55,6 +55,7 @@ def attach_speedup(
     stands only when its model's noise-floor cell landed inside that band (never widened to fit).
     """
     from accel.measure.speedup import (
+        EQUIVALENT,
         FASTER,
         NOISE,
         SLOWER,
@@ -88,7 +89,7 @@ def attach_speedup(
             why_unverified = why_unverified or f"the noise floor was {shared_reason(noise_floor)}"
     claim = classify(estimate, band, measure.confidence, why_unverified)
     floor_bias = None
-    if floor_claim is not None and floor_claim.verdict == NOISE and claim.verdict in (FASTER, SLOWER):
+    if floor_claim is not None and floor_claim.verdict in (EQUIVALENT, NOISE) and claim.verdict in (FASTER, SLOWER):
         assert band is not None and noise_floor is not None  # a usable floor gives both
         floor_bias = floor_bias_of(paired, noise_floor["paired"], band, measure.confidence)
     claim = against_noise_floor(claim, floor_claim, floor_bias)

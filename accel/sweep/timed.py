@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from accel.sweep.spec import BASELINE, CellSpec
+from accel.sweep.spec import BASELINE, NOISE_FLOOR, CellSpec
 from accel.targets.registry import Target
 
 
@@ -194,7 +194,7 @@ def measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: lis
     pause it around reference calls."""
     import gc
 
-    from accel.measure.speedup import SequentialPairs, noise_band
+    from accel.measure.speedup import SequentialPairs, floor_first_look, noise_band
     from accel.measure.timing import timed
     from accel.targets.build import make_target
 
@@ -207,8 +207,11 @@ def measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: lis
     for _ in range(spec.measure.warmup):
         run_reference(reference, applied, requests[0], None)
     measure = spec.measure
+    first = measure.pairs
+    if spec.variant == NOISE_FLOOR:  # enough pairs to bound the arms' bias for the claims beside it
+        first = floor_first_look(first, measure.max_pairs, measure.confidence)
     sampler = SequentialPairs(
-        noise_band(measure.min_effect), measure.confidence, measure.pairs, measure.max_pairs, measure.pair_budget_s
+        noise_band(measure.min_effect), measure.confidence, first, measure.max_pairs, measure.pair_budget_s
     )
     meters = interleaved_meters()
     with contextlib.ExitStack() as stack:
