@@ -85,6 +85,9 @@ def sweep(
     typer.echo(f"{len(result.records)} cells{earlier} in {result.wall_s:.1f} s, {len(failed)} failed")
     typer.echo(f"results: {result.run_dir / 'results.jsonl'}")
     typer.echo(f"report:  {result.report_path}")
+    notice = _sampling_notice(loaded)  # after the run: bad input stays one line, and this is what the claims show
+    if notice:
+        typer.echo(f"note: {path}: {notice}", err=True)
     dead = failed_models(result.records)
     if dead:
         first = "; ".join(f"{model}: {error[:160]}" for model, error in dead.items())
@@ -107,6 +110,9 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
     _setup_logging(False)  # the checks import torch and diffusers: keep their import-time logs quiet
     check_inputs(loaded, str(profile), build=False)
     cells = plan_cells(loaded, Path("."))
+    notice = _sampling_notice(loaded)
+    if notice:
+        typer.echo(f"note: {profile}: {notice}", err=True)
     for cell in cells:
         features = ", ".join(f"{k}={v}" for k, v in cell.features.items()) or "(none)"
         typer.echo(f"{cell.key:45} {features}")
@@ -119,6 +125,16 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
         )
         for pair, reason in sorted(result.skipped_pairs.items(), key=lambda kv: sorted(kv[0])):
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
+
+
+def _sampling_notice(profile: Any) -> str | None:
+    """``measure``'s pairs too few for any claim beside the noise floor (``sampling_notice``), or None."""
+    from accel.measure.speedup import sampling_notice
+
+    m = profile.measure
+    if not m.noise_floor or m.timing != "interleaved":
+        return None
+    return sampling_notice(m.pairs, m.max_pairs, m.confidence)
 
 
 def _read_records(path: Path) -> list[dict[str, Any]]:

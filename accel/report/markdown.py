@@ -12,8 +12,11 @@ from accel.measure.speedup import (
     INCONCLUSIVE,
     NOISE,
     UNVERIFIED,
+    floor_first_look,
     format_speedup,
     planned_looks,
+    sampling_notice,
+    variant_first_look,
 )
 from accel.profile import Profile
 from accel.report.format import fmt, percent, table_lines
@@ -317,20 +320,30 @@ def _speedup_method(profile: Profile) -> str:
             "sequential): drift between cells is not controlled, so no speedup is published (shown `–`; the warm "
             "medians are in the table and each ratio in the record)"
         )
-    looks, per_look = planned_looks(m.pairs, m.max_pairs, m.confidence)
+    first = variant_first_look(m.pairs, m.max_pairs, m.confidence) if m.noise_floor else m.pairs
+    looks, per_look = planned_looks(first, m.max_pairs, m.confidence)
     budget = "" if m.pair_budget_s is None else f" or {m.pair_budget_s:g} s"
+    floor_first, cannot = "", ""
+    if m.noise_floor:
+        floor_looks, _ = planned_looks(floor_first_look(m.pairs, m.max_pairs, m.confidence), m.max_pairs, m.confidence)
+        notice = sampling_notice(m.pairs, m.max_pairs, m.confidence)
+        floor_first = f" (the noise floor {floor_looks[0]} first" + (
+            ")" if notice else ", enough to bound the arms' bias)"
+        )
+        cannot = f" Note: {notice}." if notice else ""
+    more = f", then more at looks {', '.join(map(str, looks[1:]))} while undecided" if len(looks) > 1 else ""
     return (
         "median of the ratios reference / variant, each from two adjacent calls of the variant and a freshly "
         "loaded unaccelerated reference in the same process (ABBA order, so drift and background load hit both "
-        f"alike), drawn until decided: {looks[0]} pairs first, then more at looks {', '.join(map(str, looks[1:]))} "
-        f"while undecided (at most {m.max_pairs} pairs{budget} per cell; the `pairs` column says how many a cell "
+        f"alike), drawn until decided: {looks[0]} pairs first{floor_first}{more} "
+        f"(at most {m.max_pairs} pairs{budget} per cell; the `pairs` column says how many a cell "
         "drew). Its order-statistic interval has "
         f"{percent(per_look, 2)} confidence at each of the {len(looks)} planned looks (at least "
         f"{percent(m.confidence)} overall, Bonferroni). Against the noise threshold ±{m.min_effect:.0%} "
         f"([{1 / (1 + m.min_effect):.3f}, {1 + m.min_effect:.2f}]): `1.82x [1.61–2.03]` when the interval lies "
         "outside it (faster or slower), `≈1.0x` when it lies inside it (equivalent), `≈1.0x?` when, undecided, "
         "it includes 1.0 (noise), `1.82x?` when it excludes 1.0 but reaches into the band (inconclusive) or is "
-        "unverified (the noise floor did not land inside the band, too few pairs, engine or sequential timing)"
+        "unverified (the noise floor did not land inside the band, too few pairs, engine or sequential timing)" + cannot
     )
 
 

@@ -194,7 +194,7 @@ def measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: lis
     pause it around reference calls."""
     import gc
 
-    from accel.measure.speedup import SequentialPairs, floor_first_look, noise_band
+    from accel.measure.speedup import SequentialPairs, floor_first_look, noise_band, variant_first_look
     from accel.measure.timing import timed
     from accel.targets.build import make_target
 
@@ -210,6 +210,8 @@ def measure_interleaved(spec: CellSpec, target: Any, applied: Any, requests: lis
     first = measure.pairs
     if spec.variant == NOISE_FLOOR:  # enough pairs to bound the arms' bias for the claims beside it
         first = floor_first_look(first, measure.max_pairs, measure.confidence)
+    elif measure.noise_floor:  # enough pairs that a claim decided at the first look can be held beyond that bias
+        first = variant_first_look(first, measure.max_pairs, measure.confidence)
     sampler = SequentialPairs(
         noise_band(measure.min_effect), measure.confidence, first, measure.max_pairs, measure.pair_budget_s
     )
