@@ -105,7 +105,10 @@ def test_the_gate_keeps_a_claim_beyond_an_undecided_floor_as_the_sweep_does():
         claim = classify(estimate, band, 0.95)
         paired = {"estimate": estimate.to_dict(), "reference_s": ratios, "variant_s": [1.0] * len(ratios)}
         speedup_ci = {**estimate.to_dict(), "verdict": claim.verdict, "reason": claim.reason, "band": list(band)}
-        return {"model": "m", "variant": variant, "status": "ok", "paired": paired, "speedup_ci": speedup_ci}
+        return {
+            "model": "m", "variant": variant, "status": "ok", "warm": {"median": 1.0}, "paired": paired,
+            "speedup_ci": speedup_ci,
+        }  # fmt: skip
 
     floor = record("noise-floor", [0.8 + 0.4 * i / 39 for i in range(40)], 5)
     assert floor["speedup_ci"]["verdict"] == "noise"

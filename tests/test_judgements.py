@@ -382,7 +382,7 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
     applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
     monkeypatch.setattr(accel.targets.build, "make_target", lambda model: Fake("R"))
     measure = types.SimpleNamespace(
-        pairs=4, max_pairs=4, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
+        pairs=4, max_pairs=4, noise_floor=True, pair_budget_s=60.0, confidence=0.95, min_effect=0.05, warmup=0
     )
     spec = types.SimpleNamespace(model=None, measure=measure, variant="v")
     paired = timed.measure_interleaved(spec, Fake("V"), applied, ["request"])
@@ -393,17 +393,20 @@ def test_interleaved_pairs_alternate_in_abba_order(monkeypatch):
 def test_a_noise_floor_draws_the_pairs_its_bias_check_needs(monkeypatch):
     """Claims beside a noise floor must clear the band divided by every bias its interval allows, at a fifth of
     the error rate: a floor decided at the first look (8 pairs) could never bound it, so the floor's sampling
-    starts at floor_first_look (10 of at most 40); a variant's starts at measure.pairs."""
+    starts at floor_first_look (10 of at most 40). A variant's starts at measure.pairs unless a claim decided
+    there could not be held beyond the floor's bias: pairs 8 of at most 60 (6 looks) start at 9; without a noise
+    floor there is no such check and it starts at 8."""
     import accel.measure.speedup
     import accel.targets.build
     from accel.measure.speedup import floor_first_look
     from accel.sweep import timed
 
     started: dict[str, int] = {}
+    current = [""]
 
     class Sampler(accel.measure.speedup.SequentialPairs):
         def run(self, draw, clock=None):
-            started[variant] = self.schedule[0]
+            started[current[0]] = self.schedule[0]
             return accel.measure.speedup.SpeedupEstimate(1.0, 0.99, 1.01, 0.99, 1, "interleaved")
 
     class Fake:
@@ -419,14 +422,24 @@ def test_a_noise_floor_draws_the_pairs_its_bias_check_needs(monkeypatch):
     applied = types.SimpleNamespace(global_state_paused=contextlib.nullcontext, window=contextlib.nullcontext)
     monkeypatch.setattr(accel.targets.build, "make_target", lambda model: Fake())
     monkeypatch.setattr(accel.measure.speedup, "SequentialPairs", Sampler)
-    measure = types.SimpleNamespace(
-        pairs=8, max_pairs=40, pair_budget_s=None, confidence=0.95, min_effect=0.05, warmup=0
-    )
-    for variant in ("noise-floor", "cache"):
-        timed.measure_interleaved(
-            types.SimpleNamespace(model=None, measure=measure, variant=variant), Fake(), applied, ["r"]
-        )
-    assert started == {"noise-floor": floor_first_look(8, 40, 0.95), "cache": 8} and started["noise-floor"] == 10
+
+    def first_looks(max_pairs: int, noise_floor: bool = True) -> dict[str, int]:
+        measure = types.SimpleNamespace(
+            pairs=8, max_pairs=max_pairs, pair_budget_s=None, confidence=0.95, min_effect=0.05, warmup=0,
+            noise_floor=noise_floor,
+        )  # fmt: skip
+        started.clear()
+        for variant in ("noise-floor", "cache"):
+            current[0] = variant
+            timed.measure_interleaved(
+                types.SimpleNamespace(model=None, measure=measure, variant=variant), Fake(), applied, ["r"]
+            )
+        return dict(started)
+
+    assert first_looks(40) == {"noise-floor": floor_first_look(8, 40, 0.95), "cache": 8}
+    assert floor_first_look(8, 40, 0.95) == 10
+    assert first_looks(60) == {"noise-floor": 11, "cache": 9}
+    assert first_looks(60, noise_floor=False)["cache"] == 8
 
 
 def _run_with_reference(tmp_path, shift):

@@ -185,3 +185,16 @@ def test_a_sequential_cell_against_cell_ratio_is_not_shown_as_a_speedup():
     assert "✅ – · 0.99" in matrix_row and "54" not in matrix_row, matrix_row
     row = next(line for line in performance_table(records, "m", data).splitlines() if line.startswith("| cache "))
     assert "| – |" in row and "54.8" not in row, row
+
+
+def test_tables_publish_only_the_claims_the_noise_floor_verifies():
+    """A results file without its noise-floor records (removed by hand, or a partial copy) holds 'faster'
+    claims nothing verifies: the tables show them as the gate does, unverified (`1.50x?`), not as claims."""
+    data = GateData(load_gate_data().thresholds, CLAIMS)
+    records = results()
+    with_floor = render_tables(records, data)
+    without = render_tables([r for r in records if r["variant"] != "noise-floor"], data)
+    claim = "1.50x [1.43–1.57]"
+    assert claim in with_floor["performance-flux"] and claim in with_floor["support-matrix"]
+    assert claim not in without["performance-flux"] and claim not in without["support-matrix"]
+    assert "1.50x?" in without["performance-flux"], without["performance-flux"]

@@ -302,10 +302,9 @@ def judge_records(
             "record); continue it with 'omni-accel sweep --resume RUN_DIR'"
         )
         verdicts.append(missing)
-    floor_records = {r["model"]: r for r in records if is_noise_floor(r)}
     claims = [
-        (f"{r['model']}/{r['variant']}", publishable_claim(r, floor_records.get(r["model"])))
-        for r in records
+        (f"{r['model']}/{r['variant']}", r["speedup_ci"])
+        for r in with_publishable_claims(records)
         if r.get("speedup_ci") and not is_noise_floor(r)
     ]
     notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
@@ -328,13 +327,35 @@ def nothing_measured(records: list[dict[str, Any]]) -> str | None:
     )
 
 
+def with_publishable_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records with each claim (``speedup_ci``) as it may be published (``publishable_claim``, against its
+    model's noise-floor record in the same list): what the gate's "Speed claims" and every generated table show,
+    so a results file read on its own never publishes more than its noise floor verifies."""
+    floor_records = {r["model"]: r for r in records if is_noise_floor(r)}
+    return [
+        {**r, "speedup_ci": publishable_claim(r, floor_records.get(r["model"]))}
+        if r.get("speedup_ci") and not is_noise_floor(r)
+        else r
+        for r in records
+    ]
+
+
+def _not_published(claim: dict[str, Any], reason: str) -> dict[str, Any]:
+    """``claim`` shown as nothing verified it: an equivalence as ``noise`` (``≈1.0x?``), a speedup ``unverified``;
+    its interval kept."""
+    from accel.measure.speedup import EQUIVALENT, NOISE, UNVERIFIED
+
+    return {**claim, "verdict": NOISE if claim.get("verdict") == EQUIVALENT else UNVERIFIED, "reason": reason}
+
+
 def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> dict[str, Any]:
-    """A record's claim (its ``speedup_ci``) as the gate may publish it, judged again against its model's
-    noise-floor record in the same results: without one that ran (the record removed, or a results file
-    without its run's profile), a speedup or an equivalence is verified by nothing and is shown ``unverified``
-    (an equivalence ``noise``); with one, ``against_noise_floor`` applies as at measurement, the floor's
-    possible bias (``floor_bias_of``) computed again from both records' pairs. The sweep already unverifies
-    claims without a floor; a results file read alone must not publish them either."""
+    """A record's claim (its ``speedup_ci``) as the gate may publish it, judged again from the pairs: without a
+    noise-floor record that ran in the same results (removed, a results file without its run's profile, or one
+    that failed or was not timed), a speedup or an equivalence is verified by nothing and is shown
+    ``unverified`` (an equivalence ``noise``). A faster/slower/equivalent verdict stands only when the record's
+    own pairs give it (``verdict_from_pairs``: an edited interval or verdict, or pairs and looks removed, do not)
+    and the floor's recorded verdict is what its pairs give; then ``against_noise_floor`` applies as at
+    measurement, the floor's possible bias (``floor_bias_of``) computed again from both records' pairs."""
     from accel.measure.speedup import (
         DECIDED,
         EQUIVALENT,
@@ -345,26 +366,41 @@ def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> d
         SpeedupClaim,
         against_noise_floor,
         floor_bias_of,
+        verdict_from_pairs,
     )
 
     claim: dict[str, Any] = record["speedup_ci"]
     verdict = claim.get("verdict")
     if verdict not in DECIDED:
         return claim
-    floor_ci = (floor or {}).get("speedup_ci") if (floor or {}).get("status") == "ok" else None
+    ran = floor is not None and floor.get("status") == "ok" and bool(floor.get("warm"))
+    floor_ci = floor.get("speedup_ci") if floor is not None and ran else None
     if not floor_ci or floor_ci.get("verdict") is None:
         reason = (
-            "no noise-floor record that ran in these results (removed, or measure.noise_floor off): nothing shows "
-            "identical configurations land inside the noise band, so no claim is verified"
+            "no noise-floor record that ran in these results (removed, failed, or measure.noise_floor off): nothing "
+            "shows identical configurations land inside the noise band, so no claim is verified"
         )
-        return {**claim, "verdict": NOISE if verdict == EQUIVALENT else UNVERIFIED, "reason": reason}
-    band = tuple(claim["band"]) if claim.get("band") else None
+        return _not_published(claim, reason)
+    own_reason = claim.get("reason") or ""
+    confidence = claim.get("requested_confidence", DEFAULT_CONFIDENCE)
+    from_pairs, why = verdict_from_pairs(claim, record.get("paired"), confidence)
+    if from_pairs != verdict:
+        why = why if from_pairs == UNVERIFIED else f"its pairs give {from_pairs} ({why})"
+        return _not_published(claim, f"{own_reason}, but {why}: the gate publishes what they show")
+    floor_confidence = floor_ci.get("requested_confidence", DEFAULT_CONFIDENCE)
+    floor_from_pairs, floor_why = verdict_from_pairs(floor_ci, floor.get("paired") if floor else None, floor_confidence)
+    if floor_from_pairs != floor_ci["verdict"]:
+        floor_why = floor_why if floor_from_pairs == UNVERIFIED else f"its pairs give {floor_from_pairs} ({floor_why})"
+        reason = (
+            f"{own_reason}, but the noise floor recorded {floor_ci['verdict']} and {floor_why}: no claim is verified"
+        )
+        return _not_published(claim, reason)
+    band = (float(claim["band"][0]), float(claim["band"][1]))
     floor_claim = SpeedupClaim(floor_ci["verdict"], floor_ci.get("reason") or "", None)
     floor_bias = None
-    if band is not None and floor_claim.verdict in (EQUIVALENT, NOISE) and verdict in (FASTER, SLOWER):
-        confidence = claim.get("requested_confidence", DEFAULT_CONFIDENCE)
-        floor_bias = floor_bias_of(record.get("paired"), (floor or {}).get("paired"), band, confidence)
-    judged = against_noise_floor(SpeedupClaim(str(verdict), claim.get("reason") or "", band), floor_claim, floor_bias)
+    if floor_claim.verdict in (EQUIVALENT, NOISE) and verdict in (FASTER, SLOWER):
+        floor_bias = floor_bias_of(record.get("paired"), floor.get("paired") if floor else None, band, confidence)
+    judged = against_noise_floor(SpeedupClaim(str(verdict), own_reason, band), floor_claim, floor_bias)
     if judged.verdict == verdict:
         return claim
     return {**claim, "verdict": judged.verdict, "reason": judged.reason}
