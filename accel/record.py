@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -366,6 +367,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
     if record.get("dtype") is not None and record["dtype"] not in DTYPES:
         raise ConfigError(f"{where}: 'dtype' should be one of {', '.join(DTYPES)}, got {record['dtype']!r}")
     _check_speedup(record.get("speedup_ci"), where)
+    _check_paired(record.get("paired"), where, record.get("speedup_ci"))
     return record
 
 
@@ -373,23 +375,102 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
 DTYPES = ("float32", "bfloat16", "float16", "uint8")
 
 
+def _positive(value: Any) -> bool:
+    """A finite number above zero (JSON's NaN, Infinity and integers past a float's range are not)."""
+    try:
+        return _is_number(value) and 0 < float(value) < math.inf
+    except OverflowError:
+        return False
+
+
+def _whole(value: Any, most: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= most
+
+
 def _check_speedup(claim: Any, where: str) -> None:
-    """``speedup_ci`` as the gate and tables print it: numbers ratio/low/high and a known verdict."""
+    """``speedup_ci`` as the gate and tables print and re-judge it: finite ratio/low/high (low <= high), a known
+    verdict and a reason; when given, a noise band ``[1 / (1 + e), 1 + e]``-shaped (``0 < low < 1 < high``), a
+    requested confidence as the profile allows (0.5 to 1) and whole planned looks."""
     from accel.measure.speedup import VERDICTS
+    from accel.profile import MAX_PAIRS
 
     if claim is None:
         return
     if not isinstance(claim, dict):
         raise ConfigError(f"{where}: 'speedup_ci' should be an object or null, got {_json_type(claim)}")
     for key in ("ratio", "low", "high"):
-        if not _is_number(claim.get(key)):
-            raise ConfigError(f"{where}: speedup_ci.{key} should be a number, got {claim.get(key)!r}")
+        if not _positive(claim.get(key)):
+            raise ConfigError(f"{where}: speedup_ci.{key} should be a positive number, got {claim.get(key)!r:.40}")
+    if claim["low"] > claim["high"]:
+        raise ConfigError(
+            f"{where}: speedup_ci.low should be at most speedup_ci.high, got {claim['low']} > {claim['high']}"
+        )
     if claim.get("verdict") not in VERDICTS:
         raise ConfigError(
             f"{where}: speedup_ci.verdict should be one of {', '.join(VERDICTS)}, got {claim.get('verdict')!r}"
         )
     if not isinstance(claim.get("reason"), str):
         raise ConfigError(f"{where}: speedup_ci.reason should be a string, got {_json_type(claim.get('reason'))}")
+    band = claim.get("band")
+    if band is not None and not (
+        isinstance(band, list) and len(band) == 2 and all(map(_positive, band)) and band[0] < 1 < band[1]
+    ):
+        raise ConfigError(
+            f"{where}: speedup_ci.band should be [low, high] with 0 < low < 1 < high (the noise band), got {band!r:.40}"
+        )
+    confidence = claim.get("requested_confidence")
+    if confidence is not None and not (_is_number(confidence) and 0.5 < confidence < 1):
+        raise ConfigError(
+            f"{where}: speedup_ci.requested_confidence should be a number between 0.5 and 1 (measure.confidence), "
+            f"got {confidence!r:.40}"
+        )
+    if claim.get("looks") is not None and not _whole(claim["looks"], MAX_PAIRS):
+        raise ConfigError(
+            f"{where}: speedup_ci.looks should be a whole number from 1 to {MAX_PAIRS}, got {claim['looks']!r:.40}"
+        )
+
+
+def _check_paired(paired: Any, where: str, claim: Any) -> None:
+    """``paired`` as the gate re-judges a claim from it: equal, non-empty lists of positive timings and, when
+    given, an estimate object whose ``looks`` is a whole number (the one ``speedup_ci`` records, if it does)."""
+    from accel.profile import MAX_PAIRS
+
+    if paired is None:
+        return
+    if not isinstance(paired, dict):
+        raise ConfigError(f"{where}: 'paired' should be an object or null, got {_json_type(paired)}")
+    timings: list[list[Any] | None] = [paired.get(key) for key in ("reference_s", "variant_s")]
+    for key, values in zip(("reference_s", "variant_s"), timings, strict=True):
+        if values is None:
+            continue
+        if not isinstance(values, list) or not values or not all(map(_positive, values)):
+            raise ConfigError(
+                f"{where}: paired.{key} should be a non-empty list of positive seconds, got {values!r:.80}"
+            )
+    reference, variant = timings
+    if (reference is None) != (variant is None) or (
+        reference is not None and variant is not None and len(reference) != len(variant)
+    ):
+        counts = " and ".join(str(None if t is None else len(t)) for t in timings)
+        raise ConfigError(
+            f"{where}: paired.reference_s and paired.variant_s should hold one timing per pair each, got {counts}"
+        )
+    if "estimate" not in paired:
+        return
+    estimate = paired["estimate"]
+    if not isinstance(estimate, dict):
+        raise ConfigError(f"{where}: paired.estimate should be an object, got {_json_type(estimate)}")
+    if "looks" in estimate and not _whole(estimate["looks"], MAX_PAIRS):
+        raise ConfigError(
+            f"{where}: paired.estimate.looks should be a whole number from 1 to {MAX_PAIRS}, "
+            f"got {estimate['looks']!r:.40}"
+        )
+    recorded = claim.get("looks") if isinstance(claim, dict) else None
+    if recorded is not None and "looks" in estimate and recorded != estimate["looks"]:
+        raise ConfigError(
+            f"{where}: paired.estimate.looks ({estimate['looks']}) and speedup_ci.looks ({recorded}) should be the "
+            "same: the looks the sampling planned"
+        )
 
 
 def _json_type(value: Any) -> str:

@@ -205,6 +205,7 @@ def load_results(path: str | Path) -> ResultsFile:
     result = ResultsFile(path, [])
     lines = data.split(b"\n")
     seen: dict[tuple[str, str], int] = {}
+    floors: dict[str, int] = {}
     for number, line in enumerate(lines, start=1):
         if number == len(lines):  # what follows the last newline
             if line:
@@ -237,6 +238,13 @@ def load_results(path: str | Path) -> ResultsFile:
                 "were two sweeps writing to this run directory?"
             )
         seen[cell] = number
+        if is_noise_floor(record):  # the one a model's claims are judged against: two would make the order decide
+            if record["model"] in floors:
+                raise ConfigError(
+                    f"{where}: a second noise-floor record for model {record['model']} (first at line "
+                    f"{floors[record['model']]}): a model's claims are judged against one"
+                )
+            floors[record["model"]] = number
         result.records.append(record)
     return result
 

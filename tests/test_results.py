@@ -67,7 +67,7 @@ BAD_LINES = {
     ),
     "speedup-not-a-number": (
         json.dumps({**GOOD[1], "speedup_ci": {"ratio": "x", "low": 1, "high": 2}}).encode() + b"\n",
-        r":2: speedup_ci.ratio should be a number, got 'x'",
+        r":2: speedup_ci.ratio should be a positive number, got 'x'",
     ),
     "newer-schema": (
         json.dumps({**GOOD[1], "schema_version": 99}).encode() + b"\n",
@@ -76,6 +76,68 @@ BAD_LINES = {
     "schema-version-not-a-number": (
         json.dumps({**GOOD[1], "schema_version": "1"}).encode() + b"\n",
         r":2: 'schema_version' should be a whole number, got '1'",
+    ),
+    "pairs-of-unequal-length": (
+        json.dumps({**GOOD[1], "paired": {"reference_s": [1.0, 2.0], "variant_s": [1.0]}}).encode() + b"\n",
+        r":2: paired.reference_s and paired.variant_s should hold one timing per pair each, got 2 and 1",
+    ),
+    "pair-timing-zero": (
+        json.dumps({**GOOD[1], "paired": {"reference_s": [1.0], "variant_s": [0]}}).encode() + b"\n",
+        r":2: paired.variant_s should be a non-empty list of positive seconds, got \[0\]",
+    ),
+    "no-pairs": (
+        json.dumps({**GOOD[1], "paired": {"reference_s": [], "variant_s": []}}).encode() + b"\n",
+        r":2: paired.reference_s should be a non-empty list of positive seconds, got \[\]",
+    ),
+    "pair-looks-zero": (
+        json.dumps({**GOOD[1], "paired": {"reference_s": [1.0], "variant_s": [1.0], "estimate": {"looks": 0}}}).encode()
+        + b"\n",
+        r":2: paired.estimate.looks should be a whole number from 1 to 10000, got 0",
+    ),
+    "pair-timing-past-a-float": (
+        b'{"model": "flux", "variant": "compile", "status": "ok", "paired": {"reference_s": [1'
+        + b"0" * 400
+        + b'], "variant_s": [1.0]}}\n',
+        r":2: paired.reference_s should be a non-empty list of positive seconds",
+    ),
+    "estimate-null": (
+        json.dumps({**GOOD[1], "paired": {"reference_s": [1.0], "variant_s": [1.0], "estimate": None}}).encode()
+        + b"\n",
+        r":2: paired.estimate should be an object, got null",
+    ),
+    "looks-null": (
+        json.dumps(
+            {**GOOD[1], "paired": {"reference_s": [1.0], "variant_s": [1.0], "estimate": {"looks": None}}}
+        ).encode()
+        + b"\n",
+        r":2: paired.estimate.looks should be a whole number from 1 to 10000, got None",
+    ),
+    "looks-disagree": (
+        json.dumps(
+            {
+                **GOOD[1],
+                "speedup_ci": {**GOOD[1]["speedup_ci"], "looks": 3},
+                "paired": {**GOOD[1]["paired"], "estimate": {**GOOD[1]["paired"]["estimate"], "looks": 1}},
+            }
+        ).encode()
+        + b"\n",
+        r":2: paired.estimate.looks \(1\) and speedup_ci.looks \(3\) should be the same",
+    ),
+    "speedup-nan": (
+        json.dumps({**GOOD[1], "speedup_ci": {**GOOD[1]["speedup_ci"], "low": math.nan}}).encode() + b"\n",
+        r":2: speedup_ci.low should be a positive number, got nan",
+    ),
+    "interval-upside-down": (
+        json.dumps({**GOOD[1], "speedup_ci": {**GOOD[1]["speedup_ci"], "low": 2.0, "high": 1.0}}).encode() + b"\n",
+        r":2: speedup_ci.low should be at most speedup_ci.high, got 2.0 > 1.0",
+    ),
+    "band-inverted": (
+        json.dumps({**GOOD[1], "speedup_ci": {**GOOD[1]["speedup_ci"], "band": [1.07, 0.93]}}).encode() + b"\n",
+        r":2: speedup_ci.band should be \[low, high\] with 0 < low < 1 < high \(the noise band\), got \[1.07, 0.93\]",
+    ),
+    "confidence-out-of-range": (
+        json.dumps({**GOOD[1], "speedup_ci": {**GOOD[1]["speedup_ci"], "requested_confidence": 0.0}}).encode() + b"\n",
+        r":2: speedup_ci.requested_confidence should be a number between 0.5 and 1 \(measure.confidence\), got 0.0",
     ),
     "speedup-not-an-object": (
         json.dumps({**GOOD[1], "speedup_ci": [1]}).encode() + b"\n",
@@ -202,3 +264,16 @@ def test_the_committed_reports_read_back(report):
 
     results = load_results(data_dir("reports") / report)
     assert results.records and results.cut_line is None
+
+
+def test_a_second_noise_floor_record_of_a_model_is_refused(tmp_path, monkeypatch, capsys):
+    """A model's claims are judged against its one noise floor; with two (helper-4: a biased noise-floor-2 put
+    before or after the real one) the order of the lines decided whether its claims were published."""
+    floor = {**GOOD[1], "variant": "noise-floor", "role": "noise_floor", "features": {}}
+    second = {**floor, "variant": "noise-floor-2"}
+    run = _run_dir(tmp_path, b"".join(_lines([GOOD[0], floor, second])))
+    code, _, err = invoke(monkeypatch, capsys, "gate", str(run))
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(
+        f"error: {run / 'results.jsonl'}:3: a second noise-floor record for model flux (first at line 2)"
+    )
