@@ -296,6 +296,7 @@ class Measure(StrictModel):
     pair_budget_s: float | None = Field(
         default=None,
         gt=0,
+        le=MAX_TIMEOUT_S,
         description=(
             "interleaved timing: an optional wall-clock cap, in seconds, on drawing pairs while a comparison is "
             "undecided (the sampling stops at the first look after it is spent, and the verdict says so). Unset "

@@ -157,3 +157,30 @@ def test_a_class_the_build_needs_beyond_its_requires_is_reported_unavailable_and
             in (record["error"])
         )
         assert by_cell[("tiny-pixart-sigma", variant)]["status"] == "ok"
+
+
+def test_a_builder_these_versions_break_fails_its_family_and_the_run_goes_on(tmp_path, monkeypatch):
+    """A zoo builder that raises with the installed libraries (a constructor a newer diffusers changed) aborted
+    the whole sweep while its inputs were checked: now that family's cells fail naming the error, the versions
+    and what to do, and the other families run."""
+    import dataclasses
+
+    from accel import zoo
+
+    entry = zoo.ZOO["tiny-sd15"]
+
+    def builder(config):
+        raise TypeError("UNet2DConditionModel.__init__() got an unexpected keyword argument 'review'")
+
+    # Another config: another zoo directory, so the entry is built (and its builder run) here.
+    changed = dataclasses.replace(entry, builder=builder, config={**entry.config, "review": "changed-constructor"})
+    monkeypatch.setitem(zoo.ZOO, "tiny-sd15", changed)
+    profile = small_profile(["tiny-sd15", "tiny-pixart-sigma"], [], height=32, width=32)
+    profile["measure"].update(noise_floor=False, timing="sequential")
+    run = run_sweep(parse_profile(profile), "coverage.yaml", tmp_path / "run", show_progress=False)
+    by_cell = {(r["model"], r["variant"]): r for r in run.records}
+    failed = by_cell[("tiny-sd15", "baseline")]
+    assert failed["status"] == "failed", failed
+    assert "zoo entry 'tiny-sd15' could not be built with diffusers" in failed["error"], failed["error"]
+    assert "TypeError: UNet2DConditionModel.__init__() got an unexpected keyword argument 'review'" in failed["error"]
+    assert by_cell[("tiny-pixart-sigma", "baseline")]["status"] == "ok"

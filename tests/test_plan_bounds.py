@@ -23,6 +23,7 @@ def _plan(profile, write_profile, monkeypatch, capsys) -> tuple[int, list[str]]:
         ("warmup", 1_000_000, "<= 1000"),
         ("repeats", 1_000_000, "<= 1000"),
         ("timeout_s", 1.0e300, "<= 604800"),
+        ("pair_budget_s", 1.0e300, "<= 604800"),
     ],
 )
 def test_plan_refuses_an_unbounded_measure_value(key, value, allowed, write_profile, monkeypatch, capsys):

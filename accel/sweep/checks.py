@@ -50,6 +50,7 @@ def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
     built yet and a hub id are left to the sweep (building or looking up costs time or the network)."""
     from accel.errors import ModelUnavailable
     from accel.targets.adapter import resolution_factor
+    from accel.zoo.pipelines import BuildFailed
 
     image_models: list[str] = []
     indexes: dict[str, dict[str, Any]] = {}
@@ -58,6 +59,8 @@ def check_inputs(profile: Profile, source: str, build: bool = True) -> None:
         try:
             location = _location(model, where, build)
         except ModelUnavailable:  # a zoo family this diffusers lacks: its cells say so, the others run
+            continue
+        except BuildFailed:  # a zoo builder these library versions break: its cells fail saying so, the others run
             continue
         if location is None:
             continue

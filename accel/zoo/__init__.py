@@ -212,13 +212,14 @@ def build_pipeline_in_memory(name: str) -> Any:
     # adds rope_theta to Qwen's rope_scaling), which changed the entry's fingerprint once it was built.
     try:
         components = entry.builder(copy.deepcopy(entry.config))
+        for module in components.values():
+            if hasattr(module, "eval"):
+                module.eval()  # as from_pretrained leaves them
+        return getattr(diffusers, entry.pipeline_class)(**components)
     except pipelines.MissingClass as error:  # a class the builder needs beyond ``requires``: named all the same
         raise pipelines.unavailable(name, [error.dotted]) from error
-    for module in components.values():
-        if hasattr(module, "eval"):
-            module.eval()  # as from_pretrained leaves them
-    pipeline_cls = getattr(diffusers, entry.pipeline_class)
-    return pipeline_cls(**components)
+    except (TypeError, ValueError, AttributeError, KeyError, RuntimeError) as error:  # a changed constructor
+        raise pipelines.build_failed(name, error) from error
 
 
 def build(name: str, force: bool = False) -> Path:

@@ -11,8 +11,10 @@ from __future__ import annotations
 from accel.zoo.pipelines import image_clip_t5, image_llm, image_vl, video_llm, video_t5
 from accel.zoo.pipelines.base import (
     INPUTS,
+    BuildFailed,
     Family,
     MissingClass,
+    build_failed,
     check_available,
     input_image,
     missing_classes,
@@ -38,8 +40,10 @@ __all__ = [
     "CORE_FAMILIES",
     "FAMILIES",
     "INPUTS",
+    "BuildFailed",
     "Family",
     "MissingClass",
+    "build_failed",
     "check_available",
     "input_image",
     "missing_classes",

@@ -77,6 +77,23 @@ def check_available(name: str, requires: tuple[str, ...]) -> None:
         raise unavailable(name, missing)
 
 
+class BuildFailed(RuntimeError):
+    """A zoo builder that raised with these libraries (a constructor whose arguments a newer diffusers or
+    transformers changed): the entry's cells fail with this message, the rest of a sweep runs."""
+
+
+def build_failed(name: str, error: Exception) -> BuildFailed:
+    """The BuildFailed of zoo entry ``name``: the builder's error, the versions, and what to do."""
+    import diffusers
+    import transformers
+
+    return BuildFailed(
+        f"zoo entry '{name}' could not be built with diffusers {diffusers.__version__}, transformers "
+        f"{transformers.__version__}: {type(error).__name__}: {error} (its builder does not fit these versions: "
+        "install the ones pyproject.toml pins, or report it with this line)"
+    )
+
+
 class MissingClass(AttributeError):
     """A class a builder looked up (``cls``) that this environment lacks; ``dotted``: ``package.Name``."""
 
