@@ -272,6 +272,28 @@ def test_adapter_ulysses_refuses_heads_diffusers_cannot_split_before_anything_ru
     assert fits.reason.startswith("needs 2 ranks with torch.distributed initialised"), fits.reason
 
 
+def test_adapter_ulysses_refuses_a_mask_expanded_to_every_head_before_anything_runs():
+    """tiny-ltx-video's LTXVideoAttnProcessor expands its cross-attention mask to all 4 heads; diffusers' Ulysses
+    hands each rank 2 and does not split the mask, so SDPA failed mid-call ("The size of tensor a (2) must match
+    the size of tensor b (4)", the coverage run's ltx-video/ulysses-2, with and without anything). The cell is
+    refused after loading, naming the processor; a model whose processors do not expand it passes this check."""
+    from features_helpers import loaded
+
+    from accel.features import FEATURES
+
+    feature = FEATURES["context_parallel"]
+    ltx = loaded("tiny-ltx-video").pipeline
+    for options in (ContextParallelConfig(ulysses=2), ContextParallelConfig(ulysses=2, anything=True)):
+        refused = feature.check(ltx, "cpu", options)
+        assert not refused.supported
+        assert refused.reason.startswith(
+            "Ulysses over 2 ranks splits the attention heads, but LTXVideoTransformer3DModel's LTXVideoAttnProcessor "
+            "expands its attention mask to every head"
+        ), refused.reason
+    fits = feature.check(loaded("tiny-flux").pipeline, "cpu", ContextParallelConfig(ulysses=2))
+    assert fits.reason.startswith("needs 2 ranks with torch.distributed initialised"), fits.reason
+
+
 def test_options_world_size_conflicts_and_the_offload_order():
     assert variant_world_size(validate_variant_features({"context_parallel": {"ulysses": 2, "ring": 2}}, "v")) == 4
     assert variant_world_size(validate_variant_features({"attention_backend": "native"}, "v")) == 1

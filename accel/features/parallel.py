@@ -217,6 +217,40 @@ def ulysses_heads_refusal(transformer: Any, degree: int, anything: bool) -> str 
     )
 
 
+# How a processor's source expands the attention mask to every head before dispatching attention (diffusers 0.42:
+# LTX-Video's ``LTXVideoAttnProcessor``, ``attention_mask.view(batch_size, attn.heads, -1, ...)``).
+_MASK_PER_HEAD = "attn.heads, -1, attention_mask.shape[-1]"
+
+
+def ulysses_mask_refusal(transformer: Any, degree: int) -> str | None:
+    """Why diffusers' Ulysses fails on ``transformer``'s attention masks, or None.
+
+    Ulysses gives each rank ``heads / degree`` heads; a processor that expands its attention mask to every head
+    (read from the processors' source) hands diffusers' context-parallel attention a mask it does not split, and
+    SDPA fails mid-call ("The size of tensor a (2) must match the size of tensor b (4) at non-singleton
+    dimension 1": tiny-ltx-video, 4 heads over 2 ranks, with and without ``anything``)."""
+    import inspect
+
+    if degree <= 1:
+        return None
+    processors = getattr(transformer, "attn_processors", None) or {}
+    for processor in sorted({type(p) for p in processors.values()}, key=lambda kind: kind.__name__):
+        try:
+            source = inspect.getsource(processor.__call__)
+        except (OSError, TypeError):
+            continue
+        if _MASK_PER_HEAD in source:
+            import diffusers
+
+            return (
+                f"Ulysses over {degree} ranks splits the attention heads, but {type(transformer).__name__}'s "
+                f"{processor.__name__} expands its attention mask to every head, which diffusers "
+                f"{diffusers.__version__}'s context-parallel attention does not split (the call fails mid-way, "
+                "whatever the degree or anything)"
+            )
+    return None
+
+
 class _Collectives:
     """Counts (and sizes) the torch.distributed collectives called while installed; ``remove`` restores them."""
 
@@ -449,7 +483,9 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             )
         if getattr(transformer, "_cp_plan", None) is None:
             return Support.no(f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan)")
-        refusal = ulysses_heads_refusal(transformer, options.ulysses, options.anything)
+        refusal = ulysses_heads_refusal(transformer, options.ulysses, options.anything) or ulysses_mask_refusal(
+            transformer, options.ulysses
+        )
         return Support.no(refusal) if refusal else _in_ranks(self.world_size(options))
 
     def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
