@@ -40,13 +40,13 @@ def test_sigkill_mid_sweep_then_resume_measures_every_cell_once(tmp_path):
         start_new_session=True,  # its own process group: the kill takes the forkserver and workers too
     )
     results = run_dir / "results.jsonl"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600  # generous: under a second test suite two cells took over 240 s
     while time.monotonic() < deadline and (not results.is_file() or len(results.read_text().splitlines()) < 2):
         time.sleep(0.2)
     os.killpg(sweep.pid, signal.SIGKILL)
     sweep.wait()
     before = len(read_results(run_dir))
-    assert 2 <= before < 6, "the kill should land mid-sweep"
+    assert 2 <= before < 6, f"the kill should land mid-sweep ({before} of 6 cells recorded)"
 
     result = run_sweep(
         parse_profile(_profile()), str(path), run_dir, executor="inline", show_progress=False, resume=True
@@ -216,11 +216,19 @@ def test_an_interrupt_ends_the_sweep_cleanly_and_a_second_sweep_is_refused_meanw
             sweep.send_signal(signal.SIGTERM)
     finally:
         os.killpg(sweep.pid, signal.SIGCONT)  # the pending interrupt is delivered as they resume
-    try:
-        _, stderr = sweep.communicate(timeout=60)  # a hang guard, not a speed requirement
-    except subprocess.TimeoutExpired:
-        os.killpg(sweep.pid, signal.SIGKILL)
-        raise
+    # A worker the forkserver was forking while the group's SIGSTOP landed can stop after the SIGCONT above (seen
+    # under a second test suite: the sweep then waited on it forever); continuing the group until the sweep exits
+    # takes that race out of the test. A hang guard, not a speed requirement.
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            _, stderr = sweep.communicate(timeout=1)
+            break
+        except subprocess.TimeoutExpired:
+            if time.monotonic() > deadline:
+                os.killpg(sweep.pid, signal.SIGKILL)
+                raise
+            os.killpg(sweep.pid, signal.SIGCONT)
     assert sweep.returncode == 130, stderr
     assert "Traceback" not in stderr and "KeyboardInterrupt" not in stderr, stderr
     kept = read_results(run_dir)

@@ -123,19 +123,30 @@ def device_peak(device: str, dtype: str, recorded: float | None = None) -> tuple
     return measure_cpu_peak(dtype), f"{dtype} GEMM measured in this cell on this CPU (no per-sweep value)"
 
 
-def measure_cpu_peak(dtype: str = "float32", size: int = 1024, repeats: int = 5) -> float:
-    """Best FLOP/s of a square GEMM on the CPU (a few runs; the fastest is the closest to peak)."""
+def measure_cpu_peak(
+    dtype: str = "float32", size: int = 1024, repeats: int = 10, warmup_s: float = 0.3, min_s: float = 0.5
+) -> float:
+    """Best FLOP/s of a square GEMM on the CPU: GEMMs for ``warmup_s`` first (the thread pool and the clock
+    ramp up: one warm-up GEMM left a fresh process at 50-60 GFLOP/s where the same 2 threads reach 190, and the
+    coverage run's floor was then beaten by 4 cells), then the fastest of at least ``repeats`` runs over at
+    least ``min_s`` (the fastest is the closest to peak). About a second."""
     import torch
 
     torch_dtype = getattr(torch, dtype) if dtype in ("float32", "bfloat16", "float16") else torch.float32
     a = torch.randn(size, size, dtype=torch_dtype)
     b = torch.randn(size, size, dtype=torch_dtype)
-    torch.mm(a, b)  # warm up the kernel selection
+    started = time.perf_counter()
+    torch.mm(a, b)  # the kernel selection, at least once
+    while time.perf_counter() - started < warmup_s:
+        torch.mm(a, b)
     best = float("inf")
-    for _ in range(repeats):
+    runs = 0
+    started = time.perf_counter()
+    while runs < repeats or time.perf_counter() - started < min_s:
         start = time.perf_counter()
         torch.mm(a, b)
         best = min(best, time.perf_counter() - start)
+        runs += 1
     return 2 * size**3 / best
 
 
