@@ -177,14 +177,15 @@ def gate(
 ) -> None:
     """Check every cell: parity, engagement, claimed support, performance. Exit 1 when a gate fails."""
     from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
-    from accel.sweep.runner import unmeasured_cells
+    from accel.sweep.runner import run_measure, unmeasured_cells
 
     run_dir = results if results.is_dir() else results.parent
     junit_path, summary_path = junit or run_dir / "gate.junit.xml", summary or run_dir / "gate.md"
     for path, option in ((junit_path, "--junit"), (summary_path, "--summary")):
         _refuse_directory(path, option)  # before any work: the gate writes nothing when one cannot be written
     records = _read_records(results)
-    report = gate_records(records, load_gate_data(thresholds, claims, baseline), unmeasured_cells(run_dir, records))
+    data = load_gate_data(thresholds, claims, baseline)
+    report = gate_records(records, data, unmeasured_cells(run_dir, records), run_measure(run_dir))
     text = markdown_summary(report)
     _write_output(junit_path, junit_xml(report), "--junit", "the JUnit report")
     _write_output(summary_path, text, "--summary", "the summary")
@@ -205,8 +206,10 @@ def table(
     from accel.gate import load_gate_data
     from accel.report.inject import inject_file
     from accel.report.tables import render_tables
+    from accel.sweep.runner import run_measure
 
-    tables = render_tables(_read_records(results), load_gate_data(thresholds, claims))
+    run_dir = results if results.is_dir() else results.parent
+    tables = render_tables(_read_records(results), load_gate_data(thresholds, claims), run_measure(run_dir))
     if not inject:
         for name, text in tables.items():
             typer.echo(f"<!-- omni-accel:begin {name} -->\n{text}<!-- omni-accel:end {name} -->\n")

@@ -72,7 +72,7 @@ class AccelCells:
         results = option("accel_results")
         if results:
             from accel.results import load_results
-            from accel.sweep.runner import unmeasured_cells
+            from accel.sweep.runner import run_measure, unmeasured_cells
 
             loaded = load_results(results)
             self.records = loaded.records
@@ -81,12 +81,17 @@ class AccelCells:
             # as `omni-accel gate` does: a cell the run planned (cells.planned.json, profile.resolved.yaml) but
             # never recorded (an interrupted sweep) is an item, and fails as never measured
             self.unmeasured: list[tuple[str, str]] = unmeasured_cells(run_dir, self.records)
+            self.run = run_measure(run_dir)  # what the run's profile asked of every speed claim
         else:
+            from accel.gate.judge import RunMeasure
+            from accel.measure.speedup import noise_band
             from accel.profile import load_profile
 
             self.profile_path = option("accel_profile")
             self.profile = load_profile(self.profile_path)
             self.run_dir = Path(option("accel_out") or tempfile.mkdtemp(prefix="omni-accel-"))
+            measure = self.profile.measure
+            self.run = RunMeasure(noise_band(measure.min_effect), measure.confidence)
 
     def cell_keys(self) -> list[tuple[str, str]]:
         if self.records is not None:
@@ -117,7 +122,7 @@ class AccelCells:
             records = self.measured()
             recorded = {(r["model"], r["variant"]) for r in records}
             unmeasured = [key for key in self.cell_keys() if key not in recorded]
-            self.report = judge_records(records, self.data, unmeasured)
+            self.report = judge_records(records, self.data, unmeasured, self.run)
         return self.report
 
     @pytest.hookimpl(trylast=True)

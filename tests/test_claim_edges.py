@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from accel.gate.judge import nothing_measured, publishable_claim
+from accel.gate.judge import RunMeasure, nothing_measured, publishable_claim
 from accel.measure.speedup import (
     EQUIVALENT,
     FASTER,
@@ -170,7 +170,7 @@ def test_nothing_measured_only_when_no_record_ran_and_it_names_the_first():
 def _record(variant: str, ratios: list[float], looks: int = 1, confidence: float | None = None) -> dict[str, Any]:
     estimate = paired_speedup(ratios, [1.0] * len(ratios), 1 - (1 - (confidence or 0.95)) / looks)
     estimate = type(estimate)(**{**estimate.to_dict(), "looks": looks})
-    claim = classify(estimate, BAND, 0.95)
+    claim = classify(estimate, BAND, confidence or 0.95)
     speedup_ci = {**estimate.to_dict(), "verdict": claim.verdict, "reason": claim.reason, "band": list(BAND)}
     if confidence is not None:
         speedup_ci["requested_confidence"] = confidence
@@ -197,10 +197,13 @@ def test_a_claim_whose_record_lost_its_band_or_pairs_is_unverified_beside_any_fl
     lacks = "the record lacks its interleaved pairs, their planned looks or its noise band"
     no_band = {**cache, "speedup_ci": {k: v for k, v in cache["speedup_ci"].items() if k != "band"}}
     no_looks = {**cache, "paired": {**cache["paired"], "estimate": {"n": 40}}}
-    for record in (no_band, {**cache, "paired": None}, no_looks):
+    for record in ({**cache, "paired": None}, no_looks):
         judged = publishable_claim(record, floor)
         assert judged["verdict"] == UNVERIFIED, judged
         assert judged["reason"] == f"{cache['speedup_ci']['reason']}, but {lacks}: the gate publishes what they show"
+    judged = publishable_claim(no_band, floor)
+    assert judged["verdict"] == UNVERIFIED
+    assert "but its band None is not a noise band 1/(1+t)..1+t with 0 < t < 1" in judged["reason"], judged
     judged = publishable_claim(cache, {**floor, "paired": None})
     assert judged["verdict"] == UNVERIFIED
     assert judged["reason"] == (
@@ -220,7 +223,6 @@ def test_a_claim_is_published_only_as_its_own_pairs_give_it():
         "slower": {**claim, "verdict": "slower"},
         "made up": {**claim, "ratio": 10.0, "low": 9.0, "high": 11.0},
         "inside the band": {**claim, "low": 0.99, "high": 1.01},
-        "looser confidence": {**claim, "requested_confidence": 0.6},
     }
     for edit, edited in edits.items():
         judged = publishable_claim({**cache, "speedup_ci": edited}, floor)
@@ -256,8 +258,9 @@ def test_a_sample_exactly_at_its_coverage_edge_clears():
 
 def test_the_records_requested_confidence_sets_the_split():
     """Five pairs cannot reach the variant's share at 95% (96%: 6 pairs) but can at 80% (84%: 4 pairs): the
-    gate judges at the confidence the run asked for, which the record keeps."""
+    gate judges at the confidence the run asked for, which the record and its noise floor keep alike."""
     floor = _record("noise-floor", STEADY_FLOOR)
+    floor_at_80 = _record("noise-floor", STEADY_FLOOR, confidence=0.8)
 
     def five_pairs(confidence: float | None) -> dict[str, Any]:
         record = _record("cache", TWO_X[:5], confidence=confidence)
@@ -267,7 +270,80 @@ def test_the_records_requested_confidence_sets_the_split():
     at_default = publishable_claim(five_pairs(None), floor)
     assert at_default["verdict"] == UNVERIFIED
     assert "5 pairs over 1 planned look(s) cannot reach 95% confidence" in at_default["reason"], at_default
-    assert publishable_claim(five_pairs(0.8), floor)["verdict"] == FASTER
+    assert publishable_claim(five_pairs(0.8), floor_at_80)["verdict"] == FASTER
+    asked_80 = RunMeasure(BAND, 0.8)
+    assert publishable_claim(five_pairs(0.8), floor_at_80, run=asked_80)["verdict"] == FASTER
+
+
+def test_a_claim_judged_with_a_band_or_confidence_its_run_did_not_ask_is_not_published():
+    """The review widened a record's band to [0.5, 2.0] (a 1.0x claim became 'equivalent'), lowered its
+    confidence to 0.51 with a recomputed interval, and both were published: a claim must be judged with its noise
+    floor's band and confidence, a noise band of measure.min_effect's range, and the run's profile's when known."""
+    floor, cache = _record("noise-floor", STEADY_FLOOR), _record("cache", TWO_X)
+    same = _record("same", STEADY_FLOOR)
+    asked = RunMeasure(BAND, 0.95)
+    assert publishable_claim(cache, floor, run=asked)["verdict"] == FASTER
+    assert publishable_claim(same, floor, run=asked)["verdict"] == EQUIVALENT
+
+    def edited(record: dict[str, Any], **claim: Any) -> dict[str, Any]:
+        return {**record, "speedup_ci": {**record["speedup_ci"], **claim}}
+
+    wide = noise_band(0.9)
+    cases = {
+        "not a noise band": (edited(same, band=[0.5, 2.0]), floor, None, "its band [0.5, 2.0] is not a noise band"),
+        "band not the floor's": (edited(same, band=list(wide)), floor, None, "is not its noise floor's"),
+        "band not the run's": (
+            edited(same, band=list(wide)),
+            edited(floor, band=list(wide)),
+            asked,
+            "is not the run's (0.952381..1.05",
+        ),
+        "confidence out of range": (
+            edited(cache, requested_confidence=0.4),
+            floor,
+            None,
+            "its confidence 0.4 is outside measure.confidence",
+        ),
+        "confidence not the floor's": (
+            edited(cache, requested_confidence=0.6),
+            floor,
+            None,
+            "its confidence 0.6 is not its noise floor's (0.95)",
+        ),
+        "confidence not the run's": (
+            _record("cache", TWO_X, confidence=0.51),
+            _record("noise-floor", STEADY_FLOOR, confidence=0.51),
+            asked,
+            "its confidence 0.51 is not the run's (0.95",
+        ),
+    }
+    for case, (record, its_floor, run, why) in cases.items():
+        judged = publishable_claim(record, its_floor, run=run)
+        assert judged["verdict"] in (UNVERIFIED, NOISE), (case, judged)
+        assert why in judged["reason"] and judged["reason"].endswith("no claim is verified"), (case, judged["reason"])
+    # the same records, judged as their run asked, publish as recorded
+    lowered = _record("cache", TWO_X, confidence=0.51)
+    lowered_floor = _record("noise-floor", STEADY_FLOOR, confidence=0.51)
+    assert publishable_claim(lowered, lowered_floor, run=RunMeasure(BAND, 0.51)) == lowered["speedup_ci"]
+
+
+def test_only_a_measured_variant_that_ran_and_engaged_publishes_a_claim():
+    """The review copied a faster claim onto the baseline, and onto cells that failed (status failed, or no
+    engagement evidence: a gate failure): each was published. Only a variant that ran and engaged claims."""
+    floor, cache = _record("noise-floor", STEADY_FLOOR), _record("cache", TWO_X)
+    assert publishable_claim(cache, floor)["verdict"] == FASTER
+    baseline = {**cache, "variant": "baseline"}
+    crashed = {**cache, "status": "failed"}
+    judged = publishable_claim(baseline, floor)
+    assert judged["verdict"] == UNVERIFIED and "a reference cell" in judged["reason"], judged
+    judged = publishable_claim(crashed, floor)
+    assert judged["verdict"] == UNVERIFIED and "the cell did not run (status failed)" in judged["reason"], judged
+    judged = publishable_claim(cache, floor, voided="engagement of cache: measured failed, required engaged")
+    assert judged["verdict"] == UNVERIFIED
+    assert judged["reason"] == (
+        "the gate failed the cell's timing (engagement of cache: measured failed, required engaged): its claim is "
+        "not published"
+    )
 
 
 def test_an_unverified_claim_quotes_the_floors_reason():

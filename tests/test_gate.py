@@ -891,7 +891,40 @@ def test_a_planned_cell_missing_from_the_results_fails_and_every_measured_speedu
         "wan/pab",
     ]
     ci = {f"{r['model']}/{r['variant']}": r.get("speedup_ci") for r in records}
-    assert all(claim is ci[key] for key, claim in report.speed_claims)
+    # as recorded, except wan/pab's: no engagement evidence voids its timing (below)
+    assert all(claim is ci[key] for key, claim in report.speed_claims if key != "wan/pab")
+    assert dict(report.speed_claims)["wan/pab"]["verdict"] == "unverified"
+
+
+def test_a_cell_whose_feature_did_not_engage_or_whose_baseline_failed_publishes_no_claim():
+    """The review copied a faster claim onto cells whose timing the gate voids (no engagement evidence; a
+    baseline that crashed), and onto the baseline: each was published. A parity failure leaves its speed shown
+    (the trade-off), a voided timing does not."""
+    from accel.gate import judge_records
+
+    records = results()
+    no_evidence = [{**r, "evidence": {}} if r["variant"] == "compile" and r["model"] == "flux" else r for r in records]
+    claims = dict(judge_records(no_evidence, _data()).speed_claims)
+    assert claims["flux/compile"]["verdict"] == "unverified"
+    assert "the gate failed the cell's timing (engagement of compile" in claims["flux/compile"]["reason"]
+    assert claims["wan/compile"]["verdict"] == "faster"  # the other model's untouched
+    fbc = dict(judge_records(records, _data()).speed_claims)["flux/fbc-loose"]
+    assert _verdict("flux/fbc-loose", records).outcome == FAIL and fbc["verdict"] == "faster"  # out of parity only
+    crashed = [{**r, "status": "failed", "error": "boom"} if r["variant"] == "baseline" else r for r in records]
+    claims = dict(judge_records(crashed, _data()).speed_claims)
+    assert (
+        claims["flux/compile"]["verdict"] == "unverified"
+        and "baseline: measured failed" in claims["flux/compile"]["reason"]
+    )
+    copied = [{**r, "speedup_ci": ci_of(records, "flux/compile")} if r["variant"] == "baseline" else r for r in records]
+    claims = dict(judge_records(copied, _data()).speed_claims)
+    assert (
+        claims["flux/baseline"]["verdict"] == "unverified" and "a reference cell" in claims["flux/baseline"]["reason"]
+    )
+
+
+def ci_of(records: list[dict], key: str) -> dict:
+    return next(r["speedup_ci"] for r in records if f"{r['model']}/{r['variant']}" == key)
 
 
 def test_a_record_without_a_modality_is_judged_as_an_image():

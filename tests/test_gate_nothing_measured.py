@@ -120,3 +120,46 @@ def test_the_gate_keeps_a_claim_beyond_an_undecided_floor_as_the_sweep_does():
     assert judged["verdict"] == "unverified" and "does not clear the noise band" in judged["reason"]
     pairs_gone = {**big, "paired": {"estimate": big["paired"]["estimate"]}}
     assert publishable_claim(pairs_gone, floor)["verdict"] == "unverified"
+
+
+def _quickstart_copy(tmp_path):
+    import shutil
+    from pathlib import Path
+
+    committed = Path(__file__).resolve().parents[1] / "reports" / "quickstart"
+    run = tmp_path / "run"
+    run.mkdir()
+    for name in ("results.jsonl", "cells.planned.json", "profile.resolved.yaml"):
+        shutil.copy(committed / name, run / name)
+    return run
+
+
+def test_the_gate_holds_claims_to_the_band_and_confidence_of_the_runs_profile(tmp_path, monkeypatch, capsys):
+    """The review edited every record of a run (the noise floor's too) to a wider band, or a lower confidence
+    with intervals recomputed: consistent among themselves, they were published. ``omni-accel gate`` on a run
+    directory holds them to profile.resolved.yaml's measure.min_effect and measure.confidence."""
+    from accel.measure.speedup import noise_band, paired_speedup
+
+    run = _quickstart_copy(tmp_path)
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
+    assert "| mini-flux/cache-dit-0.5 | 1.56x [1.31–1.77] | faster |" in out, out
+    records = [json.loads(line) for line in (run / "results.jsonl").read_text().splitlines()]
+    wide = list(noise_band(0.5))
+    widened = [{**r, "speedup_ci": {**r["speedup_ci"], "band": wide}} if r.get("speedup_ci") else r for r in records]
+    _write(run, widened)
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
+    assert "| mini-flux/cache-dit-0.5 | 1.56x? | unverified |" in out and "| faster |" not in out, out
+    assert "is not the run's (0.952381..1.05, from profile.resolved.yaml's measure.min_effect)" in out
+
+    def lowered(record: dict) -> dict:
+        claim, paired = record.get("speedup_ci"), record.get("paired")
+        if not claim or not paired:
+            return record
+        looks = paired["estimate"]["looks"]
+        again = paired_speedup(paired["reference_s"], paired["variant_s"], 1 - 0.49 / looks).to_dict()
+        return {**record, "speedup_ci": {**claim, **again, "looks": looks, "requested_confidence": 0.51}}
+
+    _write(run, [lowered(r) for r in records])
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
+    assert "its confidence 0.51 is not the run's (0.95, profile.resolved.yaml's measure.confidence)" in out, out
+    assert "| faster |" not in out and "| equivalent |" not in out

@@ -51,11 +51,12 @@ def injected_tables(write: bool) -> list[str]:
     from accel.report.inject import inject_file
     from accel.report.tables import render_tables
     from accel.results import load_results
+    from accel.sweep.runner import run_measure
 
     data = load_gate_data()
     stale = []
     for page, run in INJECTED:
-        tables = render_tables(load_results(ROOT / run).records, data)
+        tables = render_tables(load_results(ROOT / run).records, data, run_measure(ROOT / run))
         stale += [f"{page}: {name}" for name in inject_file(ROOT / page, tables, check=not write)]
     return stale
 

@@ -5,6 +5,7 @@ a baseline or noise floor that did not run fails its model), and a whole results
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from accel.gate.data import GateData, claim_for
@@ -36,6 +37,18 @@ from accel.results import declared_tag, feature_options, is_noise_floor, lossy_f
 
 # measure.confidence's default: the confidence of a record written before ``speedup_ci`` kept the one it asked.
 DEFAULT_CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class RunMeasure:
+    """What the run's profile (``profile.resolved.yaml``) asked of every speed claim: the noise band its
+    ``measure.min_effect`` gives and its ``measure.confidence``. A claim published from the run's results must
+    have been judged with both (``publishable_claim``): a record cannot widen its own band or lower its own
+    confidence."""
+
+    band: tuple[float, float]
+    confidence: float
+
 
 # What a model's cells are judged against when its baseline record is missing from the results.
 NO_BASELINE = {"status": "missing", "error": "no baseline record in these results"}
@@ -279,12 +292,16 @@ def gate_reference(record: dict[str, Any], data: GateData, modality: str) -> Cel
 
 
 def judge_records(
-    records: list[dict[str, Any]], data: GateData, unmeasured: list[tuple[str, str]] | None = None
+    records: list[dict[str, Any]],
+    data: GateData,
+    unmeasured: list[tuple[str, str]] | None = None,
+    run: RunMeasure | None = None,
 ) -> GateReport:
     """The one judgement of a results file, shared by ``omni-accel gate``, the pytest plugin and the tables:
     a verdict on every record (the baselines and noise floors too: a failed reference fails the run) and
     on every ``unmeasured`` cell (planned by the run's profile, missing from its results: an interrupted
-    sweep or a lost record never passes a gate)."""
+    sweep or a lost record never passes a gate). Its speed claims are the publishable ones
+    (``with_publishable_claims``, against ``run``: what the run's profile asked, when it is known)."""
     floors = noise_floors(records)
     baselines = {r["model"]: r for r in records if r["variant"] == BASELINE}
     verdicts = []
@@ -304,7 +321,7 @@ def judge_records(
         verdicts.append(missing)
     claims = [
         (f"{r['model']}/{r['variant']}", r["speedup_ci"])
-        for r in with_publishable_claims(records)
+        for r in with_publishable_claims(records, claims_voided(verdicts), run)
         if r.get("speedup_ci") and not is_noise_floor(r)
     ]
     notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
@@ -327,13 +344,42 @@ def nothing_measured(records: list[dict[str, Any]]) -> str | None:
     )
 
 
-def with_publishable_claims(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+# The gate's failed checks that void a cell's speed claim: the feature did not engage (the time is not its), the
+# baseline it was timed against did not run, or a timed step fell below its floor. A parity, adherence or
+# performance failure leaves the measured speed true: it is what the trade-off costs and is still shown.
+CLAIM_VOIDING_CHECKS = ("engagement", "baseline", "timing validity")
+
+
+def claims_voided(verdicts: list[CellVerdict]) -> dict[tuple[str, str], str]:
+    """(model, variant) -> the failed checks, of every cell whose speed claim the gate's verdict voids
+    (``CLAIM_VOIDING_CHECKS``): cells whose claims are not published."""
+    voided = {}
+    for v in verdicts:
+        lines = [c.line() for c in v.checks if not c.ok and c.name.startswith(CLAIM_VOIDING_CHECKS)]
+        if lines:
+            voided[(v.model, v.variant)] = "; ".join(lines)
+    return voided
+
+
+def with_publishable_claims(
+    records: list[dict[str, Any]],
+    voided: dict[tuple[str, str], str] | None = None,
+    run: RunMeasure | None = None,
+) -> list[dict[str, Any]]:
     """The records with each claim (``speedup_ci``) as it may be published (``publishable_claim``, against its
-    model's noise-floor record in the same list): what the gate's "Speed claims" and every generated table show,
-    so a results file read on its own never publishes more than its noise floor verifies."""
+    model's noise-floor record in the same list, the gate's failed checks that void a cell's claim
+    (``voided``, by (model, variant): ``claims_voided``) and what the run's profile asked (``run``)): what
+    the gate's "Speed claims" and every generated table show, so a results file read on its own never
+    publishes more than its noise floor verifies."""
     floor_records = {r["model"]: r for r in records if is_noise_floor(r)}
+    voided = voided or {}
     return [
-        {**r, "speedup_ci": publishable_claim(r, floor_records.get(r["model"]))}
+        {
+            **r,
+            "speedup_ci": publishable_claim(
+                r, floor_records.get(r["model"]), voided=voided.get((r["model"], r["variant"])), run=run
+            ),
+        }
         if r.get("speedup_ci") and not is_noise_floor(r)
         else r
         for r in records
@@ -348,14 +394,73 @@ def _not_published(claim: dict[str, Any], reason: str) -> dict[str, Any]:
     return {**claim, "verdict": NOISE if claim.get("verdict") == EQUIVALENT else UNVERIFIED, "reason": reason}
 
 
-def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> dict[str, Any]:
-    """A record's claim (its ``speedup_ci``) as the gate may publish it, judged again from the pairs: without a
-    noise-floor record that ran in the same results (removed, a results file without its run's profile, or one
-    that failed or was not timed), a speedup or an equivalence is verified by nothing and is shown
-    ``unverified`` (an equivalence ``noise``). A faster/slower/equivalent verdict stands only when the record's
-    own pairs give it (``verdict_from_pairs``: an edited interval or verdict, or pairs and looks removed, do not)
-    and the floor's recorded verdict is what its pairs give; then ``against_noise_floor`` applies as at
-    measurement, the floor's possible bias (``floor_bias_of``) computed again from both records' pairs."""
+def _noise_band_of(band: Any) -> tuple[float, float] | None:
+    """``band`` when it is a noise band ``1/(1+t) .. 1+t`` with ``0 < t < 1`` (measure.min_effect's range)."""
+    import math
+
+    if not (isinstance(band, (list, tuple)) and len(band) == 2):
+        return None
+    if not all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in band):
+        return None
+    low, high = float(band[0]), float(band[1])
+    return (low, high) if 0 < high - 1 < 1 and math.isclose(low, 1 / high, rel_tol=1e-9) else None
+
+
+def _same_band(band: tuple[float, float], other: tuple[float, float]) -> bool:
+    import math
+
+    return all(math.isclose(a, b, rel_tol=1e-9) for a, b in zip(band, other, strict=True))
+
+
+def claim_settings_problem(claim: dict[str, Any], floor_claim: dict[str, Any], run: RunMeasure | None) -> str | None:
+    """Why a claim was not judged as its run asked, or None: its band must be a noise band
+    (``1/(1+t) .. 1+t``, ``0 < t < 1``: measure.min_effect's range) and its confidence in measure.confidence's
+    range (0.5, 1), both the same as its noise floor's and, when the run's profile is known (``run``), as the
+    profile's. An edited record that widens its band or lowers its confidence publishes nothing."""
+    band = _noise_band_of(claim.get("band"))
+    if band is None:
+        return f"its band {claim.get('band')} is not a noise band 1/(1+t)..1+t with 0 < t < 1 (measure.min_effect)"
+    confidence = claim.get("requested_confidence", DEFAULT_CONFIDENCE)
+    if isinstance(confidence, bool) or not (isinstance(confidence, (int, float)) and 0.5 < confidence < 1):
+        return f"its confidence {confidence} is outside measure.confidence's range (0.5, 1)"
+    floor_band = _noise_band_of(floor_claim.get("band"))
+    if floor_band is None or not _same_band(band, floor_band):
+        return f"its band {list(band)} is not its noise floor's ({floor_claim.get('band')}): they were not judged alike"
+    floor_confidence = floor_claim.get("requested_confidence", DEFAULT_CONFIDENCE)
+    if floor_confidence != confidence:
+        return f"its confidence {confidence} is not its noise floor's ({floor_confidence}): they were not judged alike"
+    if run is None:
+        return None
+    if not _same_band(band, run.band):
+        expected = f"{run.band[0]:.6g}..{run.band[1]:.6g}"
+        return f"its band {list(band)} is not the run's ({expected}, from profile.resolved.yaml's measure.min_effect)"
+    if confidence != run.confidence:
+        asked = f"{run.confidence}, profile.resolved.yaml's measure.confidence"
+        return f"its confidence {confidence} is not the run's ({asked})"
+    return None
+
+
+def publishable_claim(
+    record: dict[str, Any],
+    floor: dict[str, Any] | None,
+    *,
+    voided: str | None = None,
+    run: RunMeasure | None = None,
+) -> dict[str, Any]:
+    """A record's claim (its ``speedup_ci``) as the gate may publish it, judged again from the pairs.
+
+    Only a measured variant that ran (status ok) and whose gate verdict does not void its timing (``voided``:
+    the failed checks, ``claims_voided``: a feature that did not engage, a baseline that did not run, a step
+    below its floor) makes a claim: the baseline and noise floor are the references. Without a noise-floor
+    record that ran in the same results (removed, a results file without its run's profile, or one that
+    failed or was not timed), a speedup or an equivalence is verified by nothing and is shown ``unverified``
+    (an equivalence ``noise``). A faster/slower/equivalent
+    verdict stands only when the record's own pairs give it (``verdict_from_pairs``: an edited interval or
+    verdict, or pairs and looks removed, do not) and the floor's recorded verdict is what its pairs give,
+    both judged with the same band and confidence, the run's when known (``run``; ``claim_settings_problem``);
+    then ``against_noise_floor`` applies as at measurement, the floor's possible bias (``floor_bias_of``)
+    computed again from both records' pairs.
+    """
     from accel.measure.speedup import (
         DECIDED,
         EQUIVALENT,
@@ -373,6 +478,12 @@ def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> d
     verdict = claim.get("verdict")
     if verdict not in DECIDED:
         return claim
+    if is_reference(record):
+        return _not_published(claim, "a reference cell (the baseline or its noise floor) makes no speed claim")
+    if record.get("status") != "ok":
+        return _not_published(claim, f"the cell did not run (status {record.get('status')}): it claims nothing")
+    if voided is not None:
+        return _not_published(claim, f"the gate failed the cell's timing ({voided}): its claim is not published")
     ran = floor is not None and floor.get("status") == "ok" and bool(floor.get("warm"))
     floor_ci = floor.get("speedup_ci") if floor is not None and ran else None
     if not floor_ci or floor_ci.get("verdict") is None:
@@ -382,6 +493,9 @@ def publishable_claim(record: dict[str, Any], floor: dict[str, Any] | None) -> d
         )
         return _not_published(claim, reason)
     own_reason = claim.get("reason") or ""
+    settings_problem = claim_settings_problem(claim, floor_ci, run)
+    if settings_problem:
+        return _not_published(claim, f"{own_reason}, but {settings_problem}: no claim is verified")
     confidence = claim.get("requested_confidence", DEFAULT_CONFIDENCE)
     from_pairs, why = verdict_from_pairs(claim, record.get("paired"), confidence)
     if from_pairs != verdict:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
-from accel.gate.judge import with_publishable_claims
+from accel.gate.judge import RunMeasure, claims_voided, with_publishable_claims
 from accel.measure.speedup import format_speedup
 from accel.report.format import fmt, table_lines
 from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, peak_memory_bytes, warm_median
@@ -319,11 +319,12 @@ def family_counts(records: list[dict[str, Any]], data: GateData) -> str:
     return "\n".join(lines) + f"\n\n{legend}\n"
 
 
-def render_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, str]:
+def render_tables(records: list[dict[str, Any]], data: GateData, run: RunMeasure | None = None) -> dict[str, str]:
     """Every table by its injection name: support-matrix, compatibility, family-counts, feature-<name>,
-    performance-<model>. Each claim is shown as the gate publishes it (``with_publishable_claims``): a speedup
-    the record holds but its noise floor does not verify is shown unverified here too."""
-    records = with_publishable_claims(records)
+    performance-<model>. Each claim is shown as the gate publishes it (``with_publishable_claims``, against the
+    gate's verdicts and ``run``: what the run's profile asked): a speedup the record holds but its noise floor
+    does not verify, or one whose feature did not engage, is shown unverified here too."""
+    records = with_publishable_claims(records, claims_voided(gate_records(records, data, run=run).verdicts), run)
     tables = {
         "support-matrix": support_matrix(records, data),
         "compatibility": compatibility_matrix(records, data),

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -36,6 +36,9 @@ from accel.sweep.resume import (
     resolved_profile,
 )
 from accel.sweep.spec import BASELINE, CELL_FILES, NOISE_FLOOR, CellSpec, sample_keys
+
+if TYPE_CHECKING:
+    from accel.gate.judge import RunMeasure
 
 ENVIRONMENT_FILE = "environment.json"
 
@@ -88,6 +91,28 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
     else:
         return []
     return [(model, variant) for model, variant in planned if (model, variant) not in measured]
+
+
+def run_measure(run_dir: Path) -> RunMeasure | None:
+    """What the run's profile (``profile.resolved.yaml``) asked of every speed claim (its noise band and
+    confidence), for the gate to hold each record to; None for a bare results file. Only the ``measure``
+    section is read and checked: the gate never plans the run again (``unmeasured_cells``)."""
+    from pydantic import ValidationError
+
+    from accel.gate.judge import RunMeasure
+    from accel.measure.speedup import noise_band
+    from accel.profile import Measure, format_validation_error
+    from accel.yaml_bounds import load_yaml_file
+
+    path = run_dir / RESOLVED_PROFILE_FILE
+    if not path.is_file():
+        return None
+    section = load_yaml_file(path, "profile", advice="save the profile as UTF-8").get("measure") or {}
+    try:
+        measure = Measure.model_validate(section)
+    except ValidationError as error:
+        raise ConfigError(format_validation_error(f"{path}: measure", error, Measure)) from error
+    return RunMeasure(noise_band(measure.min_effect), measure.confidence)
 
 
 def cpu_peaks(profile: Profile, run_dir: Path, resume: bool) -> dict[str, Any] | None:
