@@ -418,3 +418,16 @@ def test_too_few_pairs_for_any_claim_beside_the_floor_are_named_at_plan_time(wri
     profile["measure"]["noise_floor"] = False
     code, _, err = invoke(monkeypatch, capsys, "plan", str(write_profile(profile)))
     assert code == 0 and "note:" not in err
+
+
+def test_a_claim_over_several_looks_needs_the_whole_runs_coverage_not_one_looks():
+    """Six pairs reach 96.9% coverage at one look, but a comparison planned over three looks spends the 5%
+    across them (each look 1 - 0.05/3): six pairs give the run only 90.6%, below the 95% it asked, so the
+    gate does not publish their claim however far above the band it lies."""
+    from accel.measure.speedup import verdict_from_pairs
+
+    once, thrice = _record("cache", TWO_X[:6], looks=1), _record("cache", TWO_X[:6], looks=3)
+    assert verdict_from_pairs(once["speedup_ci"], once["paired"], 0.95)[0] == FASTER
+    thrice["speedup_ci"]["verdict"] = FASTER  # as an edited record would say
+    verdict, why = verdict_from_pairs(thrice["speedup_ci"], thrice["paired"], 0.95)
+    assert verdict == UNVERIFIED and why == "6 pairs over 3 planned look(s) cannot reach 95% confidence", why

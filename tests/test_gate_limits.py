@@ -223,3 +223,20 @@ def test_features_of_one_family_that_declare_different_limits_give_the_loosest(m
         assert declared_adherence_limits() == {"x": 0.1}
     monkeypatch.setattr(accel.features, "FEATURES", {"a": feature(0.9, 25.0, 0.02)})
     assert declared_adherence_limits() == {"x": 0.02}
+
+
+def test_the_lossy_part_has_exactly_the_lossy_features_never_more():
+    """A cell with the lossy feature and another lossless one beside it (a superset) is not the lossy feature
+    alone: its error already holds a lossless feature's, so the bound would be judged against the wrong part."""
+    from accel.gate import lossy_part
+
+    tea = {"tea_cache": {"rel_l1_thresh": 0.6}}
+    record = {"model": "m", "variant": "both", "features": {**tea, "attention_backend": {"backend": "_native_math"}}}
+    parity = {"ssim": 0.9, "psnr": 30.0}
+    superset = {"model": "m", "variant": "tea+tiling", "status": "ok", "parity": parity}
+    superset["features"] = {**tea, "vae_use_tiling": True}
+    alone = {"model": "m", "variant": "tea", "status": "ok", "parity": parity, "features": tea}
+    assert lossy_part(record, [record, superset]) is None
+    assert lossy_part(record, [record, superset, alone]) is alone
+    other_setting = {**alone, "features": {"tea_cache": {"rel_l1_thresh": 0.8}}}
+    assert lossy_part(record, [record, other_setting]) is None
