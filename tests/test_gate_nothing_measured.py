@@ -163,3 +163,18 @@ def test_the_gate_holds_claims_to_the_band_and_confidence_of_the_runs_profile(tm
     _, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
     assert "its confidence 0.51 is not the run's (0.95, profile.resolved.yaml's measure.confidence)" in out, out
     assert "| faster |" not in out and "| equivalent |" not in out
+
+
+def test_a_claims_file_naming_no_model_of_the_results_gives_a_notice(tmp_path, monkeypatch, capsys):
+    """A user's claims file with a misspelt model (``flx``) left flux's cells judged with no claim, silently.
+    The shipped claims, which cover the whole zoo, give no such notice for the models a run did not measure."""
+    claims = tmp_path / "claims.yaml"
+    claims.write_text("models:\n  flx:\n    tiling: {supported: false}\n".replace("tiling", "vae_use_tiling"))
+    _write(tmp_path / "run", results())
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "run"), "--claims", str(claims))
+    assert (
+        f"{claims}: models.flx matched no model of these results (models here: flux, wan): its claims were not "
+        "used. Did you mean 'flux'?"
+    ) in out, out
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "run"))
+    assert "matched no model of these results" not in out

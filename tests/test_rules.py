@@ -80,3 +80,35 @@ def test_an_order_rule_of_the_wrong_shape_is_one_line(order, message):
 
     with pytest.raises(ConfigError, match=message):
         parse_order({"order": order}, "r.yaml")
+
+
+@pytest.mark.parametrize(
+    ("item", "message"),
+    [
+        (
+            {"feature": "compile", "options": {"granularity": "ful"}},
+            "rules[0].match: feature compile: options.granularity: 'ful' would never match (options.compile."
+            "granularity: Input should be 'regional' or 'full', got 'ful')",
+        ),
+        (
+            {"feature": "compile", "options": {"granularty": "full"}},
+            "rules[0].match: feature compile: unknown option 'granularty'. Did you mean 'granularity'? Allowed: "
+            "backend, dynamic, fullgraph, granularity, mode",
+        ),
+        (
+            {"feature": "compile", "options": {"fullgraph": 1}},
+            "rules[0].match: feature compile: options.fullgraph: 1 would never match",
+        ),
+        ({"family": "cache", "options": {"nope": 1}}, "rules[0].match: family cache: unknown option 'nope'."),
+    ],
+)
+def test_a_rule_whose_options_could_never_match_is_refused_naming_the_option(item, message):
+    """A misspelt option or value (``granularity: ful``) used to make its rule match nothing, silently: the
+    combination it forbids then ran. Every option must be one the feature (or a feature of the family) takes,
+    with a value it accepts as written."""
+    rules = {"rules": [{"match": [item, {"family": "offload"}], "reason": "x"}]}
+    with pytest.raises(ConfigError) as error:
+        parse_rules(rules, "r.yaml")
+    assert str(error.value).startswith(f"r.yaml: {message}"), str(error.value)
+    good = {**item, "options": {"granularity": "full"}} if item.get("feature") else {**item, "options": {}}
+    assert parse_rules({"rules": [{"match": [good, {"family": "offload"}], "reason": "x"}]}, "r.yaml")

@@ -92,12 +92,42 @@ def parse_rules(data: dict[str, Any], where: str) -> list[ConflictRule]:
                     f"{where}: rules[{index}].match: {item} must name one registered feature or family "
                     f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
                 )
+            _check_match_options(feature, family, options, f"{where}: rules[{index}].match")
             items.append(MatchItem(feature, family, tuple(sorted(options.items()))))
         reason, source = raw.get("reason"), raw.get("source", "")
         if len(items) < 2 or not isinstance(reason, str) or not reason or not isinstance(source, str):
             raise ConfigError(f"{where}: rules[{index}]: needs at least two match items and a reason (text)")
         rules.append(ConflictRule(tuple(items), reason, source))
     return rules
+
+
+def _check_match_options(feature: str | None, family: str | None, options: dict[str, Any], where: str) -> None:
+    """Refuse a match item's options that no feature it names could ever have: an unknown option (a misspelt
+    ``granularity``) or a value the feature refuses or reads differently (``granularity: ful``) would make the
+    rule match nothing, silently. A family's option must be one a feature of the family takes, with a value it
+    accepts as written."""
+    from accel.features import parse_feature_options
+    from accel.features.registry import FEATURES
+
+    candidates = [FEATURES[feature]] if feature else [f for f in FEATURES.values() if f.family == family]
+    who = f"feature {feature}" if feature else f"family {family}"
+    for key, value in options.items():
+        taking = [f for f in candidates if key in f.config_cls.model_fields]
+        if not taking:
+            allowed = {name for f in candidates for name in f.config_cls.model_fields}
+            raise ConfigError(f"{where}: {who}: {unknown_choice('option', str(key), allowed)}")
+        problems = []
+        for candidate in taking:
+            try:
+                parsed = parse_feature_options(candidate.name, {key: value}, "options")
+            except ConfigError as error:
+                problems.append(str(error))
+                continue
+            if getattr(parsed, key) == value:
+                break
+            problems.append(f"{candidate.name} reads {value!r} as {getattr(parsed, key)!r}")
+        else:
+            raise ConfigError(f"{where}: {who}: options.{key}: {value!r} would never match ({problems[0]})")
 
 
 RULE_KEYS = ("match", "reason", "source")
@@ -199,6 +229,9 @@ def declared_rules() -> tuple[ConflictRule, ...]:
                     f"feature {feature.name}: conflicts[{index}] must name one registered feature or family "
                     f"(features: {', '.join(sorted(FEATURES))}; families: {', '.join(sorted(families))})"
                 )
+            where = f"feature {feature.name}: conflicts[{index}]"
+            _check_match_options(feature.name, None, dict(conflict.own_options), where)
+            _check_match_options(conflict.feature, conflict.family, dict(conflict.options), where)
             own = MatchItem(feature.name, None, tuple(sorted(conflict.own_options)))
             other = MatchItem(conflict.feature, conflict.family, tuple(sorted(conflict.options)))
             rules.append(ConflictRule((own, other), conflict.reason, conflict.source or f"declared by {feature.name}"))

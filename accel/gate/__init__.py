@@ -75,6 +75,7 @@ from accel.gate.limits import (
     perf_check,
     required_parity,
     unmatched_baseline_entries,
+    unmatched_claim_models,
     unmatched_threshold_models,
 )
 from accel.gate.render import (
@@ -150,5 +151,6 @@ __all__ = [
     "required_parity",
     "summary_counts",
     "unmatched_baseline_entries",
+    "unmatched_claim_models",
     "unmatched_threshold_models",
 ]

@@ -22,6 +22,7 @@ class GateData:
     claims: dict[str, Any]
     perf: dict[str, Any] | None = None
     source: str = "feature_matrix/thresholds.yaml"
+    claims_source: str | None = None  # a claims file the user gave (--claims); None: the shipped one
 
 
 def _read_yaml(path: Path, what: str) -> dict[str, Any]:
@@ -50,7 +51,8 @@ def load_gate_data(
     perf = _read_yaml(baseline, "performance baseline") if baseline else None
     if perf is not None:
         check_perf_baseline(perf, str(baseline))
-    return GateData(threshold_data, claims_data.get("models") or {}, perf, str(threshold_path))
+    claims_source = str(claims) if claims else None
+    return GateData(threshold_data, claims_data.get("models") or {}, perf, str(threshold_path), claims_source)
 
 
 CLAIM_KEYS = ("supported", "note")

@@ -17,6 +17,7 @@ from accel.gate.limits import (
     perf_check,
     required_parity,
     unmatched_baseline_entries,
+    unmatched_claim_models,
     unmatched_threshold_models,
 )
 from accel.gate.verdict import (
@@ -324,7 +325,8 @@ def judge_records(
         for r in with_publishable_claims(records, claims_voided(verdicts), run)
         if r.get("speedup_ci") and not is_noise_floor(r)
     ]
-    notices = unmatched_threshold_models(records, data) + unmatched_baseline_entries(records, data)
+    notices = unmatched_threshold_models(records, data) + unmatched_claim_models(records, data)
+    notices += unmatched_baseline_entries(records, data)
     return GateReport(verdicts, notices, claims, nothing_measured=nothing_measured(records))
 
 

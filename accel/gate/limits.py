@@ -271,6 +271,21 @@ def unmatched_threshold_models(records: list[dict[str, Any]], data: GateData) ->
     ]
 
 
+def unmatched_claim_models(records: list[dict[str, Any]], data: GateData) -> list[str]:
+    """A notice for every model of a claims file the user gave (``--claims``) that names no model of the results:
+    a misspelt name would otherwise leave that model's cells judged with no claim, without a word. The shipped
+    claims cover the whole zoo, so a run of some of its models is not told about the others."""
+    if data.claims_source is None:
+        return []
+    measured = sorted({str(r["model"]) for r in records})
+    return [
+        f"{data.claims_source}: models.{name} matched no model of these results (models here: "
+        f"{', '.join(measured)}): its claims were not used.{did_you_mean(str(name), measured)}"
+        for name in data.claims
+        if str(name) not in measured
+    ]
+
+
 def unmatched_baseline_entries(records: list[dict[str, Any]], data: GateData) -> list[str]:
     """A notice for every performance-baseline entry that matched no measured cell."""
     if not data.perf:
