@@ -430,6 +430,12 @@ def _ckpt_case(kind: str):
             edit("transformer/config.json", lambda d: d.__setitem__("num_layers", "two"))
         elif kind == "heads":
             edit("transformer/config.json", lambda d: d.__setitem__("num_attention_heads", 3))
+        elif kind == "layers":
+            edit("transformer/config.json", lambda d: d.__setitem__("num_layers", 100000))
+        elif kind == "negative":
+            edit("transformer/config.json", lambda d: d.__setitem__("num_single_layers", -1))
+        elif kind == "huge":
+            edit("transformer/config.json", lambda d: d.__setitem__("joint_attention_dim", 10**23))
         elif kind == "components":
             variants = [{"name": "q", "features": {"quantization": {"components": ["transformr"]}}}]
         profile = tmp_path / "p.yaml"
@@ -644,6 +650,19 @@ REVIEW_CASES = {
         _ckpt_case("config-type"),
         r"component 'transformer' \(FluxTransformer2DModel\): .*transformer/config\.json: num_layers: 'two' is not "
         r"allowed: FluxTransformer2DModel takes a whole number",
+    ),
+    "config-asking-for-100000-layers": (  # building them on the meta device hung `plan`
+        _ckpt_case("layers"),
+        r"component 'transformer' \(FluxTransformer2DModel\): .*transformer/config\.json: num_layers: 100000 is not "
+        r"allowed: at most 1024 layers or blocks",
+    ),
+    "config-with-a-negative-count": (
+        _ckpt_case("negative"),
+        r"transformer/config\.json: num_single_layers: -1 is not allowed: a size or count, 0 or more",
+    ),
+    "config-with-a-size-beyond-any-model": (
+        _ckpt_case("huge"),
+        r"transformer/config\.json: joint_attention_dim: 100000000000000000000000 is not allowed: a number within",
     ),
     "head-count-not-matching-the-weights": (
         _ckpt_case("heads"),

@@ -10,6 +10,7 @@ no weights are loaded.
 from __future__ import annotations
 
 import json
+import re
 import struct
 from collections.abc import Mapping
 from pathlib import Path
@@ -258,9 +259,44 @@ def _check_model_config(cls: Any, folder: Path, where: str) -> None:
                 f"{where}: {config_path}: {key}: {value!r} is not allowed: {cls.__name__} takes "
                 f"{' or '.join(sorted(wanted))}"
             )
+    _check_config_sizes(config, config_path, where)
     if "quantization_config" in config:  # pre-quantized weights are packed: their shapes differ by design
         return
     _check_weight_shapes(cls, config, config_path, folder, where)
+
+
+# The most layers (or blocks, or entries of a per-block list) a model config may ask for: the largest diffusers
+# transformers have ~60 (Wan 14B: 40, HunyuanVideo: 20 + 40), and building the model on the meta device to check
+# its shapes costs time per layer (100000 layers hung ``plan``).
+MAX_CONFIG_LAYERS = 1024
+# The largest whole number any config value may be: no real size or count comes near it.
+MAX_CONFIG_INT = 2**31
+_COUNT_KEY = re.compile(r"(^num_.*(layers|blocks)$|_layers$|_blocks$|^layers_per_block$)")
+_SIZE_KEY = re.compile(r"(^num_|_layers$|_blocks$|layers_per_block|_heads$|_dim$|_dims$|_channels$|_size$|^groups$)")
+
+
+def _check_config_sizes(config: dict[str, Any], config_path: Path, where: str) -> None:
+    """Refuse a size or count no model has before anything is built from the config: a negative size
+    (``num_layers: -1`` builds a model with no layers that then loads nothing), a count of layers beyond
+    ``MAX_CONFIG_LAYERS`` (building 100000 of them on the meta device hung ``plan``), a list that long, or a
+    whole number beyond ``MAX_CONFIG_INT``."""
+
+    def refuse(key: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(f"{where}: {config_path}: {key}: {value!r} is not allowed: {allowed}")
+
+    for key, value in config.items():
+        values = value if isinstance(value, list) else [value]
+        if isinstance(value, list) and len(value) > MAX_CONFIG_LAYERS:
+            raise refuse(key, f"a list of {len(value)}", f"at most {MAX_CONFIG_LAYERS} entries (one per block)")
+        for item in values:
+            if isinstance(item, bool) or not isinstance(item, (int, float)):
+                continue
+            if _SIZE_KEY.search(key) and item < 0:
+                raise refuse(key, item, "a size or count, 0 or more")
+            if _COUNT_KEY.search(key) and item > MAX_CONFIG_LAYERS:
+                raise refuse(key, item, f"at most {MAX_CONFIG_LAYERS} layers or blocks")
+            if abs(item) > MAX_CONFIG_INT:
+                raise refuse(key, item, f"a number within ±{MAX_CONFIG_INT} (no model's size comes near it)")
 
 
 def _annotation_kinds(annotation: Any) -> set[str] | None:
