@@ -204,10 +204,12 @@ def table(
 ) -> None:
     """Render the support matrix, compatibility matrix and performance tables as markdown."""
     from accel.gate import load_gate_data
-    from accel.report.inject import inject_file
+    from accel.report.inject import inject_file, read_injectable
     from accel.report.tables import render_tables
     from accel.sweep.runner import run_measure
 
+    for path in inject:
+        read_injectable(path)  # the files the user named are checked before the run is read
     run_dir = results if results.is_dir() else results.parent
     tables = render_tables(_read_records(results), load_gate_data(thresholds, claims), run_measure(run_dir))
     if not inject:

@@ -179,8 +179,24 @@ def explain_error(model: Any, error: Mapping[str, Any]) -> tuple[tuple[Any, ...]
         return tuple(location), f", got {given!r}"
     suffix = f", got {given!r} (allowed: {describe_type(annotation, bounds)})"
     if isinstance(given, str) and "number" in describe_type(annotation) and _is_float_text(given):
-        suffix += f"; YAML reads {given} as text: write it with a decimal point ({float(given)!r})"
+        suffix += _text_number_hint(given, whole="whole number" in describe_type(annotation))
     return tuple(location), suffix
+
+
+def _text_number_hint(given: str, whole: bool) -> str:
+    """How to write a number YAML read as text: a quoted one (``"4"``, ``"3.5"``) without its quotes; an exponent
+    YAML 1.1 does not read (``1e23``, ``5e-2``) with a decimal point, or, for a whole number, in digits."""
+    import yaml
+
+    try:
+        unquoted = yaml.safe_load(given)
+    except yaml.YAMLError:
+        unquoted = given
+    if isinstance(unquoted, (int, float)) and not isinstance(unquoted, bool):  # YAML reads it as a number bare
+        return f"; it was written as text (quoted): write it without quotes ({given.strip()})"
+    if whole:
+        return "; YAML reads it as text: write the whole number in digits"
+    return f"; YAML reads {given} as text: write it with a decimal point ({float(given)!r})"
 
 
 def _is_float_text(text: str) -> bool:

@@ -226,6 +226,17 @@ class Workload(StrictModel):
             raise ValueError("prompts must not be empty strings")
         return value
 
+    @field_validator("seeds")
+    @classmethod
+    def _distinct_seeds(cls, value: list[int]) -> list[int]:
+        repeated = sorted({seed for seed in value if value.count(seed) > 1})
+        if repeated:
+            raise ValueError(
+                f"seed {repeated[0]} is given more than once: it would generate the same images again and count "
+                "them twice; give distinct seeds"
+            )
+        return value
+
 
 class Variant(StrictModel):
     """A named set of features, each with its options (``{}`` or ``true`` for the defaults)."""

@@ -111,6 +111,18 @@ CASES = {
         _with(models=[{"name": "m", "source": "tiny-flux", "workload": {"step": 2}}]),
         r"\.yaml: models\[0\].workload: unknown key 'step'. Did you mean 'steps'\?",
     ),
+    "quoted-number": (
+        _with(workload__steps="4"),
+        r"workload.steps: .*got '4' .*; it was written as text \(quoted\): write it without quotes \(4\)$",
+    ),
+    "exponent-for-a-whole-number": (
+        _with(workload__seeds=["1e+23"]),
+        r"workload.seeds\[0\]: .*got '1e\+23' .*; YAML reads it as text: write the whole number in digits$",
+    ),
+    "repeated-seed": (
+        _with(workload__seeds=[3, 0, 3]),
+        r"workload.seeds: seed 3 is given more than once: it would generate the same images again",
+    ),
     "model-workload-resolution-factor": (
         _with(models=[{"name": "m", "source": "tiny-flux", "workload": {"width": 72}}]),
         r"models\[0\].workload.width: 72 is not a multiple of 16, the resolution factor of model 'm'",
@@ -430,6 +442,9 @@ def _ckpt_case(kind: str):
             edit("transformer/config.json", lambda d: d.__setitem__("num_layers", "two"))
         elif kind == "heads":
             edit("transformer/config.json", lambda d: d.__setitem__("num_attention_heads", 3))
+        elif kind == "dup-class":
+            text = (ckpt / "model_index.json").read_text()
+            (ckpt / "model_index.json").write_text(text.replace("{", '{"_class_name": "FluxPipeline", ', 1))
         elif kind == "layers":
             edit("transformer/config.json", lambda d: d.__setitem__("num_layers", 100000))
         elif kind == "negative":
@@ -567,6 +582,10 @@ REVIEW_CASES = {
         lambda tmp, run: ["table", str(run), "--inject", str(_file(tmp, "doc.md", b"\x89PNG\r\n\x1a\n\x00\xff"))],
         r"doc\.md:1: not UTF-8 text \(byte 0x89\); --inject fills markdown files, UTF-8 text$",
     ),
+    "table-of-a-run-with-an-edited-resolved-profile": (
+        lambda tmp, run: ["table", str(run)],
+        r"profile\.resolved\.yaml: workload: duplicate key 'steps' \(lines \d+ and \d+\)",
+    ),
     # profiles and prompt sets
     "profile-two-measure-sections": (
         _profile_text(PROFILE_HEAD + "workload: {prompts: [x]}\nmeasure: {warmup: 0}\nmeasure: {repeats: 1}\n"),
@@ -650,6 +669,20 @@ REVIEW_CASES = {
         _ckpt_case("config-type"),
         r"component 'transformer' \(FluxTransformer2DModel\): .*transformer/config\.json: num_layers: 'two' is not "
         r"allowed: FluxTransformer2DModel takes a whole number",
+    ),
+    "model-index-key-twice": (  # diffusers would take the last one, silently
+        _ckpt_case("dup-class"),
+        r"model_index\.json: model_index\.json gives the key '_class_name' twice: keep one",
+    ),
+    "perf-baseline-device-twice": (
+        lambda tmp, run: _gate(
+            run, "--baseline", _file(tmp, "b.yaml", "devices:\n  cpu: {m: {v: 1.0}}\n  CPU: {m: {v: 2.0}}\n")
+        ),
+        r"b\.yaml: devices: 'cpu' and 'CPU' name the same device \(keys match case-insensitively\)",
+    ),
+    "thresholds-section-not-a-mapping": (
+        lambda tmp, run: _gate(run, "--thresholds", _shipped_thresholds(tmp, lambda d: _set(d, "lossless", 1))),
+        r"t\.yaml: lossless: expected a mapping, got 1$",
     ),
     "config-asking-for-100000-layers": (  # building them on the meta device hung `plan`
         _ckpt_case("layers"),

@@ -188,7 +188,7 @@ def test_a_missing_data_file_is_named_by_its_kind(tmp_path):
         (_thresholds(lossless=None), "missing key 'lossless' (a mapping)"),
         (_thresholds(lossless_minimum=None), "missing key 'lossless_minimum' (a mapping)"),
         (_thresholds(lossy=None), "missing key 'lossy' (a mapping)"),
-        (_thresholds(lossy=[1]), "missing key 'lossy' (a mapping)"),
+        (_thresholds(lossy=[1]), "lossy: expected a mapping, got [1]"),
         (
             _thresholds(lossless_minimum={"image": {"ssim": 0.9, "psnr": 30}}),
             "lossless_minimum.video: expected a mapping with keys ssim and psnr, got None",

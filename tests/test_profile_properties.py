@@ -36,7 +36,7 @@ valid_profiles = st.fixed_dictionaries(
         "workload": st.fixed_dictionaries(
             {
                 "prompts": st.lists(st.text(min_size=1, max_size=20).filter(str.strip), min_size=1, max_size=3),
-                "seeds": st.lists(st.integers(0, 2**31), min_size=1, max_size=3),
+                "seeds": st.lists(st.integers(0, 2**31), min_size=1, max_size=3, unique=True),
                 "steps": st.integers(1, 50),
                 "height": st.sampled_from([16, 32, 64, 512]),
                 "guidance_scale": st.floats(0, 20, allow_nan=False),

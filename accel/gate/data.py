@@ -124,6 +124,14 @@ def check_perf_baseline(data: dict[str, Any], source: str) -> None:
         raise ConfigError(
             f"{source}: devices: expected a mapping of device to model to variant to seconds, got {devices!r}"
         )
+    seen: dict[str, Any] = {}
+    for device in devices:  # devices match case-insensitively (``baseline_device``): two such keys, one lost
+        earlier = seen.setdefault(str(device).lower(), device)
+        if earlier != device:
+            raise ConfigError(
+                f"{source}: devices: '{earlier}' and '{device}' name the same device (keys match "
+                "case-insensitively): merge them into one"
+            )
     for device, models in devices.items():
         if not isinstance(models, dict):
             raise ConfigError(f"{source}: devices.{device}: expected a mapping of model to variants, got {models!r}")
@@ -250,8 +258,10 @@ def check_thresholds(data: dict[str, Any], source: str) -> None:
         if key not in THRESHOLD_KEYS:
             raise ConfigError(f"{source}: {unknown_choice('key', key, THRESHOLD_KEYS)}")
     for key in ("lossless", "lossless_minimum", "lossy"):
-        if not isinstance(data.get(key), dict):
+        if key not in data:
             raise ConfigError(f"{source}: missing key '{key}' (a mapping)")
+        if not isinstance(data[key], dict):
+            raise ConfigError(f"{source}: {key}: expected a mapping, got {data[key]!r}")
     if "adherence" in data:
         _check_adherence(data["adherence"], source)
     for dtype, by_modality in data["lossless"].items():

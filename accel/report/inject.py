@@ -35,8 +35,12 @@ def inject(text: str, tables: dict[str, str], source: str = "<text>") -> tuple[s
     return new_text, changed
 
 
-def inject_file(path: Path, tables: dict[str, str], check: bool = False) -> list[str]:
-    """Fill the blocks of ``path`` (or, with ``check``, only report the stale ones); returns those names."""
+def read_injectable(path: Path) -> str:
+    """The UTF-8 text of a markdown file to fill; a missing, directory or binary file is a ConfigError.
+
+    ``omni-accel table`` calls it for every ``--inject`` file before it reads the run, so a wrong file
+    the user named is reported before any problem of the run.
+    """
     from accel.yaml_bounds import read_utf8_text
 
     if path.is_dir():
@@ -44,8 +48,12 @@ def inject_file(path: Path, tables: dict[str, str], check: bool = False) -> list
     if not path.is_file():
         raise ConfigError(f"{path}: file to inject into not found")
     # A binary file (or another encoding) is refused before anything is written; it was a UnicodeDecodeError.
-    text = read_utf8_text(path, "the file to inject into", "--inject fills markdown files, UTF-8 text", ConfigError)
-    new_text, changed = inject(text, tables, str(path))
+    return read_utf8_text(path, "the file to inject into", "--inject fills markdown files, UTF-8 text", ConfigError)
+
+
+def inject_file(path: Path, tables: dict[str, str], check: bool = False) -> list[str]:
+    """Fill the blocks of ``path`` (or, with ``check``, only report the stale ones); returns those names."""
+    new_text, changed = inject(read_injectable(path), tables, str(path))
     if changed and not check:
         try:
             path.write_text(new_text)

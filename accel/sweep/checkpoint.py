@@ -34,9 +34,22 @@ def is_weightless(class_name: str) -> bool:
 
 
 def read_json_object(path: Path, what: str) -> dict[str, Any]:
-    """A JSON file that must hold an object; a ConfigError saying what is wrong with it otherwise."""
+    """A JSON file that must hold an object, no key written twice in one object (diffusers would silently take
+    the last ``_class_name``); a ConfigError saying what is wrong with it otherwise."""
+
+    def no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        data = dict(pairs)
+        if len(data) < len(pairs):
+            seen: set[str] = set()
+            for key, _ in pairs:
+                if key in seen:
+                    break
+                seen.add(key)
+            raise ConfigError(f"{path}: {what} gives the key '{key}' twice: keep one")
+        return data
+
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8"), object_pairs_hook=no_repeated_keys)
     except OSError as error:
         raise ConfigError(f"{path}: cannot read {what}: {error.strerror or error}") from error
     except UnicodeDecodeError as error:
