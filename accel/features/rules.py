@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from accel.errors import ConfigError, unknown_choice
+from pydantic import ValidationError
+
+from accel.errors import ConfigError, explain_error, format_location, unknown_choice
 
 
 @dataclass(frozen=True)
@@ -106,7 +108,6 @@ def _check_match_options(feature: str | None, family: str | None, options: dict[
     ``granularity``) or a value the feature refuses or reads differently (``granularity: ful``) would make the
     rule match nothing, silently. A family's option must be one a feature of the family takes, with a value it
     accepts as written."""
-    from accel.features import parse_feature_options
     from accel.features.registry import FEATURES
 
     candidates = [FEATURES[feature]] if feature else [f for f in FEATURES.values() if f.family == family]
@@ -119,9 +120,15 @@ def _check_match_options(feature: str | None, family: str | None, options: dict[
         problems = []
         for candidate in taking:
             try:
-                parsed = parse_feature_options(candidate.name, {key: value}, "options")
-            except ConfigError as error:
-                problems.append(str(error))
+                parsed = candidate.parse_options({key: value})
+            except ValidationError as error:
+                location, suffix = explain_error(candidate.config_cls, error.errors()[0])
+                problems.append(
+                    f"options.{candidate.name}.{format_location(location)}: {error.errors()[0]['msg']}{suffix}"
+                )
+                continue
+            except (TypeError, ValueError) as error:
+                problems.append(f"options.{candidate.name}: {error}")
                 continue
             if getattr(parsed, key) == value:
                 break
