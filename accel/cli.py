@@ -75,7 +75,7 @@ def sweep(
     loaded = load_profile(path)  # before the heavy imports: a bad profile is refused in well under a second
     _setup_logging(verbose)
     run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    from accel.sweep.runner import failed_models, run_sweep
+    from accel.sweep.runner import failed_baselines, failed_models, run_sweep
 
     result = run_sweep(
         loaded, str(path), run_dir, executor=executor, resume=resume is not None, ray_address=ray_address
@@ -93,6 +93,15 @@ def sweep(
         first = "; ".join(f"{model}: {error[:160]}" for model, error in dead.items())
         typer.echo(
             f"error: every cell of {', '.join(sorted(dead))} failed, nothing was measured there ({first})", err=True
+        )
+        raise typer.Exit(1)
+    lost = failed_baselines(result.records)
+    if lost:
+        first = "; ".join(f"{model}: {error[:160]}" for model, error in lost.items())
+        typer.echo(
+            f"error: the baseline of {', '.join(sorted(lost))} did not run, so no variant of it has parity or a "
+            f"speedup and the gate fails the run ({first})",
+            err=True,
         )
         raise typer.Exit(1)
 

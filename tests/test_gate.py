@@ -404,6 +404,24 @@ def test_a_crashed_baseline_fails_the_run_and_every_cell_measured_against_it():
     assert missing.outcome == FAIL and "no baseline record in these results" in missing.message()
 
 
+@pytest.mark.parametrize("claim", [True, False], ids=["claimed-supported", "claimed-unsupported"])
+def test_a_cell_without_a_baseline_fails_on_that_alone_with_its_parity_unknown(claim):
+    # Nothing was compared: no SSIM/PSNR "measured –", no "out of parity", and no claim excuses it (a
+    # feature claimed unsupported would otherwise turn the failure into an expected skip).
+    records = results()
+    _crash(_flux_cell(records, "baseline"))
+    _flux_cell(records, "tea").pop("parity")
+    data = _data({**CLAIMS, "flux": {**CLAIMS["flux"], "tea_cache": {"supported": claim}}})
+    verdict = _verdict("flux/tea", records, data)
+    assert verdict.outcome == FAIL and verdict.in_parity is None
+    assert verdict.message().split("\n") == [
+        "baseline: measured failed: segfault: the worker died (signal 11), required a measured baseline"
+    ]
+    floor = _verdict("flux/noise-floor", records, data)
+    assert floor.outcome == FAIL and floor.in_parity is None
+    assert floor.message().startswith("noise-floor re-run of the baseline not compared: the baseline it re-runs")
+
+
 def test_a_failed_or_irreproducible_noise_floor_fails():
     records = results()
     _crash(next(r for r in records if r.get("role") == "noise_floor" and r["model"] == "wan"), "timeout", "timed out")
@@ -688,13 +706,8 @@ def _supported_on_flux(*features):
             lambda records, cell: cell["evidence"]["tea_cache"].update(engaged=False, summary="0 cached steps"),
             "engagement of tea_cache: measured 0 cached steps, required engaged on every timed run",
         ),
-        (
-            "tea",
-            lambda records, cell: _crash(_flux_cell(records, "baseline")),
-            "baseline: measured failed: segfault: the worker died (signal 11), required a measured baseline",
-        ),
     ],
-    ids=["ssim-only", "psnr-only", "output-stability-only", "engagement-only", "baseline-only"],
+    ids=["ssim-only", "psnr-only", "output-stability-only", "engagement-only"],
 )
 def test_a_claimed_supported_cell_failing_any_one_judged_check_says_so(variant, change, failed):
     # Each judged check on its own is enough for the reason: a claim of support that parity or the evidence

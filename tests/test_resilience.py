@@ -307,16 +307,46 @@ def test_the_warmup_never_reruns_a_failed_cell_and_a_dead_model_exits_non_zero(t
 
 
 def test_a_crashed_baseline_fails_the_gate_although_the_sweep_completes(tmp_path, monkeypatch, capsys):
-    """The review's run: the baseline segfaults, the only variant cannot run here. The sweep completes (exit
-    0: one cell was not a failure), but the gate judges the baseline and fails the run, as the plugin does."""
+    """The review's run: the baseline segfaults, the only variant cannot run here. The sweep completes every
+    cell but exits 1 saying the baseline did not run; the gate judges the baseline and fails the run, as the
+    plugin does."""
     from conftest import invoke
 
     monkeypatch.setenv("OMNI_ACCEL_FAULT", "segfault:tiny-flux/baseline")
     profile = small_profile(["tiny-flux"], [{"name": "flash", "features": {"attention_backend": "flash"}}], steps=2)
     profile["measure"] = {"warmup": 0, "repeats": 1, "executor": "process", "noise_floor": False}
-    run_sweep(parse_profile(profile), "p.yaml", tmp_path, show_progress=False)
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(profile))
+    run = tmp_path / "run"
+    code, out, err = invoke(monkeypatch, capsys, "sweep", str(path), "--out", str(run))
+    assert code == 1 and "2 cells in" in out and "1 failed" in out, out
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: the baseline of tiny-flux did not run, so no variant of it has parity or a speedup and the gate "
+            "fails the run (tiny-flux: failed: worker died with signal SIGSEGV"
+        )
+    ), err
     monkeypatch.delenv("OMNI_ACCEL_FAULT")
-    code, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path))
+    code, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
     assert code == 1, out
     assert "0 passed, 1 failed, 1 skipped" in out and "**tiny-flux/baseline**" in out
     assert "baseline failed: worker died with signal SIGSEGV" in out
+
+
+def test_failed_baselines_names_a_baseline_that_did_not_run_never_one_unsupported_here():
+    from accel.sweep.runner import failed_baselines
+
+    def cell(model, variant, status, **more):
+        return {"model": model, "variant": variant, "status": status, **more}
+
+    records = [
+        cell("a", "baseline", "timeout", error="ran past 1 s"),
+        cell("a", "v", "ok"),
+        cell("b", "baseline", "unsupported", error="needs a GPU", unsupported_scope="environment"),
+        cell("c", "baseline", "unsupported", error="refused", unsupported_scope="model"),
+        cell("d", "baseline", "ok"),
+        cell("d", "v", "failed", error="boom"),
+    ]
+    assert failed_baselines(records) == {"a": "timeout: ran past 1 s", "c": "unsupported: refused"}

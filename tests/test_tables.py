@@ -72,6 +72,37 @@ def test_support_matrix_labels_no_effect_and_cells_that_did_not_run():
     assert "flash: not measured, attention_backend: package flash_attn not installed" in text
 
 
+def test_cells_of_a_model_whose_baseline_crashed_are_not_measured_not_out_of_parity():
+    from accel.report.markdown import noise_floor_line
+    from accel.report.tables import FAILED, classify, gate_records
+
+    records = results()
+    baseline = next(r for r in records if (r["model"], r["variant"]) == ("flux", "baseline"))
+    for key in ("warm", "parity", "evidence", "speedup_ci", "outputs_stable"):
+        baseline.pop(key, None)
+    baseline.update(status="failed", error="worker died with signal SIGSEGV")
+    for r in records:
+        if r["model"] == "flux" and r["variant"] != "baseline":
+            r.pop("parity", None)  # the runner compares nothing with a baseline that did not run
+    data = GateData(load_gate_data().thresholds, CLAIMS)
+    tables = render_tables(records, data)
+    text = tables["support-matrix"]
+    compile_ = _row(text, "flux")[_column(text, "compile")]
+    assert compile_.startswith("compile: ➖<sup>") and "⚠" not in _row(text, "flux")[_column(text, "tea_cache")]
+    assert "compile: not measured against a baseline: the baseline failed: worker died with signal SIGSEGV" in text
+    flux = render_tables([r for r in records if r["model"] == "flux"], data)["compatibility"]
+    rows = "".join(line for line in flux.splitlines() if line.startswith("|"))
+    assert "⚠" not in rows and "✅" not in rows  # no pair of features judged against nothing
+    verdict = next(v for v in gate_records(records, data).verdicts if v.key == "flux/compile")
+    record = next(r for r in records if (r["model"], r["variant"]) == ("flux", "compile"))
+    assert classify(record, verdict) == (
+        FAILED,
+        "not measured against a baseline: the baseline failed: worker died with signal SIGSEGV",
+    )
+    line = noise_floor_line([r for r in records if r["model"] == "flux"])
+    assert line.startswith("Noise floor: not measured (the baseline failed: nothing to compare the re-run with)")
+
+
 def test_performance_table_says_why_a_cell_did_not_pass():
     flux, wan = _tables()["performance-flux"], _tables()["performance-wan"]
     assert "| flash | – | – | – | – | – | – | skipped: not run, unsupported here: attention_backend: package" in flux

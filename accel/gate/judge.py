@@ -167,33 +167,37 @@ def gate_cell(
     if not features:
         verdict.checks.append(Check("engagement", False, "no feature", "at least one feature to judge"))
 
-    parity = parity_of(record)
-    ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
-    parity_checks = parity_pair(kind, parity, ssim_min, psnr_min)
-    parity_checks += combined_lossless_checks(data, record, noise_floor, modality, peers or [])
     lossy = set(lossy_features(record))  # once: an older record's options are parsed to find it
     lossless = [name for name in features if name not in lossy]
+    parity_checks = []
+    no_reference = baseline is not None and baseline.get("status") != "ok"
+    if baseline is not None and no_reference:
+        # Nothing to compare against: one failed check says why (not SSIM and PSNR "measured –"), no claim
+        # of the model excuses it, and the cell's parity stays unknown (None), not "out of parity".
+        verdict.checks.append(
+            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
+        )
+    else:
+        ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
+        parity_checks += parity_pair(kind, parity_of(record), ssim_min, psnr_min)
+        parity_checks += combined_lossless_checks(data, record, noise_floor, modality, peers or [])
+        if lossless and (baseline or {}).get("outputs_stable") is False:  # nothing to be lossless against
+            parity_checks.append(
+                Check(
+                    "output stability of the baseline, lossless",
+                    False,
+                    "the baseline's outputs differ between its own calls",
+                    "a baseline identical every pass",
+                )
+            )
     if lossless and record.get("outputs_stable") is False:  # a lossless feature must be stable
         parity_checks.append(
             Check("output stability, lossless", False, "outputs differ between timed passes", "identical every pass")
         )
-    if baseline is not None and baseline.get("status") != "ok":
-        parity_checks.append(
-            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
-        )
-    elif lossless and (baseline or {}).get("outputs_stable") is False:  # nothing to be lossless against
-        parity_checks.append(
-            Check(
-                "output stability of the baseline, lossless",
-                False,
-                "the baseline's outputs differ between its own calls",
-                "a baseline identical every pass",
-            )
-        )
-    verdict.in_parity = all(c.ok for c in parity_checks)
+    verdict.in_parity = None if no_reference else all(c.ok for c in parity_checks)
     claimed = [name for name in features if claims[name] is False]
     unclaimed = [name for name in features if claims[name] is not False]
-    parity_excused = not verdict.in_parity and not unclaimed  # every feature of the cell claims it
+    parity_excused = verdict.in_parity is False and not unclaimed  # every feature of the cell claims it
     if parity_excused:
         for name in features:
             verdict.feature_states[name] = "excused"
@@ -205,7 +209,7 @@ def gate_cell(
         )
     else:
         verdict.checks += parity_checks
-        if not verdict.in_parity and claimed:
+        if verdict.in_parity is False and claimed:
             verdict.reasons.append(
                 _excuse_note(claimed, unclaimed, "a combined cell cannot tell which feature lost parity: it counts for")
             )
@@ -223,7 +227,7 @@ def gate_cell(
     excused = [name for name in broken if claims[name] is False]
     if any(not c.ok for c in verdict.checks):
         verdict.outcome = FAIL
-        judged = ("SSIM", "PSNR", "output stability", "engagement", "baseline")
+        judged = ("SSIM", "PSNR", "output stability", "engagement")  # a failed baseline is not the feature's doing
         if any(claims[name] for name in features) and any(
             not c.ok and c.name.startswith(judged) for c in verdict.checks
         ):
@@ -251,14 +255,17 @@ def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {r["model"]: r["parity"] for r in records if is_noise_floor(r) and r.get("parity")}
 
 
-def gate_reference(record: dict[str, Any], data: GateData, modality: str) -> CellVerdict:
+def gate_reference(
+    record: dict[str, Any], data: GateData, modality: str, baseline: dict[str, Any] | None = None
+) -> CellVerdict:
     """The verdict on a model's baseline or its noise-floor re-run: every variant is measured against them.
 
     A reference that did not run (failed, crashed, timed out, or without timed outputs) fails: nothing of
     its model can be judged (one not runnable in this environment is skipped, as a variant would be). A
     baseline whose outputs differ between its own calls passes itself, with a finding; the lossless
     verdicts judged against it fail (``gate_cell``). A noise floor below ``lossless_minimum``: the baseline
-    does not reproduce itself from a fresh load, which no threshold can absorb.
+    does not reproduce itself from a fresh load, which no threshold can absorb. A noise floor whose
+    ``baseline`` (the model's baseline record) failed has nothing to be compared with: it fails saying so.
     """
     verdict = CellVerdict(record["model"], record["variant"], PASS)
     role = "noise-floor re-run of the baseline" if is_noise_floor(record) else "baseline"
@@ -276,6 +283,13 @@ def gate_reference(record: dict[str, Any], data: GateData, modality: str) -> Cel
         verdict.findings.append(
             f"{verdict.key}: outputs differ between the {role}'s own calls: lossless verdicts against it fail"
         )
+    if is_noise_floor(record) and baseline is not None and baseline.get("status") != "ok":
+        verdict.outcome = FAIL
+        verdict.checks.append(
+            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
+        )
+        verdict.reasons.append(f"{role} not compared: the baseline it re-runs did not run")
+        return verdict
     if is_noise_floor(record):
         parity = parity_of(record)
         minimum = data.thresholds["lossless_minimum"][modality]
@@ -309,7 +323,7 @@ def judge_records(
     for record in records:
         modality = _modality(record)
         if is_reference(record):
-            verdicts.append(gate_reference(record, data, modality))
+            verdicts.append(gate_reference(record, data, modality, baselines.get(record["model"], NO_BASELINE)))
             continue
         baseline = baselines.get(record["model"], NO_BASELINE)
         verdicts.append(gate_cell(record, data, floors.get(record["model"]), modality, baseline, records))

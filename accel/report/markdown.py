@@ -146,6 +146,13 @@ def compute_table(records: list[dict[str, Any]]) -> str:
 def noise_floor_line(records: list[dict[str, Any]]) -> str:
     """The baseline measured against itself: in a fresh cell (parity) and interleaved with a copy (speed)."""
     rerun = next((r for r in records if is_noise_floor(r)), None)
+    baseline = next((r for r in records if r["variant"] == "baseline"), None)
+    if rerun is not None and (baseline is None or baseline["status"] != "ok"):
+        why = f"the baseline {baseline['status']}" if baseline else "no baseline in these results"
+        return (
+            f"Noise floor: not measured ({why}: nothing to compare the re-run with): no parity and no speedup of "
+            "this model could be measured."
+        )
     if rerun is None or not rerun.get("parity"):
         return (
             "Noise floor: not measured (measure.noise_floor: false, or the re-run failed): every speedup of this "

@@ -58,12 +58,21 @@ def _verdicts(records: list[dict[str, Any]], data: GateData) -> dict[tuple[str, 
     return {(v.model, v.variant): v for v in gate_records(records, data).verdicts}
 
 
+def _failed_reference(verdict: Any) -> str | None:
+    """What became of the baseline a verdict's cell was measured against, when it did not run (the gate's
+    failed "baseline" check): such a cell has no parity or speedup to show, only that it ran."""
+    return next((str(c.measured) for c in verdict.checks if c.name == "baseline" and not c.ok), None)
+
+
 def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     """(mark, footnote) of one cell."""
     parity = parity_of(record)
     variant = record["variant"]
     if verdict.outcome == SKIP and verdict.skip_kind == ENVIRONMENT:
         return "➖", f"{variant}: not measured, {record.get('error')}"
+    reference = _failed_reference(verdict)
+    if reference and record["status"] == "ok":
+        return "➖", f"{variant}: not measured against a baseline: the baseline {reference}"
     if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
         if verdict.no_effect:
             return "⚪", f"{variant}: " + "; ".join(verdict.notes)
@@ -141,8 +150,8 @@ def compatibility_matrix(records: list[dict[str, Any]], data: GateData) -> str:
         for i, a in enumerate(features):
             for b in features[i + 1 :]:
                 verdict = verdicts[(record["model"], record["variant"])]
-                if verdict.skip_kind == ENVIRONMENT:
-                    continue  # not measured here: says nothing about the pair
+                if verdict.skip_kind == ENVIRONMENT or (record["status"] == "ok" and _failed_reference(verdict)):
+                    continue  # not measured here, or against no baseline: says nothing about the pair
                 if verdict.outcome == PASS and record["status"] == "ok":
                     mark = "✅"
                 elif record["status"] == "ok":
@@ -259,6 +268,8 @@ def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
         return NO_EFFECT, reason
     if mark == "⚠":
         return OUT_OF_PARITY, reason
+    if mark == "➖" and _failed_reference(verdict):
+        return FAILED, reason  # the gate fails it: nothing was compared (the footnote says which baseline)
     if mark == "➖":
         return REFUSED_DEVICE, str(record.get("error"))
     if record["status"] == "unsupported" and record.get("unsupported_scope") == "model":

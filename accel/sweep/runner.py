@@ -301,6 +301,18 @@ def failed_models(records: list[dict[str, Any]]) -> dict[str, str]:
     return models
 
 
+def failed_baselines(records: list[dict[str, Any]]) -> dict[str, str]:
+    """Models whose baseline did not run (failed, crashed, timed out; one unsupported in this environment is
+    skipped, as the gate skips it): their variants have no parity and no speedup, and the gate fails the
+    run. Each with the baseline's status and error."""
+    models: dict[str, str] = {}
+    for record in records:
+        here = record["status"] == "unsupported" and record.get("unsupported_scope") == "environment"
+        if record["variant"] == "baseline" and record["status"] != "ok" and not here:
+            models[record["model"]] = f"{record['status']}: {record.get('error')}"
+    return models
+
+
 def _run_sweep(
     profile: Profile,
     source: str,
