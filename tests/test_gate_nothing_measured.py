@@ -178,3 +178,15 @@ def test_a_claims_file_naming_no_model_of_the_results_gives_a_notice(tmp_path, m
     ) in out, out
     _, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "run"))
     assert "matched no model of these results" not in out
+
+
+def test_nothing_measured_names_the_first_record_and_any_ok_record_is_something():
+    from accel.gate.judge import nothing_measured
+
+    records = [_unsupported(r, f"error {i}") for i, r in enumerate(results()[:3])]
+    assert nothing_measured(records) == (
+        "nothing was measured: none of the 3 record(s) ran, the baselines included; the first, "
+        f"{records[0]['model']}/{records[0]['variant']}, is unsupported: error 0"
+    )
+    ran = {**records[-1], "status": "ok"}  # one record that ran, last: the run measured something
+    assert nothing_measured([*records[:-1], ran]) is None

@@ -263,6 +263,9 @@ def test_format_speedup_everywhere_the_same():
     assert format_speedup({**claim, "verdict": UNVERIFIED}) == "1.82x?"
     assert format_speedup({**claim, "verdict": INCONCLUSIVE}) == "1.82x?"
     assert format_speedup(None) == "–"
+    # Two cells timed one after the other: never a claim, whatever its verdict says; no ratio: nothing to show.
+    assert format_speedup({**claim, "method": "sequential"}) == "–"
+    assert format_speedup({**claim, "ratio": None, "method": "interleaved"}) == "–"
 
 
 def test_the_median_interval_reaches_the_confidence_asked_for_at_every_rank():
@@ -403,3 +406,56 @@ def test_the_interval_rank_is_the_binomial_tail_at_every_size_up_to_the_largest_
             assert k == n // 2 or 1 - 2 * _binomial_cdf(k, n) < confidence  # the next rank falls short
     k, coverage = _interval_rank(10_000, 0.999)
     assert 4830 < k < 4850 and coverage >= 0.999
+
+
+def test_the_floor_bias_split_gives_each_interval_its_share_of_the_error_over_its_looks():
+    # Restated from the docstring: the variant's interval at 1 - error * 0.8 / looks, the floor's at
+    # 1 - error * 0.2 / floor_looks, the variant's divided by every bias the floor's allows. Distinct ratios,
+    # so a rank off by one (another share, looks, or a product for a quotient) shows in the printed interval.
+    ratios = [1.50 + 0.013 * i for i in range(60)]
+    floor_ratios = [0.80 + 0.01 * i for i in range(60)]
+    band = (1 / 1.05, 1.05)
+    low, high, _ = median_interval(ratios, 1 - 0.05 * 0.8 / 3)
+    f_low, f_high, _ = median_interval(floor_ratios, 1 - 0.05 * 0.2 / 2)
+    clears, how = clears_floor_bias(ratios, floor_ratios, band, 0.95, looks=3, floor_looks=2)
+    expected = low / f_high > band[1]
+    where = "clears" if expected else "does not clear"
+    assert (clears, how) == (
+        expected,
+        f"divided by every bias the noise floor allows ([{f_low:.2f}, {f_high:.2f}]), the interval "
+        f"[{low / f_high:.2f}, {high / f_low:.2f}] {where} the noise band (together at 95% confidence)",
+    )
+    # At these sizes the looks and the shares move a rank (else the assertion above would not tell them apart).
+    for other in (1 - 0.05 * 0.8 / 2, 1 - 0.05 * 1.2 / 3, 1 - 0.05 / 0.8 / 3, 0.95):
+        assert median_interval(ratios, other)[:2] != (low, high)
+    for other in (1 - 0.05 * 0.2, 1 - 0.05 * 0.2 * 2, 1 - 0.05 * 0.8 / 2):
+        assert median_interval(floor_ratios, other)[:2] != (f_low, f_high)
+
+
+def test_an_interval_exactly_at_its_share_of_the_confidence_is_enough_and_one_look_is_the_default():
+    # At confidence 0.84375 (error 5/32, exact in binary) four pairs cover exactly the variant's share
+    # (1 - 5/32 * 0.8 = 0.875) and six the floor's (1 - 5/32 * 0.2 = 0.96875): enough, though computing the
+    # need rounds; one pair fewer on either side is too few.
+    ratios, floor_ratios = [2.0, 2.1, 2.2, 2.3], [0.97, 0.98, 0.99, 1.0, 1.01, 1.02]
+    band = (1 / 1.05, 1.05)
+    assert median_interval(ratios, 0.875)[2] == 0.875 and median_interval(floor_ratios, 0.96875)[2] == 0.96875
+    clears, how = clears_floor_bias(ratios, floor_ratios, band, 0.84375)
+    assert clears and how.startswith("divided by every bias the noise floor allows ([0.97, 1.02])"), how
+    assert clears_floor_bias(ratios, floor_ratios, band, 0.84375, looks=1, floor_looks=1) == (clears, how)
+    for fewer in ((ratios[:3], floor_ratios), (ratios, floor_ratios[:5])):
+        clears, how = clears_floor_bias(*fewer, band, 0.84375)
+        assert not clears and how.startswith("too few pairs"), how
+
+
+def test_an_interval_whose_bias_divided_edge_lies_on_the_band_does_not_clear_it():
+    # As for a plain claim, touching the band is not outside it: the edge is divided by a floor edge of 1.0.
+    band = (1 / 1.05, 1.05)
+    floor_below, floor_above = [0.90, 0.95, 0.97, 0.98, 0.99, 1.0], [1.0, 1.01, 1.02, 1.03, 1.05, 1.1]
+    faster = [1.05, 1.06, 1.07, 1.08]
+    slower = [band[0] * 0.97, band[0] * 0.98, band[0] * 0.99, band[0]]
+    for ratios, floor_ratios in ((faster, floor_below), (slower, floor_above)):
+        clears, how = clears_floor_bias(ratios, floor_ratios, band, 0.84375)
+        assert not clears and "does not clear the noise band" in how, how
+    # Just past the edge: clears.
+    assert clears_floor_bias([1.051, *faster[1:]], floor_below, band, 0.84375)[0]
+    assert clears_floor_bias([*slower[:3], band[0] * 0.999], floor_above, band, 0.84375)[0]
