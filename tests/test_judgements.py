@@ -283,6 +283,12 @@ def test_quantization_needs_its_share_of_quantized_layers_on_every_run():
     assert verdict([10, 9], min_share=0.8).engaged
     assert not verdict([10, 0], min_share=0.0).engaged  # a run on unquantized weights
     assert not verdict([]).engaged
+    # A component that is no denoiser (a text encoder): a run on its unquantized weights is not engaged either.
+    encoder = {"text_encoder": census["transformer"]}
+    runs = [{"quantized": {"text_encoder": n}} for n in (10, 0)]
+    pipeline = types.SimpleNamespace(text_encoder=torch.nn.Linear(2, 2))
+    handle = _handle(runs, census=encoder, pipeline=pipeline, min_share=0.0)
+    assert not _verify("quantization", handle).engaged
 
 
 def test_quantization_below_full_share_is_partial_when_a_denoiser_has_none_quantized():
