@@ -194,7 +194,13 @@ def gate(
         _refuse_directory(path, option)  # before any work: the gate writes nothing when one cannot be written
     records = _read_records(results)
     data = load_gate_data(thresholds, claims, baseline)
-    report = gate_records(records, data, unmeasured_cells(run_dir, records), run_measure(run_dir))
+    run = run_measure(run_dir)
+    report = gate_records(records, data, unmeasured_cells(run_dir, records), run)
+    if run is None and any(r.get("speedup_ci") for r in records):
+        report.notices.append(
+            f"{run_dir}: no profile.resolved.yaml beside the results: each speed claim is held to its noise "
+            "floor's band and confidence only, not to what the run's profile asked (gate the run directory)"
+        )
     text = markdown_summary(report)
     _write_output(junit_path, junit_xml(report), "--junit", "the JUnit report")
     _write_output(summary_path, text, "--summary", "the summary")
@@ -213,21 +219,24 @@ def table(
 ) -> None:
     """Render the support matrix, compatibility matrix and performance tables as markdown."""
     from accel.gate import load_gate_data
-    from accel.report.inject import inject_file, read_injectable
+    from accel.report.inject import inject as inject_text
+    from accel.report.inject import read_injectable, write_injected
     from accel.report.tables import render_tables
     from accel.sweep.runner import run_measure
 
-    for path in inject:
-        read_injectable(path)  # the files the user named are checked before the run is read
+    texts = {path: read_injectable(path) for path in inject}  # checked before the run is read
     run_dir = results if results.is_dir() else results.parent
     tables = render_tables(_read_records(results), load_gate_data(thresholds, claims), run_measure(run_dir))
     if not inject:
         for name, text in tables.items():
             typer.echo(f"<!-- omni-accel:begin {name} -->\n{text}<!-- omni-accel:end {name} -->\n")
         return
+    # Every file filled in memory first: a bad block in the second file leaves the first unwritten too.
+    filled = {path: inject_text(text, tables, str(path)) for path, text in texts.items()}
     stale = []
-    for path in inject:
-        changed = inject_file(path, tables, check=check)
+    for path, (new_text, changed) in filled.items():
+        if changed and not check:
+            write_injected(path, new_text)
         stale += [f"{path}: {name}" for name in changed]
         verb = "stale" if check else "updated"
         typer.echo(f"{path}: {verb}: {', '.join(changed) or 'none'}")

@@ -216,6 +216,18 @@ def is_noise_floor(record: dict[str, Any]) -> bool:
     return record.get("role") == NOISE_FLOOR_ROLE
 
 
+def not_run(record: dict[str, Any]) -> str | None:
+    """Why a cell did not run, or None when it did: its status and error when not ``ok``, else ``ok, but no timed
+    outputs`` when it has no warm timing (a record that claims ``ok`` without having been timed). The gate,
+    the report and the sweep's exit status ask this one question of a baseline alike."""
+    if record.get("status") != "ok":
+        error = record.get("error")
+        return f"{record.get('status')}: {error}" if error else str(record.get("status"))
+    if record.get("warm") is None:
+        return "ok, but no timed outputs"
+    return None
+
+
 def feature_options(record: dict[str, Any]) -> dict[str, Any]:
     """The cell's features (name -> options); empty for a baseline or a record without them."""
     return record.get("features") or {}

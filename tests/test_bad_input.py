@@ -447,6 +447,8 @@ def _ckpt_case(kind: str):
             (ckpt / "model_index.json").write_text(text.replace("{", '{"_class_name": "FluxPipeline", ', 1))
         elif kind == "layers":
             edit("transformer/config.json", lambda d: d.__setitem__("num_layers", 100000))
+        elif kind == "encoder-layers":
+            edit("text_encoder/config.json", lambda d: d.__setitem__("num_hidden_layers", 3000))
         elif kind == "negative":
             edit("transformer/config.json", lambda d: d.__setitem__("num_single_layers", -1))
         elif kind == "huge":
@@ -687,6 +689,11 @@ REVIEW_CASES = {
     "config-asking-for-100000-layers": (  # building them on the meta device hung `plan`
         _ckpt_case("layers"),
         r"component 'transformer' \(FluxTransformer2DModel\): .*transformer/config\.json: num_layers: 100000 is not "
+        r"allowed: at most 1024 layers or blocks",
+    ),
+    "text-encoder-config-asking-for-3000-layers": (  # its weights hold 2: 2998 random layers were timed
+        _ckpt_case("encoder-layers"),
+        r"component 'text_encoder' \(CLIPTextModel\): .*text_encoder/config\.json: num_hidden_layers: 3000 is not "
         r"allowed: at most 1024 layers or blocks",
     ),
     "config-with-a-negative-count": (

@@ -337,7 +337,11 @@ def test_only_a_measured_variant_that_ran_and_engaged_publishes_a_claim():
     judged = publishable_claim(baseline, floor)
     assert judged["verdict"] == UNVERIFIED and "a reference cell" in judged["reason"], judged
     judged = publishable_claim(crashed, floor)
-    assert judged["verdict"] == UNVERIFIED and "the cell did not run (status failed)" in judged["reason"], judged
+    assert judged["verdict"] == UNVERIFIED and "the cell did not run (failed)" in judged["reason"], judged
+    untimed = {**cache, "warm": None}  # "ok" without a warm timing: a record that was never timed
+    judged = publishable_claim(untimed, floor)
+    assert judged["verdict"] == UNVERIFIED, judged
+    assert "the cell did not run (ok, but no timed outputs)" in judged["reason"], judged
     judged = publishable_claim(cache, floor, voided="engagement of cache: measured failed, required engaged")
     assert judged["verdict"] == UNVERIFIED
     assert judged["reason"] == (

@@ -422,6 +422,36 @@ def test_a_cell_without_a_baseline_fails_on_that_alone_with_its_parity_unknown(c
     assert floor.message().startswith("noise-floor re-run of the baseline not compared: the baseline it re-runs")
 
 
+def test_a_baseline_that_says_ok_but_was_never_timed_did_not_run_for_its_cells_either():
+    # The review set the baseline's warm to null: the baseline itself failed ("no timed outputs") while its
+    # variants passed against it and published their speedups.
+    records = results()
+    _flux_cell(records, "baseline")["warm"] = None
+    report = gate_records(records, _data())
+    compile_ = next(v for v in report.verdicts if v.key == "flux/compile")
+    assert compile_.outcome == FAIL and compile_.in_parity is None
+    assert compile_.message() == "baseline: measured ok, but no timed outputs, required a measured baseline"
+    flux_claims = [claim for key, claim in report.speed_claims if key.startswith("flux/")]
+    decided = ("faster", "slower", "equivalent")
+    assert flux_claims and not [claim for claim in flux_claims if claim["verdict"] in decided], flux_claims
+    floor = next(v for v in report.verdicts if v.key == "flux/noise-floor")
+    assert floor.outcome == FAIL and "not compared" in floor.message()
+
+
+def test_a_step_below_its_floor_voids_the_cells_speed_claim_but_a_parity_failure_does_not():
+    records = results()
+    claims = dict(gate_records(records, _data()).speed_claims)
+    assert claims["flux/compile"]["verdict"] == "faster"  # published as measured
+    _flux_cell(records, "compile")["invalid_measurement"] = "a step took 0.001 ms, below the 1.000 ms floor"
+    claim = dict(gate_records(records, _data()).speed_claims)["flux/compile"]
+    assert claim["verdict"] == "unverified" and "timing validity" in claim["reason"], claim
+    records = results()
+    _flux_cell(records, "compile")["parity"]["ssim"] = 0.5  # out of parity: the speed is still what it cost
+    report = gate_records(records, _data())
+    assert _verdict("flux/compile", records).outcome == FAIL
+    assert dict(report.speed_claims)["flux/compile"]["verdict"] == "faster"
+
+
 def test_a_failed_or_irreproducible_noise_floor_fails():
     records = results()
     _crash(next(r for r in records if r.get("role") == "noise_floor" and r["model"] == "wan"), "timeout", "timed out")

@@ -165,6 +165,20 @@ def test_the_gate_holds_claims_to_the_band_and_confidence_of_the_runs_profile(tm
     assert "| faster |" not in out and "| equivalent |" not in out
 
 
+def test_a_results_file_without_its_runs_profile_says_its_claims_were_not_held_to_it(tmp_path, monkeypatch, capsys):
+    """The review copied results.jsonl away from profile.resolved.yaml: nothing then holds the claims to the
+    band and confidence the run asked. The gate says so (the claims still agree with their noise floor)."""
+    run = _quickstart_copy(tmp_path)
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(run))
+    assert "no profile.resolved.yaml beside the results" not in out, out
+    (run / "profile.resolved.yaml").unlink()
+    _, out, _ = invoke(monkeypatch, capsys, "gate", str(run / "results.jsonl"))
+    assert (
+        "no profile.resolved.yaml beside the results: each speed claim is held to its noise floor's band and "
+        "confidence only, not to what the run's profile asked"
+    ) in out, out
+
+
 def test_a_claims_file_naming_no_model_of_the_results_gives_a_notice(tmp_path, monkeypatch, capsys):
     """A user's claims file with a misspelt model (``flx``) left flux's cells judged with no claim, silently.
     The shipped claims, which cover the whole zoo, give no such notice for the models a run did not measure."""

@@ -346,7 +346,13 @@ def test_failed_baselines_names_a_baseline_that_did_not_run_never_one_unsupporte
         cell("a", "v", "ok"),
         cell("b", "baseline", "unsupported", error="needs a GPU", unsupported_scope="environment"),
         cell("c", "baseline", "unsupported", error="refused", unsupported_scope="model"),
-        cell("d", "baseline", "ok"),
+        cell("d", "baseline", "ok", warm={"median": 1.0}),
         cell("d", "v", "failed", error="boom"),
+        cell("e", "baseline", "ok", warm=None),  # "ok" but never timed: it did not run either
+        cell("f", "baseline", "ok", warm={"median": 1.0}),
     ]
-    assert failed_baselines(records) == {"a": "timeout: ran past 1 s", "c": "unsupported: refused"}
+    assert failed_baselines(records) == {
+        "a": "timeout: ran past 1 s",
+        "c": "unsupported: refused",
+        "e": "ok, but no timed outputs",
+    }

@@ -229,3 +229,41 @@ def test_tables_publish_only_the_claims_the_noise_floor_verifies():
     assert claim in with_floor["performance-flux"] and claim in with_floor["support-matrix"]
     assert claim not in without["performance-flux"] and claim not in without["support-matrix"]
     assert "1.50x?" in without["performance-flux"], without["performance-flux"]
+
+
+@pytest.mark.parametrize(
+    ("second", "message"),
+    [
+        ("<!-- omni-accel:begin nope -->\n<!-- omni-accel:end nope -->\n", "block 'nope' names no table"),
+        (
+            "<!-- omni-accel:begin support-matrix -->\nno end marker\n",
+            "block 'support-matrix' has no '<!-- omni-accel:end support-matrix -->' after its begin marker",
+        ),
+    ],
+    ids=["unknown-block", "no-end-marker"],
+)
+def test_a_bad_second_file_leaves_the_first_unwritten(tmp_path, monkeypatch, capsys, second, message):
+    # The review's run: `--inject good.md --inject bad.md` rewrote good.md, then exited 2 on bad.md.
+    import json
+
+    from accel.cli import main
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "results.jsonl").write_text("\n".join(json.dumps(r) for r in results()) + "\n")
+    good, bad = tmp_path / "good.md", tmp_path / "bad.md"
+    good.write_text(DOC)
+    bad.write_text("# Bad\n" + second)
+    monkeypatch.setattr(sys, "argv", ["omni-accel", "table", str(run), "--inject", str(good), "--inject", str(bad)])
+    with pytest.raises(SystemExit) as done:
+        main()
+    err = capsys.readouterr().err
+    assert done.value.code == 2 and f"bad.md: {message}" in err and len(err.strip().splitlines()) == 1, err
+    assert good.read_text() == DOC and bad.read_text() == "# Bad\n" + second
+
+
+def test_a_begin_marker_quoted_in_prose_is_not_a_block():
+    text = "Blocks look like `<!-- omni-accel:begin NAME -->`.\n<!-- omni-accel:begin compatibility -->\n"
+    text += "old\n<!-- omni-accel:end compatibility -->\n"
+    new_text, changed = inject(text, _tables())
+    assert changed == ["compatibility"] and new_text.startswith("Blocks look like `<!-- omni-accel:begin NAME -->`.")

@@ -34,7 +34,7 @@ from accel.gate.verdict import (
     is_reference,
 )
 from accel.report.format import fmt
-from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, parity_of
+from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, not_run, parity_of
 
 # measure.confidence's default: the confidence of a record written before ``speedup_ci`` kept the one it asked.
 DEFAULT_CONFIDENCE = 0.95
@@ -170,13 +170,11 @@ def gate_cell(
     lossy = set(lossy_features(record))  # once: an older record's options are parsed to find it
     lossless = [name for name in features if name not in lossy]
     parity_checks = []
-    no_reference = baseline is not None and baseline.get("status") != "ok"
-    if baseline is not None and no_reference:
+    no_reference = not_run(baseline) if baseline is not None else None
+    if no_reference:
         # Nothing to compare against: one failed check says why (not SSIM and PSNR "measured –"), no claim
         # of the model excuses it, and the cell's parity stays unknown (None), not "out of parity".
-        verdict.checks.append(
-            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
-        )
+        verdict.checks.append(Check("baseline", False, no_reference, "a measured baseline"))
     else:
         ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
         parity_checks += parity_pair(kind, parity_of(record), ssim_min, psnr_min)
@@ -283,11 +281,10 @@ def gate_reference(
         verdict.findings.append(
             f"{verdict.key}: outputs differ between the {role}'s own calls: lossless verdicts against it fail"
         )
-    if is_noise_floor(record) and baseline is not None and baseline.get("status") != "ok":
+    lost = not_run(baseline) if baseline is not None and is_noise_floor(record) else None
+    if lost:
         verdict.outcome = FAIL
-        verdict.checks.append(
-            Check("baseline", False, f"{baseline.get('status')}: {baseline.get('error')}", "a measured baseline")
-        )
+        verdict.checks.append(Check("baseline", False, lost, "a measured baseline"))
         verdict.reasons.append(f"{role} not compared: the baseline it re-runs did not run")
         return verdict
     if is_noise_floor(record):
@@ -468,9 +465,8 @@ def publishable_claim(
     Only a measured variant that ran (status ok) and whose gate verdict does not void its timing (``voided``:
     the failed checks, ``claims_voided``: a feature that did not engage, a baseline that did not run, a step
     below its floor) makes a claim: the baseline and noise floor are the references. Without a noise-floor
-    record that ran in the same results (removed, a results file without its run's profile, or one that
-    failed or was not timed), a speedup or an equivalence is verified by nothing and is shown ``unverified``
-    (an equivalence ``noise``). A faster/slower/equivalent
+    record that ran in the same results (removed, failed or not timed), a speedup or an equivalence is
+    verified by nothing and is shown ``unverified`` (an equivalence ``noise``). A faster/slower/equivalent
     verdict stands only when the record's own pairs give it (``verdict_from_pairs``: an edited interval or
     verdict, or pairs and looks removed, do not) and the floor's recorded verdict is what its pairs give,
     both judged with the same band and confidence, the run's when known (``run``; ``claim_settings_problem``);
@@ -496,8 +492,8 @@ def publishable_claim(
         return claim
     if is_reference(record):
         return _not_published(claim, "a reference cell (the baseline or its noise floor) makes no speed claim")
-    if record.get("status") != "ok":
-        return _not_published(claim, f"the cell did not run (status {record.get('status')}): it claims nothing")
+    if not_run(record):
+        return _not_published(claim, f"the cell did not run ({not_run(record)}): it claims nothing")
     if voided is not None:
         return _not_published(claim, f"the gate failed the cell's timing ({voided}): its claim is not published")
     ran = floor is not None and floor.get("status") == "ok" and bool(floor.get("warm"))

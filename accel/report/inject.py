@@ -11,6 +11,8 @@ from pathlib import Path
 
 from accel.errors import ConfigError
 
+# A begin marker on a line of its own (one quoted in prose, inside backticks, is not a block).
+BEGIN = re.compile(r"^<!-- omni-accel:begin (?P<name>[\w.+-]+) -->$", re.MULTILINE)
 BLOCK = re.compile(
     r"(<!-- omni-accel:begin (?P<name>[\w.+-]+) -->\n)(?P<body>.*?)(<!-- omni-accel:end (?P=name) -->)", re.DOTALL
 )
@@ -30,7 +32,14 @@ def inject(text: str, tables: dict[str, str], source: str = "<text>") -> tuple[s
         return match.group(1) + body + match.group(4)
 
     new_text = BLOCK.sub(replace, text)
-    if not BLOCK.search(text):
+    filled = [match.group("name") for match in BLOCK.finditer(text)]
+    begun = [match.group("name") for match in BEGIN.finditer(text)]
+    for name in dict.fromkeys(begun):
+        if filled.count(name) < begun.count(name):
+            raise ConfigError(
+                f"{source}: block '{name}' has no '<!-- omni-accel:end {name} -->' after its begin marker: add it"
+            )
+    if not filled:
         raise ConfigError(f"{source}: no '<!-- omni-accel:begin NAME -->' block to fill")
     return new_text, changed
 
@@ -55,8 +64,13 @@ def inject_file(path: Path, tables: dict[str, str], check: bool = False) -> list
     """Fill the blocks of ``path`` (or, with ``check``, only report the stale ones); returns those names."""
     new_text, changed = inject(read_injectable(path), tables, str(path))
     if changed and not check:
-        try:
-            path.write_text(new_text)
-        except OSError as error:
-            raise ConfigError(f"{path}: cannot write the filled blocks: {error.strerror or error}") from error
+        write_injected(path, new_text)
     return changed
+
+
+def write_injected(path: Path, text: str) -> None:
+    """Write a filled markdown file; an unwritable one is a ConfigError naming it."""
+    try:
+        path.write_text(text)
+    except OSError as error:
+        raise ConfigError(f"{path}: cannot write the filled blocks: {error.strerror or error}") from error

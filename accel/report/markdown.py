@@ -20,7 +20,7 @@ from accel.measure.speedup import (
 )
 from accel.profile import Profile
 from accel.report.format import fmt, percent, table_lines
-from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, warm_median
+from accel.results import declared_tag, feature_options, is_noise_floor, not_run, parity_of, warm_median
 
 REPORT_FILE = "report.md"
 
@@ -147,8 +147,11 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
     """The baseline measured against itself: in a fresh cell (parity) and interleaved with a copy (speed)."""
     rerun = next((r for r in records if is_noise_floor(r)), None)
     baseline = next((r for r in records if r["variant"] == "baseline"), None)
-    if rerun is not None and (baseline is None or baseline["status"] != "ok"):
-        why = f"the baseline {baseline['status']}" if baseline else "no baseline in these results"
+    lost = not_run(baseline) if baseline is not None else "no baseline in these results"
+    if rerun is not None and lost:
+        why = lost
+        if baseline is not None:
+            why = f"the baseline {baseline['status']}" if baseline["status"] != "ok" else "the baseline has no timings"
         return (
             f"Noise floor: not measured ({why}: nothing to compare the re-run with): no parity and no speedup of "
             "this model could be measured."

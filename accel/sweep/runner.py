@@ -24,7 +24,7 @@ import yaml
 from accel.errors import ConfigError
 from accel.measure.overlap import attach_overlap, placements, running_spans, span
 from accel.profile import Profile
-from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, write_table
+from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, not_run, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.checks import check_inputs, local_sources_resolved, prepare_run_dir
 from accel.sweep.compare import attach_parity, attach_reference_parity, attach_roofline, attach_speedup
@@ -308,8 +308,9 @@ def failed_baselines(records: list[dict[str, Any]]) -> dict[str, str]:
     models: dict[str, str] = {}
     for record in records:
         here = record["status"] == "unsupported" and record.get("unsupported_scope") == "environment"
-        if record["variant"] == "baseline" and record["status"] != "ok" and not here:
-            models[record["model"]] = f"{record['status']}: {record.get('error')}"
+        lost = not_run(record)
+        if record["variant"] == "baseline" and lost and not here:
+            models[record["model"]] = lost
     return models
 
 
