@@ -382,6 +382,20 @@ def test_a_claim_the_floors_bias_could_explain_keeps_its_own_reason_first():
     assert publishable_claim(silent, floor)["reason"].startswith(", but divided by every bias")
 
 
+def test_a_slower_claim_the_floors_bias_could_explain_is_unverified_too():
+    """The mirror image below the band: 0.94-0.945x beside an equivalent floor allowing a bias of 0.99-1.01 may
+    be 0.96x, inside the band: unverified. Judged against the band's low edge, not its high one."""
+    from accel.measure.speedup import SLOWER
+
+    floor = _record("noise-floor", [0.97 + 0.06 * i / 39 for i in range(40)])
+    small = _record("small", [0.940 + 0.000125 * i for i in range(40)])
+    assert small["speedup_ci"]["verdict"] == SLOWER
+    judged = publishable_claim(small, floor)
+    assert judged["verdict"] == UNVERIFIED and "does not clear the noise band" in judged["reason"], judged
+    clear = _record("clear", [0.80 + 0.0003 * i for i in range(40)])
+    assert publishable_claim(clear, floor)["verdict"] == SLOWER
+
+
 def test_with_publishable_claims_rejudges_only_the_variants_claims():
     """The noise floor's own interval is a measurement, not a claim: a floor that saw a bias keeps its verdict
     (its variants' claims are what it unverifies); a record without a claim is passed through untouched."""
@@ -435,3 +449,23 @@ def test_a_claim_over_several_looks_needs_the_whole_runs_coverage_not_one_looks(
     thrice["speedup_ci"]["verdict"] = FASTER  # as an edited record would say
     verdict, why = verdict_from_pairs(thrice["speedup_ci"], thrice["paired"], 0.95)
     assert verdict == UNVERIFIED and why == "6 pairs over 3 planned look(s) cannot reach 95% confidence", why
+
+
+@pytest.mark.parametrize("confidence", [0.5, 1.0, 1.5, True])
+def test_a_confidence_outside_the_open_range_half_to_one_is_not_a_claims_setting(confidence):
+    from accel.gate.judge import claim_settings_problem
+
+    claim = {"band": list(BAND), "requested_confidence": confidence}
+    problem = claim_settings_problem(claim, dict(claim), None)
+    assert problem == f"its confidence {confidence} is outside measure.confidence's range (0.5, 1)"
+    inside = {"band": list(BAND), "requested_confidence": 0.51}
+    assert claim_settings_problem(inside, dict(inside), None) is None
+
+
+def test_planned_looks_are_a_whole_number_of_one_or_more_or_unknown():
+    from accel.measure.speedup import planned_looks_of
+
+    for looks in (0, -1, True, 1.5, "3", None):
+        assert planned_looks_of({"reference_s": [1.0], "estimate": {"looks": looks}}) is None, looks
+    assert planned_looks_of({"reference_s": [1.0], "estimate": {"looks": 3}}) == 3
+    assert planned_looks_of({"estimate": {"looks": 3}}) is None  # no pairs: nothing planned them

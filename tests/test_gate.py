@@ -402,6 +402,13 @@ def test_a_crashed_baseline_fails_the_run_and_every_cell_measured_against_it():
         v for v in gate_records(_without(results(), "wan", "baseline"), _data()).verdicts if v.key == "wan/compile"
     )
     assert missing.outcome == FAIL and "no baseline record in these results" in missing.message()
+    floor = next(
+        v for v in gate_records(_without(results(), "wan", "baseline"), _data()).verdicts if v.key == "wan/noise-floor"
+    )
+    assert floor.outcome == FAIL and floor.message().split("\n") == [
+        "noise-floor re-run of the baseline not compared: the baseline it re-runs did not run",
+        "baseline: measured missing: no baseline record in these results, required a measured baseline",
+    ]
 
 
 @pytest.mark.parametrize("claim", [True, False], ids=["claimed-supported", "claimed-unsupported"])
@@ -419,7 +426,25 @@ def test_a_cell_without_a_baseline_fails_on_that_alone_with_its_parity_unknown(c
     ]
     floor = _verdict("flux/noise-floor", records, data)
     assert floor.outcome == FAIL and floor.in_parity is None
-    assert floor.message().startswith("noise-floor re-run of the baseline not compared: the baseline it re-runs")
+    assert floor.message().split("\n") == [
+        "noise-floor re-run of the baseline not compared: the baseline it re-runs did not run",
+        "baseline: measured failed: segfault: the worker died (signal 11), required a measured baseline",
+    ]
+
+
+def test_a_cell_or_noise_floor_judged_without_its_baseline_record_is_judged_on_its_own_parity():
+    # gate_cell and gate_reference take the baseline as an option (judge_records always passes one): without
+    # it, nothing says the baseline failed, and the cell is judged on the parity it recorded.
+    from accel.gate.judge import gate_cell, gate_reference, noise_floors
+
+    records, data = results(), _data()
+    floors = noise_floors(records)
+    compile_ = gate_cell(_flux_cell(records, "compile"), data, floors["flux"], "image")
+    assert compile_.outcome == PASS and compile_.in_parity is True
+    floor = gate_reference(_flux_cell(records, "noise-floor"), data, "image")
+    assert floor.outcome == PASS and floor.in_parity is True
+    baseline = _flux_cell(records, "baseline")
+    assert gate_reference(baseline, data, "image", baseline).outcome == PASS
 
 
 def test_a_baseline_that_says_ok_but_was_never_timed_did_not_run_for_its_cells_either():
@@ -668,6 +693,10 @@ def test_a_measured_cell_without_features_fails_and_a_record_without_a_device_is
     cell.update(features={}, evidence={})
     verdict = _verdict("flux/compile", records)
     assert verdict.outcome == FAIL
+    assert "engagement: measured no feature, required at least one feature to judge" in verdict.message()
+    cell["parity"]["ssim"] = 0.2  # out of parity too: no claim excuses a cell without features
+    verdict = _verdict("flux/compile", records)
+    assert verdict.outcome == FAIL and verdict.skip_kind != "expected"
     assert "engagement: measured no feature, required at least one feature to judge" in verdict.message()
     offload = next(r for r in records if r["variant"] == "offload" and r["model"] == "flux")
     offload.pop("device")
