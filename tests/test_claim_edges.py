@@ -469,3 +469,12 @@ def test_planned_looks_are_a_whole_number_of_one_or_more_or_unknown():
         assert planned_looks_of({"reference_s": [1.0], "estimate": {"looks": looks}}) is None, looks
     assert planned_looks_of({"reference_s": [1.0], "estimate": {"looks": 3}}) == 3
     assert planned_looks_of({"estimate": {"looks": 3}}) is None  # no pairs: nothing planned them
+
+
+@pytest.mark.parametrize("band", [["x", 1.05], [True, 1.05], [1.0, 1.0], [0.5, 1.05], [1 / 1.05, 1.05, 1.1], None])
+def test_a_band_that_is_not_a_noise_band_is_not_a_claims_setting(band):
+    from accel.gate.judge import claim_settings_problem
+
+    claim = {"band": band, "requested_confidence": 0.95}
+    problem = claim_settings_problem(claim, dict(claim), None)
+    assert problem == f"its band {band} is not a noise band 1/(1+t)..1+t with 0 < t < 1 (measure.min_effect)"

@@ -459,3 +459,11 @@ def test_an_interval_whose_bias_divided_edge_lies_on_the_band_does_not_clear_it(
     # Just past the edge: clears.
     assert clears_floor_bias([1.051, *faster[1:]], floor_below, band, 0.84375)[0]
     assert clears_floor_bias([*slower[:3], band[0] * 0.999], floor_above, band, 0.84375)[0]
+
+
+def test_the_sampling_notice_names_the_smallest_max_pairs_that_would_do():
+    from accel.measure.speedup import sampling_notice
+
+    assert sampling_notice(6, 7, 0.95).endswith("(raise measure.max_pairs to at least 8)")
+    assert sampling_notice(6, 4, 0.95).endswith("(raise measure.max_pairs to at least 8)")
+    assert sampling_notice(6, 8, 0.95) is None
