@@ -492,8 +492,9 @@ def publishable_claim(
         return claim
     if is_reference(record):
         return _not_published(claim, "a reference cell (the baseline or its noise floor) makes no speed claim")
-    if not_run(record):
-        return _not_published(claim, f"the cell did not run ({not_run(record)}): it claims nothing")
+    lost = not_run(record)
+    if lost:
+        return _not_published(claim, f"the cell did not run ({lost}): it claims nothing")
     if voided is not None:
         return _not_published(claim, f"the gate failed the cell's timing ({voided}): its claim is not published")
     ran = floor is not None and floor.get("status") == "ok" and bool(floor.get("warm"))

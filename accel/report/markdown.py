@@ -147,10 +147,10 @@ def noise_floor_line(records: list[dict[str, Any]]) -> str:
     """The baseline measured against itself: in a fresh cell (parity) and interleaved with a copy (speed)."""
     rerun = next((r for r in records if is_noise_floor(r)), None)
     baseline = next((r for r in records if r["variant"] == "baseline"), None)
-    lost = not_run(baseline) if baseline is not None else "no baseline in these results"
-    if rerun is not None and lost:
-        why = lost
-        if baseline is not None:
+    if rerun is not None and (baseline is None or not_run(baseline)):
+        if baseline is None:
+            why = "no baseline in these results"
+        else:
             why = f"the baseline {baseline['status']}" if baseline["status"] != "ok" else "the baseline has no timings"
         return (
             f"Noise floor: not measured ({why}: nothing to compare the re-run with): no parity and no speedup of "

@@ -38,14 +38,11 @@ def read_json_object(path: Path, what: str) -> dict[str, Any]:
     the last ``_class_name``); a ConfigError saying what is wrong with it otherwise."""
 
     def no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-        data = dict(pairs)
-        if len(data) < len(pairs):
-            seen: set[str] = set()
-            for key, _ in pairs:
-                if key in seen:
-                    break
-                seen.add(key)
-            raise ConfigError(f"{path}: {what} gives the key '{key}' twice: keep one")
+        data: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in data:
+                raise ConfigError(f"{path}: {what} gives the key '{key}' twice: keep one")
+            data[key] = value
         return data
 
     try:
