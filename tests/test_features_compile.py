@@ -135,3 +135,36 @@ def test_compile_with_diffusers_cache_hook_counts_skipped_work_inside_compiled_b
         for key in ("transformer_calls_per_run", "attention_computed_per_run"):
             assert cached.evidence[key] == eager[key] * 2, key
         assert 0 < cached.evidence["attention_computed_per_run"][0] < 2 * 4  # some blocks skipped, some ran
+
+
+def test_the_sweeps_own_cell_path_leaves_a_fully_compiled_denoiser_as_compiled():
+    """The stage pass times the denoiser of a cell whose transformer was compiled whole: its timers must sit
+    outside the compiled frame (a hook inside it changes what dynamo guarded, and the pass recompiled: compile-full
+    was failed on every family by the harness's own instrument). The cell runs as a sweep runs it, inline."""
+    import tempfile
+    from pathlib import Path
+
+    from accel.profile import parse_profile
+    from accel.sweep.cell import run_cell
+    from accel.sweep.runner import plan
+
+    profile = parse_profile(
+        {
+            "name": "t",
+            "models": [{"name": "tiny-flux", "source": "tiny-flux"}],
+            "workload": {"prompts": ["a red fox"], "seeds": [0], "steps": 2, "height": 32, "width": 32},
+            "variants": [{"name": "full", "features": {"compile": {"granularity": "full", "backend": "eager"}}}],
+            "measure": {"warmup": 1, "repeats": 2, "executor": "inline", "timing": "sequential", "noise_floor": False},
+        }
+    )
+    spec = next(cell for cell in plan(profile, Path(tempfile.mkdtemp())) if cell.variant == "full")
+    record = run_cell(spec)
+    evidence = record["evidence"]["compile"]
+    assert record["status"] == "ok", record.get("error")
+    # Three timed runs: the two headline passes and the stage pass between them; none converted a frame.
+    assert evidence["frames_converted_per_run"] == [0, 0, 0], evidence
+    assert evidence["engaged"] and "no recompile during 3 timed runs" in evidence["summary"]
+    assert evidence["graph_breaks"] == 0  # the stage timers were not traced into the graph either
+    # The stage pass still saw the denoiser: one call per step, timed from the compiled entry.
+    assert record["timing"]["stage_pass"] == "between the headline passes"
+    assert record["denoiser_calls_per_call"] == 2, record["stages"]

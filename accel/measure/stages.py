@@ -56,6 +56,12 @@ class StageRecorder:
         return time.perf_counter()
 
     def _hook_module(self, module: Any, kind: str) -> None:
+        # A module compiled whole (``module.compile()``) runs its hooks inside the compiled frame: a hook added
+        # now changes what dynamo guarded, so the next call recompiles (and traces our timer in). Its compiled
+        # entry, called by ``nn.Module.__call__`` outside that frame, is timed instead: the graph stays as built.
+        if getattr(module, "_compiled_call_impl", None) is not None:
+            self._wrap(module, "_compiled_call_impl", kind)
+            return
         self.handles.append(module.register_forward_pre_hook(lambda *_: self.events.append((f"{kind}+", self._now()))))
         self.handles.append(module.register_forward_hook(lambda *_: self.events.append((f"{kind}-", self._now()))))
 
