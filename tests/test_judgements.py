@@ -50,15 +50,20 @@ def _compile_handle(runs, **delta):
     # One denoiser, called on every run it compiled: nothing ran untouched (tests/test_every_denoiser.py has both).
     return _handle(
         runs, modules=[object()], modules_by_denoiser={"transformer": [object()]}, untouched=dict,
-        dynamo_delta=lambda: counters,
+        dynamo_delta=lambda: counters, eager_reasons=lambda: ["Data dependent operator"],
     )  # fmt: skip
 
 
 def test_compile_fails_on_an_eager_fallback_a_recompile_or_no_compiled_call():
     steady = [{"compiled_calls": 4, "frames_converted": 0, "new_graphs": 0}] * 2
     assert _verify("compile", _compile_handle(steady)).engaged
-    fallback = _verify("compile", _compile_handle(steady, frames_failed=1))
-    assert not fallback.engaged and "ran eagerly" in fallback.summary
+    given_up_in_a_run = [steady[0], {**steady[1], "frames_failed": 1}]
+    fallback = _verify("compile", _compile_handle(given_up_in_a_run, frames_failed=1))
+    assert not fallback.engaged and "during the timed runs" in fallback.summary and "ran eagerly" in fallback.summary
+    # Given up once, at the first trace (before the timed runs): compiled otherwise, said as a constraint.
+    at_first_trace = _verify("compile", _compile_handle(steady, frames_failed=1))
+    assert at_first_trace.engaged and "1 frame(s) dynamo could not convert run eagerly" in at_first_trace.summary
+    assert at_first_trace.evidence["eager_frames"] == 1
     recompiled = [steady[0], {"compiled_calls": 4, "frames_converted": 1, "new_graphs": 1}]
     assert not _verify("compile", _compile_handle(recompiled)).engaged
     assert not _verify("compile", _compile_handle([{"compiled_calls": 4}, {"compiled_calls": 0}])).engaged
@@ -113,10 +118,11 @@ def test_compile_verdicts_say_what_ran_and_keep_the_evidence():
     )
     again = verdict([first[0], first[0]], before=0)
     assert again.engaged is False and again.summary.startswith("recompiled during timed run(s) [1, 2]:")
-    assert verdict(steady, frames_failed=1) == Verdict(
+    assert verdict([steady[0], {**steady[1], "frames_failed": 2}], frames_failed=2) == Verdict(
         False,
-        "dynamo failed to convert 1 frame(s) (recompile limit or unsupported code): they ran eagerly",
-        {**evidence([4, 4], [0, 0]), "frames_failed": 1},
+        "dynamo failed to convert 2 frame(s) during the timed runs (recompile limit or unsupported code): they ran "
+        "eagerly",
+        {**evidence([4, 4], [0, 0]), "frames_failed": 2, "frames_failed_per_run": [0, 2]},
     )
 
 
