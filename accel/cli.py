@@ -216,17 +216,23 @@ def table(
     check: bool = typer.Option(False, "--check", help="With --inject: exit 1 when a block is stale; write nothing."),
     claims: Path | None = typer.Option(None, "--claims", help="Default: feature_matrix/claims.yaml"),
     thresholds: Path | None = typer.Option(None, "--thresholds", help="Default: feature_matrix/thresholds.yaml"),
+    published: Path | None = typer.Option(
+        None, "--published", help="Published claims to cross-check; default: feature_matrix/published_claims.yaml"
+    ),
 ) -> None:
     """Render the support matrix, compatibility matrix and performance tables as markdown."""
     from accel.gate import load_gate_data
     from accel.report.inject import inject as inject_text
     from accel.report.inject import read_injectable, write_injected
+    from accel.report.published import load_published_claims
     from accel.report.tables import render_tables
     from accel.sweep.runner import run_measure
 
     texts = {path: read_injectable(path) for path in inject}  # checked before the run is read
+    claimed = load_published_claims(published)
     run_dir = results if results.is_dir() else results.parent
-    tables = render_tables(_read_records(results), load_gate_data(thresholds, claims), run_measure(run_dir))
+    data = load_gate_data(thresholds, claims)
+    tables = render_tables(_read_records(results), data, run_measure(run_dir), claimed)
     if not inject:
         for name, text in tables.items():
             typer.echo(f"<!-- omni-accel:begin {name} -->\n{text}<!-- omni-accel:end {name} -->\n")

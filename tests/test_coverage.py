@@ -184,3 +184,53 @@ def test_a_builder_these_versions_break_fails_its_family_and_the_run_goes_on(tmp
     assert "zoo entry 'tiny-sd15' could not be built with diffusers" in failed["error"], failed["error"]
     assert "TypeError: UNet2DConditionModel.__init__() got an unexpected keyword argument 'review'" in failed["error"]
     assert by_cell[("tiny-pixart-sigma", "baseline")]["status"] == "ok"
+
+
+# Steps a cache variant of the coverage profile always computes before it may skip (a run's warm-up), from its
+# options as the profile sets them. PAB and FasterCache reuse by timestep range, not by a count: not listed.
+COVERAGE_WARMUP = {
+    "cache_dit": lambda options, steps: options.max_warmup_steps,
+    "first_block_cache": lambda options, steps: 1,
+    "tea_cache": lambda options, steps: 2,  # the first and the last step
+    "mag_cache": lambda options, steps: int(options.retention_ratio * steps + 0.5),  # diffusers' mag_cache.py
+    "taylorseer_cache": lambda options, steps: options.disable_cache_before_step,
+}
+# A cache that alternates computing and reusing (TaylorSeer's cache_interval 2, PAB's block skip range 2, TeaCache
+# resetting its accumulator at each computed step) skips at most every other step: four steps after the warm-up
+# give it two or more to skip in every run.
+STEPS_LEFT_TO_SKIP = 4
+
+
+def _coverage_profile():
+    from pathlib import Path
+
+    from accel.profile import load_profile
+
+    return load_profile(Path(__file__).resolve().parent.parent / "profiles" / "coverage.yaml")
+
+
+def test_the_coverage_workload_leaves_every_cache_steps_to_skip_after_its_warmup():
+    from accel.features import FEATURES
+
+    profile = _coverage_profile()
+    steps = profile.workload.steps
+    checked = set()
+    for variant in profile.variants:
+        for name, raw in variant.features.items():
+            if name in COVERAGE_WARMUP:
+                warmup = COVERAGE_WARMUP[name](FEATURES[name].parse_options(raw), steps)
+                assert steps - warmup >= STEPS_LEFT_TO_SKIP, f"{variant.name}: {warmup} of {steps} steps are warm-up"
+                checked.add(name)
+    assert checked == set(COVERAGE_WARMUP), checked  # every cache of the table was found in the profile
+
+
+def test_the_coverage_tiling_cell_tiles_half_the_image_with_diffusers_default_overlap():
+    from diffusers import AutoencoderKL
+
+    from accel.zoo.pipelines.base import kl_vae_config
+
+    profile = _coverage_profile()
+    (options,) = [v.features["vae_use_tiling"] for v in profile.variants if "vae_use_tiling" in v.features]
+    overlap = AutoencoderKL(**kl_vae_config(4)).tile_overlap_factor  # diffusers' default share of a tile
+    assert options["tile_size"] * 2 == min(profile.workload.height, profile.workload.width), options
+    assert options["tile_stride"] == options["tile_size"] * (1 - overlap), (options, overlap)

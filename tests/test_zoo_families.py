@@ -14,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from accel import apply, zoo
 from accel.errors import ModelUnavailable
 from accel.features import FEATURES
+from accel.features.base import denoisers
 from accel.profile import ModelSpec
 from accel.sweep.checkpoint import check_checkpoint, check_classes
 from accel.targets.adapter import AdapterTarget, Request
@@ -161,3 +163,30 @@ def test_a_default_quantization_component_that_a_unet_pipeline_lacks_is_left_to_
     named = {"name": "q", "features": {"quantization": {"method": "int8wo", "components": ["transformer"]}}}
     with pytest.raises(ConfigError, match=r"model 'sdxl' has no component 'transformer'.*with weights: unet"):
         check_components(parse_profile({**raw, "variants": [named]}), {"sdxl": index}, "p.yaml")
+
+
+# A block list a cache or an offload partitions: the denoiser's own ModuleLists (diffusers' group offload groups
+# a model's top-level ModuleLists, FirstBlockCache and Cache-DiT split the top-level block lists into the blocks
+# computed and the blocks cached). With one block in a list the cached remainder is zero blocks and a cache
+# "skips" nothing (issue 40, item 2: Cache-DiT on hidream-i1, cogview3-plus, hunyuan-image-2.1, hunyuan-video).
+MIN_BLOCKS = 2
+
+
+def block_lists(denoiser: torch.nn.Module) -> dict[str, int]:
+    """The denoiser's top-level ``nn.ModuleList`` children, by name, with how many modules each holds."""
+    return {name: len(child) for name, child in denoiser.named_children() if isinstance(child, torch.nn.ModuleList)}
+
+
+@pytest.mark.parametrize("name", FAMILY_NAMES)
+def test_every_block_list_of_every_denoiser_has_at_least_two_blocks(name):
+    _skip_without_optional_packages(name)
+    pipeline = zoo.build_pipeline_in_memory(name)
+    found = denoisers(pipeline)
+    assert found, f"{name} has no denoiser"
+    if name == "tiny-wan22":
+        assert set(found) == {"transformer", "transformer_2"}, set(found)  # both denoisers are walked
+    for denoiser_name, denoiser in found.items():
+        lists = block_lists(denoiser)
+        assert lists, f"{name}'s {denoiser_name} has no block list"
+        short = {list_name: size for list_name, size in lists.items() if size < MIN_BLOCKS}
+        assert not short, f"{name}'s {denoiser_name}: block lists with fewer than {MIN_BLOCKS} blocks: {short}"

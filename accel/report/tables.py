@@ -23,6 +23,7 @@ from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.gate.judge import RunMeasure, claims_voided, with_publishable_claims
 from accel.measure.speedup import format_speedup
 from accel.report.format import fmt, table_lines
+from accel.report.published import PublishedClaim, disagreement, disagreements_table, published_marker
 from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, peak_memory_bytes, warm_median
 
 
@@ -89,13 +90,15 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     return "❌", f"{variant}: {record.get('error')}{declared_tag(record)}"
 
 
-def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
+def support_matrix(records: list[dict[str, Any]], data: GateData, published: list[PublishedClaim] | None = None) -> str:
     """Models x features (single-feature cells), grouped by family, with footnotes.
 
     A feature measured in several settings on a model (compile regional and full, several quantization
     methods) shows every setting, one line each with its variant name: a refusal is never hidden behind
-    another setting's success."""
+    another setting's success. A cell whose verdict contradicts a published claim (``published``, default
+    feature_matrix/published_claims.yaml) carries the disagreement marker and a footnote."""
     verdicts = _verdicts(records, data)
+    published = _published(published)
     notes = Footnotes()
     families = _families()
     single = [r for r in _measured(records) if len(feature_options(r)) == 1]
@@ -115,7 +118,9 @@ def support_matrix(records: list[dict[str, Any]], data: GateData) -> str:
             marks = []
             for record in candidates:
                 mark, note = _cell(record, verdicts[(model, record["variant"])])
-                marks.append(mark + (notes.ref(note) if note else ""))
+                cell = mark + (notes.ref(note) if note else "")
+                found = disagreement(record, classify(record, verdicts[(model, record["variant"])])[0], published)
+                marks.append(published_marker(cell, found, notes))
             if len(candidates) == 1:
                 cells.append(marks[0])
             else:
@@ -330,16 +335,40 @@ def family_counts(records: list[dict[str, Any]], data: GateData) -> str:
     return "\n".join(lines) + f"\n\n{legend}\n"
 
 
-def render_tables(records: list[dict[str, Any]], data: GateData, run: RunMeasure | None = None) -> dict[str, str]:
-    """Every table by its injection name: support-matrix, compatibility, family-counts, feature-<name>,
-    performance-<model>. Each claim is shown as the gate publishes it (``with_publishable_claims``, against the
-    gate's verdicts and ``run``: what the run's profile asked): a speedup the record holds but its noise floor
-    does not verify, or one whose feature did not engage, is shown unverified here too."""
+def _published(published: list[PublishedClaim] | None) -> list[PublishedClaim]:
+    from accel.report.published import load_published_claims
+
+    return load_published_claims() if published is None else published
+
+
+def published_disagreements(
+    records: list[dict[str, Any]], data: GateData, published: list[PublishedClaim] | None = None
+) -> str:
+    """Every single-feature cell whose verdict contradicts a published claim, with its source and cause."""
+    verdicts, published = _verdicts(records, data), _published(published)
+    single = [r for r in _measured(records) if len(feature_options(r)) == 1]
+    found = [disagreement(r, classify(r, verdicts[(r["model"], r["variant"])])[0], published) for r in single]
+    return disagreements_table([d for d in found if d is not None])
+
+
+def render_tables(
+    records: list[dict[str, Any]],
+    data: GateData,
+    run: RunMeasure | None = None,
+    published: list[PublishedClaim] | None = None,
+) -> dict[str, str]:
+    """Every table by its injection name: support-matrix, compatibility, family-counts, published-disagreements,
+    feature-<name>, performance-<model>. Each claim is shown as the gate publishes it (``with_publishable_claims``,
+    against the gate's verdicts and ``run``: what the run's profile asked): a speedup the record holds but its noise
+    floor does not verify, or one whose feature did not engage, is shown unverified here too. ``published``: the
+    published claims to cross-check (default: feature_matrix/published_claims.yaml)."""
     records = with_publishable_claims(records, claims_voided(gate_records(records, data, run=run).verdicts), run)
+    published = _published(published)
     tables = {
-        "support-matrix": support_matrix(records, data),
+        "support-matrix": support_matrix(records, data, published),
         "compatibility": compatibility_matrix(records, data),
         "family-counts": family_counts(records, data),
+        "published-disagreements": published_disagreements(records, data, published),
         **feature_tables(records, data),
     }
     for model in dict.fromkeys(r["model"] for r in records):

@@ -38,8 +38,8 @@ FLUX2_KLEIN_CONFIG: dict[str, Any] = {
     "transformer": {
         "patch_size": 1,
         "in_channels": 16,  # 4 latent channels x the VAE's 2x2 patchify
-        "num_layers": 1,
-        "num_single_layers": 1,
+        "num_layers": 2,
+        "num_single_layers": 2,
         "attention_head_dim": 16,
         "num_attention_heads": 2,
         "joint_attention_dim": 48,  # three Qwen3 hidden states of 16, stacked
@@ -80,7 +80,7 @@ KANDINSKY5_CONFIG: dict[str, Any] = {
         "patch_size": [1, 2, 2],
         "model_dim": 16,
         "ff_dim": 32,
-        "num_text_blocks": 1,
+        "num_text_blocks": 2,
         "num_visual_blocks": 2,
         "axes_dims": [2, 2, 4],  # head_dim 8: 2 heads
         "visual_cond": False,
@@ -142,8 +142,8 @@ HUNYUAN_IMAGE_CONFIG: dict[str, Any] = {
         "out_channels": 4,
         "num_attention_heads": 2,
         "attention_head_dim": 8,
-        "num_layers": 1,
-        "num_single_layers": 1,
+        "num_layers": 2,
+        "num_single_layers": 2,
         "num_refiner_layers": 1,
         "patch_size": [1, 1],
         "guidance_embeds": False,

@@ -184,7 +184,7 @@ def build_mochi(config: dict[str, Any]) -> dict[str, Any]:
 LATTE_CONFIG: dict[str, Any] = {
     "transformer": {
         "sample_size": 8,
-        "num_layers": 1,
+        "num_layers": 2,
         "patch_size": 2,
         "attention_head_dim": 8,
         "num_attention_heads": 3,
