@@ -251,3 +251,22 @@ def test_sides_with_different_requests_are_refused_before_loading(monkeypatch, c
     ):
         code, out, err = invoke(monkeypatch, capsys, "diverge", str(path), "--model", "adapter", *args)
         assert code == 2 and err.count("\n") == 1 and message in err, (args, err)
+
+
+def test_a_cache_variant_is_exact_until_its_first_cached_step_then_owned_by_the_cache_state():
+    """``--variant``: the features applied to a second copy of the model, one warm-up, then the compared call.
+    First Block Cache computes step 0 in full (exact) and reuses a residual from step 1; with identical inputs
+    and a fresh cache every block agrees, so no block is blamed."""
+    from accel.diverge import diverge
+    from accel.profile import parse_profile
+
+    variants = [{"name": "fbc", "features": {"first_block_cache": 0.5}}]
+    profile = parse_profile(small_profile(variants=variants, steps=4, height=32, width=32))
+    result = diverge(profile, "tiny-flux", variant="fbc")
+    assert result.exit_code == 1 and result.first is not None, result.summary()
+    first_step = result.first_step
+    assert first_step is not None and first_step >= 1
+    before = [r for r in result.rows if r.step is not None and r.step < first_step]
+    assert before and all(r.metrics.exact for r in before)
+    assert (result.first.component, result.first.step, result.first.block) == ("transformer", first_step, None)
+    assert "state (a cache)" in result.first.evidence

@@ -90,6 +90,20 @@ def record_modules(module: torch.nn.Module, call: Callable[[], Any]) -> list[tup
     return finished
 
 
+def _call(denoiser: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+    """The denoiser called once more, inside a fresh cache context where it has one (diffusers' cache hooks
+    refuse a call outside any): a cache's state is not what the bisection compares."""
+
+    def call() -> Any:
+        context = getattr(denoiser, "cache_context", None)
+        if context is None:
+            return denoiser(*args, **kwargs)
+        with context("diverge-bisect"):
+            return denoiser(*args, **kwargs)
+
+    return call
+
+
 def identical_inputs(a: DenoiserCall, b: DenoiserCall) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Side B's call with side A's tensors wherever they share a name (or position) and shape: B's own
     calling convention, A's values."""
@@ -134,10 +148,8 @@ def locate(
     ``tolerance``."""
     canon_a, canon_b = canonical_names(denoiser_a, denoiser_b)
     args_b, kwargs_b = identical_inputs(call_a, call_b)
-    order_a = [
-        (canon_a(n), o) for n, o in record_modules(denoiser_a, lambda: denoiser_a(*call_a.args, **call_a.kwargs))
-    ]
-    order_b = [(canon_b(n), o) for n, o in record_modules(denoiser_b, lambda: denoiser_b(*args_b, **kwargs_b))]
+    order_a = [(canon_a(n), o) for n, o in record_modules(denoiser_a, _call(denoiser_a, call_a.args, call_a.kwargs))]
+    order_b = [(canon_b(n), o) for n, o in record_modules(denoiser_b, _call(denoiser_b, args_b, kwargs_b))]
     theirs: dict[str, list[Any]] = {}
     for name, outputs in order_b:
         theirs.setdefault(name, []).append(outputs)
