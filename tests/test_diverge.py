@@ -270,3 +270,25 @@ def test_a_cache_variant_is_exact_until_its_first_cached_step_then_owned_by_the_
     assert before and all(r.metrics.exact for r in before)
     assert (result.first.component, result.first.step, result.first.block) == ("transformer", first_step, None)
     assert "state (a cache)" in result.first.evidence
+
+
+@pytest.fixture(scope="module")
+def qwen_sides() -> tuple[Side, Side]:
+    adapter = AdapterTarget(ModelSpec(name="adapter", source="tiny-qwen-image"))
+    native = NativeTarget(ModelSpec(name="native", source="tiny-qwen-image", target="native"))
+    adapter.load()
+    native.load()
+    return Side("adapter", adapter), Side("native", native)
+
+
+def test_native_qwen_image_matches_its_diffusers_pipeline_and_a_block_fault_is_located(qwen_sides, monkeypatch):
+    """QwenImagePipeline runs true CFG by default (4.0): two calls per step, every row exact; an MLP fault in
+    the native port is found through its own weight-name mapping (diffusers' img_mlp.net.2 is img_mlp.fc2)."""
+    result = compare_sides(*qwen_sides, REQUEST)
+    assert result.first is None and all(row.metrics.exact for row in result.rows), result.summary()
+    assert len([r for r in result.rows if r.stage == "denoiser"]) == 2 * REQUEST.steps
+    fc2 = qwen_sides[1].target.pipeline.transformer.transformer_blocks[0].img_mlp.fc2
+    monkeypatch.setattr(fc2, "forward", scaled(fc2, "forward"))
+    result = compare_sides(*qwen_sides, REQUEST)
+    _check(result, "transformer", 0, "transformer_blocks.0", "img_mlp")
+    assert result.first is not None and result.first.operation == "img_mlp.fc2"

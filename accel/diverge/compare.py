@@ -59,7 +59,9 @@ INCOMPARABLE = Metrics(float("inf"), float("inf"), float("nan"), exact=False, co
 
 
 def metrics(a: torch.Tensor, b: torch.Tensor) -> Metrics:
-    """Metrics of ``b`` against the reference ``a`` (computed in float64 on the CPU)."""
+    """Metrics of ``b`` against the reference ``a`` (computed in float64 on the CPU; a complex tensor as its
+    real and imaginary parts)."""
+    a, b = (torch.view_as_real(t) if t.is_complex() else t for t in (a, b))
     if a.shape != b.shape:
         return INCOMPARABLE
     x = a.detach().to("cpu", torch.float64).flatten()
