@@ -292,3 +292,17 @@ def test_native_qwen_image_matches_its_diffusers_pipeline_and_a_block_fault_is_l
     result = compare_sides(*qwen_sides, REQUEST)
     _check(result, "transformer", 0, "transformer_blocks.0", "img_mlp")
     assert result.first is not None and result.first.operation == "img_mlp.fc2"
+
+
+def test_the_cli_exits_1_with_the_place_in_one_line_and_tolerance_overrides(monkeypatch, capsys, write_profile):
+    variants = [{"name": "fbc", "features": {"first_block_cache": 0.5}}]
+    path = write_profile(small_profile(variants=variants, steps=3, height=32, width=32))
+    code, out, err = invoke(monkeypatch, capsys, "diverge", str(path), "--model", "tiny-flux", "--variant", "fbc")
+    assert code == 1, err
+    last = out.strip().splitlines()[-1]
+    assert last.startswith("diverged at component transformer, step ") and "rel-L2" in last, last
+    assert "Tolerance (float32): relative L2 <= 0.0001" in out  # the tolerance used is stated
+    code, out, err = invoke(monkeypatch, capsys, "diverge", str(path), "--model", "tiny-flux", "--variant", "fbc",
+                            "--tolerance", "1", "--json")  # fmt: skip
+    data = json.loads(out)
+    assert code == 0 and data["diverged"] is False and data["tolerance"]["rel_l2"] == 1.0, err
