@@ -306,3 +306,19 @@ def test_the_cli_exits_1_with_the_place_in_one_line_and_tolerance_overrides(monk
                             "--tolerance", "1", "--json")  # fmt: skip
     data = json.loads(out)
     assert code == 0 and data["diverged"] is False and data["tolerance"]["rel_l2"] == 1.0, err
+
+
+def test_int8_weight_only_is_located_at_the_first_quantized_module():
+    """int8 weight-only quantizes the Linear layers: the first unit to finish beyond tolerance with identical
+    inputs is a module without submodules, and the report says the module's own computation owns it."""
+    from accel.diverge import diverge
+    from accel.profile import parse_profile
+
+    variants = [{"name": "int8", "features": {"quantization": "int8wo"}}]
+    profile = parse_profile(small_profile(variants=variants, steps=2, height=32, width=32))
+    result = diverge(profile, "tiny-flux", variant="int8")
+    first = result.first
+    assert first is not None and (first.component, first.step) == ("transformer", 0), result.summary()
+    assert first.block is not None and first.submodule is None and "is one module" in first.evidence
+    inputs = [r.within for r in result.rows if r.stage in ("text", "latents", "timesteps")]
+    assert inputs and all(inputs)  # the text encoders are not quantized: the loop's inputs are the baseline's

@@ -167,6 +167,9 @@ def locate(
     name, found = block
     prefix = name + "."
     inner = _first_beyond(order_a, theirs, lambda n: n.startswith(prefix), tolerance)
+    if inner is None and not any(n.startswith(prefix) for n, _ in order_a):
+        note = f"{name} is one module, with no submodules: its own computation (its weights, e.g. quantized)"
+        return Place(name, None, None, found, note)
     if inner is None:
         return Place(
             name,
