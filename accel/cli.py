@@ -451,6 +451,54 @@ def roofline(
         json_out.write_text(json.dumps(result.to_dict(), indent=2))
 
 
+@app.command()
+def diverge(
+    profile: Path = typer.Argument(..., help="Profile YAML naming the model(s) and the variant."),
+    model: str = typer.Option(..., "--model", help="The reference side: a model of the profile (unaccelerated)."),
+    variant: str | None = typer.Option(
+        None, "--variant", help="Compare this variant (its features applied to --model) against --model."
+    ),
+    against: str | None = typer.Option(
+        None, "--against", help="Compare this other model of the profile (e.g. a native port) against --model."
+    ),
+    tolerance: float | None = typer.Option(
+        None, "--tolerance", help="Relative-L2 limit per step; default per dtype: float32 1e-4, bfloat16 2e-2."
+    ),
+    json_out: bool = typer.Option(
+        False, "--json", help="Print the result as JSON (component, step, block, submodule of the first divergence)."
+    ),
+    out: Path | None = typer.Option(
+        None, "--out", "-o", help="Also write diverge.md, diverge.png (rel-L2 per step) and diverge.json here."
+    ),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
+) -> None:
+    """Where two runs of the workload's first request part: the first stage, step, block and submodule beyond
+    tolerance. Exit 0 within tolerance, 1 diverged (the place in one line), 2 bad input."""
+    import json
+
+    from accel.profile import load_profile
+
+    loaded = load_profile(profile)  # a bad profile is refused before torch is imported
+    if out is not None and out.exists() and not out.is_dir():
+        from accel.errors import ConfigError
+
+        raise ConfigError(f"{out}: --out: is a file; give a directory to write diverge.md, .png and .json in")
+    _setup_logging(verbose)
+    from accel.diverge import diverge as run_diverge
+    from accel.diverge.report import markdown, write
+
+    result = run_diverge(loaded, model, variant=variant, against=against, tolerance=tolerance)
+    if out is not None:
+        write(result, out)
+    if json_out:
+        typer.echo(json.dumps(result.to_dict(), indent=2))
+    else:
+        typer.echo(markdown(result))
+        typer.echo(result.summary())
+    if result.exit_code:
+        raise typer.Exit(result.exit_code)
+
+
 def main() -> None:
     """Console entry point: run the app, turning AccelError and usage errors into exit code 2."""
     try:  # typer >= 0.2x vendors click; older releases use click itself

@@ -29,6 +29,7 @@ LAYERS = {
     "cli": 9,
     "pytest_plugin": 9,
     "sweep": 8,
+    "diverge": 8,
     "report": 7,
     "gate": 7,
     "results": 6,

@@ -1,0 +1,164 @@
+"""Loading the two sides of a comparison from a profile and running one designated call on each.
+
+``diverge(profile, model, variant=...)`` compares a variant (its features applied) against the same model
+unaccelerated; ``diverge(profile, model, against=...)`` compares two models of the profile (a native port and
+the adapter on one checkpoint). Both sides get the same request (the workload's first prompt and seed), or the
+comparison is refused before anything loads. ``compare_sides`` is the engine, for sides already loaded (the
+tests inject faults into copies of a native pipeline this way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from accel.diverge.capture import Capture
+from accel.diverge.compare import tolerance_for
+from accel.diverge.result import DivergeResult
+from accel.diverge.stages import Traced, analyse
+from accel.errors import ConfigError, did_you_mean
+from accel.profile import ModelSpec, Profile, load_profile
+
+
+@dataclass
+class Side:
+    """A loaded target (``accel.targets``: ``generate(request)`` and ``pipeline``) to compare; ``warmup``
+    uncaptured calls come first (compile, caches); ``applied``: the features' handle, removed by ``close``."""
+
+    label: str
+    target: Any
+    dtype: str = "float32"
+    warmup: int = 0
+    applied: Any = None
+
+    def run(self, request: Any) -> Traced:
+        """The warm-up calls, then the one designated call, captured."""
+        for _ in range(self.warmup):
+            self.target.generate(request)
+        capture = Capture(self.target.pipeline)
+        with capture as trace:
+            trace.images = self.target.generate(request)
+        return Traced(self.label, self.target.pipeline, trace, capture)
+
+    def close(self) -> None:
+        """Remove the features applied to this side, if any."""
+        if self.applied is not None:
+            self.applied.remove()
+            self.applied = None
+
+
+def compare_sides(a: Side, b: Side, request: Any, tolerance: float | None = None) -> DivergeResult:
+    """Run ``request`` once on each side and compare ``b`` against the reference ``a``.
+
+    ``tolerance``: the relative-L2 limit (default: the looser of the two dtypes' ``TOLERANCES``); inputs of
+    the loop are held to exact equality when both sides compute in one dtype."""
+    limit = tolerance if tolerance is not None else max(tolerance_for(a.dtype), tolerance_for(b.dtype))
+    dtype = a.dtype if a.dtype == b.dtype else f"{a.dtype}/{b.dtype}"
+    traced_a, traced_b = a.run(request), b.run(request)
+    result = DivergeResult(a.label, b.label, dtype, limit)
+    return analyse(traced_a, traced_b, result, exact_inputs=a.dtype == b.dtype)
+
+
+def _model(profile: Profile, name: str, option: str) -> ModelSpec:
+    names = [m.name for m in profile.models]
+    for model in profile.models:
+        if model.name == name:
+            return model
+    raise ConfigError(
+        f"{option}: '{name}' is not a model of the profile.{did_you_mean(name, names)} Models: {', '.join(names)}"
+    )
+
+
+def check_same_requests(profile: Profile, a: ModelSpec, b: ModelSpec) -> None:
+    """Refuse two models whose requests differ (workload or call kwargs), naming the first difference."""
+    from accel.targets.adapter import default_call_kwargs
+
+    left, right = profile.workload_for(a).model_dump(), profile.workload_for(b).model_dump()
+    left_kwargs = {**default_call_kwargs(a.source), **a.call_kwargs}
+    right_kwargs = {**default_call_kwargs(b.source), **b.call_kwargs}
+    for where, x, y in (("workload", left, right), ("call_kwargs", left_kwargs, right_kwargs)):
+        for key in sorted(set(x) | set(y)):
+            if x.get(key) != y.get(key):
+                raise ConfigError(
+                    f"--against: '{a.name}' and '{b.name}' run different requests ({where}.{key}: {x.get(key)!r} vs "
+                    f"{y.get(key)!r}); diverge compares one request on both sides: give both models the same {where}"
+                )
+
+
+def _load(spec: ModelSpec, label: str, configs: dict[str, Any] | None, steps: int) -> Side:
+    from accel.features import apply, ordered
+    from accel.targets.build import make_target
+
+    target = make_target(spec)
+    features = ordered(list(configs or {}))
+    load_kwargs: dict[str, Any] = {}
+    for feature in features:
+        assert configs is not None
+        extra = feature.load_kwargs(configs[feature.name])
+        if extra and spec.target == "native":
+            raise ConfigError(
+                f"{feature.name}: load-time options go through diffusers' from_pretrained: adapter "
+                "target only; compare it on an adapter model"
+            )
+        load_kwargs.update(extra)
+    pipeline = target.load(load_kwargs or None)
+    side = Side(label, target, dtype=spec.dtype)
+    if features:
+        assert configs is not None
+        side.applied = apply(
+            pipeline, *(configs[f.name] for f in features), num_inference_steps=steps, device=target.device
+        )
+        side.warmup = 1  # compile and caches: their first call is not the one compared
+    return side
+
+
+def diverge(
+    profile: Profile | str | Path,
+    model: str,
+    variant: str | None = None,
+    against: str | None = None,
+    tolerance: float | None = None,
+) -> DivergeResult:
+    """Where ``variant`` (features applied to ``model``) or the model ``against`` parts from ``model``'s
+    unaccelerated run of the workload's first prompt and seed. Exactly one of ``variant`` and ``against``.
+
+    Raises ``ConfigError`` (bad input, before anything loads) for an unknown model or variant, both or neither
+    of ``variant``/``against``, a tolerance that is not positive, or two models whose requests differ."""
+    from accel.sweep.spec import build_requests
+
+    loaded = profile if isinstance(profile, Profile) else load_profile(profile)
+    if (variant is None) == (against is None):
+        raise ConfigError(
+            "diverge: give exactly one of --variant VARIANT (features against the model's baseline) "
+            "and --against OTHER (another model of the profile)"
+        )
+    if tolerance is not None and not tolerance > 0:
+        raise ConfigError(f"--tolerance: {tolerance} is not a positive relative-L2 limit (e.g. 1e-4)")
+    spec_a = _model(loaded, model, "--model")
+    configs: dict[str, Any] | None = None
+    if variant is not None:
+        plan = loaded.variant_plan().variants
+        names = [v.name for v in plan]
+        chosen = next((v for v in plan if v.name == variant), None)
+        if chosen is None:
+            raise ConfigError(
+                f"--variant: '{variant}' is not a variant of the profile.{did_you_mean(variant, names)} "
+                f"Variants: {', '.join(names) or '(none)'}"
+            )
+        if chosen.models is not None and model not in chosen.models:
+            raise ConfigError(f"--variant: '{variant}' runs on {', '.join(chosen.models)} only, not on '{model}'")
+        spec_b, configs, label_b = spec_a, dict(chosen.configs), f"{model}/{variant}"
+    else:
+        assert against is not None
+        spec_b, label_b = _model(loaded, against, "--against"), against
+        if spec_b.name == spec_a.name:
+            raise ConfigError(f"--against: '{against}' is --model itself; name another model of the profile")
+        check_same_requests(loaded, spec_a, spec_b)
+    request = build_requests(loaded.workload_for(spec_a))[0]
+    side_a = _load(spec_a, model if against else f"{model}/baseline", None, request.steps)
+    side_b = _load(spec_b, label_b, configs, request.steps)
+    try:
+        return compare_sides(side_a, side_b, request, tolerance)
+    finally:
+        side_b.close()
