@@ -24,6 +24,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -202,29 +203,37 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
 
             if options.backend not in BACKENDS:
                 return Support.no(
-                    f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})"
+                    f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})",
+                    Owner.HARNESS,
                 )
             return self.probe(device, options, compute_dtype(pipeline))
         if transformer is None or not hasattr(transformer, "set_attention_backend"):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()", Owner.HARNESS
+            )
         return self.probe(device, options, compute_dtype(pipeline))
 
     def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:
         backend = options.backend
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:
-            return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'")
+            return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'", Owner.DEVICE)
         if backend.endswith("_hub"):
-            return Support.no(f"backend {backend} downloads its kernel from the Hugging Face hub; not offline")
+            return Support.no(
+                f"backend {backend} downloads its kernel from the Hugging Face hub; not offline", Owner.DEVICE
+            )
         if device == "cpu" and backend not in CPU_BACKENDS:
-            return Support.no(f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}")
+            return Support.no(
+                f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}", Owner.DEVICE
+            )
         if backend in ("_native_npu", "_native_xla"):
-            return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device")
+            return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device", Owner.DEVICE)
         half_only = backend.startswith(HALF_ONLY_PREFIXES) or (device.startswith("cuda") and backend in HALF_ONLY_CUDA)
         if dtype is not None and half_only and dtype not in HALF_DTYPES:
             return Support.no(
                 f"backend {backend} needs float16 or bfloat16 inputs (the model computes in {dtype}); "
-                "set the model's dtype: bfloat16"
+                "set the model's dtype: bfloat16",
+                Owner.LIBRARY,
             )
         return Support.yes()
 

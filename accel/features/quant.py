@@ -23,6 +23,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -226,7 +227,7 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         import importlib.util
 
         if importlib.util.find_spec("torchao") is None:
-            return Support.no("package torchao not installed: pip install torchao")
+            return Support.no("package torchao not installed: pip install torchao", Owner.DEVICE)
         if options.method in ("fp8dq", "fp8dq_row"):
             support = _needs_sm89(device)
             if not support.supported:
@@ -234,16 +235,23 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         if options.method == "fp8dq_row" and dtype is not None and dtype != "bfloat16":
             return Support.no(
                 f"fp8dq_row (per-row float8) needs bfloat16 weights (torchao asserts it; the model is {dtype}): "
-                "set the model's dtype: bfloat16"
+                "set the model's dtype: bfloat16",
+                Owner.LIBRARY,
             )
         if options.method == "int4wo":
             if not device.startswith("cuda"):
-                return Support.no(f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})")
+                return Support.no(
+                    f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})", Owner.DEVICE
+                )
             package = _int4_packing_package()
             if package is not None:
-                return Support.no(f"int4wo needs torchao's int4 packing package {package}: pip install {package}")
+                return Support.no(
+                    f"int4wo needs torchao's int4 packing package {package}: pip install {package}", Owner.DEVICE
+                )
             if dtype is not None and dtype != "bfloat16":
-                return Support.no(f"int4wo needs bfloat16 weights (the model is {dtype}): set the model's dtype")
+                return Support.no(
+                    f"int4wo needs bfloat16 weights (the model is {dtype}): set the model's dtype", Owner.LIBRARY
+                )
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: QuantizationConfig) -> Support:
@@ -251,18 +259,21 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         if not probed.supported:
             return probed
         if options.at_load and not hasattr(pipeline, "save_pretrained"):
-            return Support.no("at_load quantization goes through diffusers' from_pretrained: adapter target only")
+            return Support.no(
+                "at_load quantization goes through diffusers' from_pretrained: adapter target only", Owner.HARNESS
+            )
         components = getattr(pipeline, "components", None)
         if not isinstance(components, dict):  # a bare module (nn.Linear) has no components to name
             return Support.no(
                 f"{type(pipeline).__name__} is not a pipeline: quantization quantizes a pipeline's components "
                 f"({', '.join(options.components)}); pass the loaded pipeline, or quantize a bare module with "
-                "torchao.quantization.quantize_"
+                "torchao.quantization.quantize_",
+                Owner.HARNESS,
             )
         for component in options.components:
             if getattr(pipeline, component, None) is None:
                 present = sorted(n for n, m in components.items() if hasattr(m, "parameters"))
-                return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})")
+                return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})", Owner.MODEL)
         return Support.yes()
 
     def load_kwargs(self, options: QuantizationConfig) -> dict[str, Any]:
@@ -384,10 +395,10 @@ def _int4_packing_package() -> str | None:
 
 def _needs_sm89(device: str) -> Support:
     if not device.startswith("cuda"):
-        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: {device})")
+        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: {device})", Owner.DEVICE)
     import torch
 
     major, minor = torch.cuda.get_device_capability()
     if (major, minor) < (8, 9):
-        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: SM {major}.{minor})")
+        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: SM {major}.{minor})", Owner.DEVICE)
     return Support.yes()
