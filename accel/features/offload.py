@@ -301,7 +301,10 @@ class _GroupOffloadFeature(Feature[ConfigT, _OnloadCounter]):
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         modules = self._modules(pipeline)
         if not modules:
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload", Owner.MODEL)
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no denoiser (transformer, transformer_2 or unet) to offload",
+                Owner.MODEL,
+            )
         for name, module in modules.items():  # diffusers' enable_group_offload raises on these (ValueError)
             if getattr(module, "_supports_group_offloading", True) is False:
                 return Support.no(
@@ -357,16 +360,15 @@ class LayerwiseOffloadConfig(FeatureConfig):
 
 
 class LayerwiseOffload(_GroupOffloadFeature[LayerwiseOffloadConfig]):
-    """The transformer's blocks one at a time, the rest of the pipeline resident."""
+    """Every denoiser's blocks one at a time (a transformer, a UNet, Wan 2.2's two), the rest resident."""
 
     name = "enable_layerwise_offload"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     config_cls = LayerwiseOffloadConfig
-    description = "layerwise offload of the transformer blocks (group offload, one block per group)"
+    description = "layerwise offload of every denoiser's blocks (group offload, one block per group)"
 
     def _modules(self, pipeline: Any) -> dict[str, Any]:
-        transformer = getattr(pipeline, "transformer", None)
-        return {"transformer": transformer} if transformer is not None else {}
+        return denoisers(pipeline)
 
     def _kwargs(self, options: LayerwiseOffloadConfig, device: str) -> dict[str, Any]:
         import torch

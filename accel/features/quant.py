@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from accel.features.base import (
+    DENOISER_COMPONENTS,
     LOSSY_LIMITS,
     Feature,
     FeatureClass,
@@ -74,8 +75,9 @@ class QuantizationConfig(FeatureConfig):
         default="int8wo",
         description="int8wo | int8dq | fp8wo | fp8dq | fp8dq_row | int4wo. Fewer bits: less memory, more error.",
     )
-    components: tuple[str, ...] = Field(
-        default=("transformer",), description="Pipeline components to quantize (default: the transformer)."
+    components: tuple[str, ...] | None = Field(
+        default=None,
+        description="Pipeline components to quantize (default: every denoiser: transformer, transformer_2, unet).",
     )
     at_load: bool = Field(
         default=False, description="Quantize while loading (PipelineQuantizationConfig) instead of after."
@@ -87,6 +89,11 @@ class QuantizationConfig(FeatureConfig):
         description="Least share of eligible linear layers that must be quantized on every run (torchao skips "
         "shapes its kernels reject); below it the cell fails.",
     )
+
+
+def quantized_components(pipeline: Any, options: QuantizationConfig) -> tuple[str, ...]:
+    """The components ``options`` quantize on ``pipeline``: those named, else every denoiser it has."""
+    return options.components if options.components is not None else tuple(denoisers(pipeline))
 
 
 def _is_quantized(tensor: Any) -> bool:
@@ -216,12 +223,12 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
     global_state = ("inductor",)  # torchao's quantize_ sets inductor flags
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
-    reach = Reach.FIRST_DENOISER  # the denoisers named in components (``denoisers_reached``)
+    reach = Reach.EVERY_DENOISER  # by default; the denoisers named in components otherwise (``denoisers_reached``)
     untouched_hint = "name every denoiser in quantization's components, e.g. [transformer, transformer_2]"
 
     def denoisers_reached(self, pipeline: Any, options: QuantizationConfig) -> set[str] | None:
-        """The denoisers among ``components``: the ones quantized."""
-        return set(options.components) & set(denoisers(pipeline))
+        """The denoisers quantized: every one by default, else those among ``components``."""
+        return set(quantized_components(pipeline, options)) & set(denoisers(pipeline))
 
     def probe(self, device: str, options: QuantizationConfig, dtype: str | None = None) -> Support:
         import importlib.util
@@ -266,13 +273,19 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         if not isinstance(components, dict):  # a bare module (nn.Linear) has no components to name
             return Support.no(
                 f"{type(pipeline).__name__} is not a pipeline: quantization quantizes a pipeline's components "
-                f"({', '.join(options.components)}); pass the loaded pipeline, or quantize a bare module with "
-                "torchao.quantization.quantize_",
+                f"({', '.join(options.components or ('every denoiser',))}); pass the loaded pipeline, or quantize a "
+                "bare module with torchao.quantization.quantize_",
                 Owner.HARNESS,
             )
-        for component in options.components:
+        present = sorted(n for n, m in components.items() if hasattr(m, "parameters"))
+        if options.components is None and not denoisers(pipeline):
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no denoiser (transformer, transformer_2 or unet) to quantize "
+                f"(has: {', '.join(present)}); name the components to quantize",
+                Owner.MODEL,
+            )
+        for component in options.components or ():
             if getattr(pipeline, component, None) is None:
-                present = sorted(n for n, m in components.items() if hasattr(m, "parameters"))
                 return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})", Owner.MODEL)
         return Support.yes()
 
@@ -281,7 +294,10 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
             return {}
         from diffusers import PipelineQuantizationConfig, TorchAoConfig
 
-        mapping: dict[str, Any] = {c: TorchAoConfig(torchao_config(options.method)) for c in options.components}
+        # Before loading the pipeline's denoisers are not known: every name one may have (diffusers quantizes the
+        # components the mapping names and skips the names the pipeline lacks).
+        names = options.components or DENOISER_COMPONENTS
+        mapping: dict[str, Any] = {c: TorchAoConfig(torchao_config(options.method)) for c in names}
         return {"quantization_config": PipelineQuantizationConfig(quant_mapping=mapping)}
 
     def apply(self, pipeline: Any, options: QuantizationConfig, context: RunContext) -> _QuantHandle:
@@ -291,7 +307,7 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         census: dict[str, Any] = {}
         originals: dict[str, dict[str, Any]] = {}
         eligible: dict[str, dict[str, Any]] = {}
-        for component in options.components:
+        for component in quantized_components(pipeline, options):
             module = getattr(pipeline, component)
             before = _weight_bytes(module)
             reasons: dict[str, str] = {}
