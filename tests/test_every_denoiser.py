@@ -129,14 +129,32 @@ def test_attention_backend_reaches_both_denoisers_with_evidence_for_each(wan22):
 
 
 def test_attention_backend_left_off_the_second_denoiser_is_not_engaged(wan22):
-    """transformer_2 reset to its previous backend mid-apply: its attention dispatches elsewhere, the cell fails."""
+    """transformer_2 set back to another backend mid-apply (diffusers' ``native``): its attention dispatches there,
+    the cell fails. (``reset_attention_backend`` would not do: its processors then follow the registry's active
+    backend, which ``set_attention_backend`` made the wanted one.)"""
     from accel.features import AttentionBackendConfig
 
     with apply(wan22.pipeline, AttentionBackendConfig(backend="_native_math"), num_inference_steps=4) as applied:
-        wan22.pipeline.transformer_2.reset_attention_backend()
+        wan22.pipeline.transformer_2.set_attention_backend("native")
         generate(wan22, steps=4)
         verdict = applied.verdicts()["attention_backend"]
     assert not verdict.engaged and "but dispatched" in verdict.summary, verdict.summary
+
+
+def test_attention_backend_a_denoiser_that_ran_without_its_attention_modules_is_partial(wan22):
+    """transformer_2's attention-module counter swapped for a fresh one (its hooks count on the old): as if it ran
+    without calling its attention modules. It ran, so the verdict is partial, naming it, not engaged."""
+    from accel.features import AttentionBackendConfig
+    from accel.features.base import Tally
+
+    with apply(wan22.pipeline, AttentionBackendConfig(backend="_native_math"), num_inference_steps=4) as applied:
+        applied.handles[0].attention_calls["transformer_2"] = Tally()
+        applied.reset_evidence()
+        generate(wan22, steps=4)
+        verdict = applied.verdicts()["attention_backend"]
+    assert not verdict.engaged
+    assert verdict.summary.startswith("partial: a denoiser ran without calling its attention modules (transformer_2")
+    assert set(verdict.evidence["untouched_denoiser_calls"]) == {"transformer_2"}
 
 
 def test_layerwise_offload_reaches_both_denoisers_with_onloads_for_each(wan22):
