@@ -44,11 +44,14 @@ class UnavailableError(AccelError):
 class ModelUnavailable(UnavailableError):
     """A model cannot run at all; ``scope`` says why: ``environment`` (this diffusers lacks one of its
     classes) or ``model`` (its call needs an input the workload cannot give). A cell records it as
-    unsupported with that scope and reason, not as a failure."""
+    unsupported with that scope and reason, not as a failure. ``owner`` who refuses it (``library``, ``model``,
+    ``device`` or ``harness``, as ``accel.features.base.Owner``); default: ``device`` for the scope
+    ``environment``, ``model`` for ``model``."""
 
-    def __init__(self, scope: str, reason: str) -> None:
+    def __init__(self, scope: str, reason: str, owner: str | None = None) -> None:
         super().__init__(reason)
         self.scope = scope
+        self.owner = owner or {"environment": "device"}.get(scope, "model")
 
 
 _ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}

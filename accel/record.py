@@ -160,6 +160,12 @@ class Errors(TypedDict, total=False):
 
     error: Annotated[str, "why the cell failed or is unsupported (null when ok)"]
     unsupported_scope: Annotated[str, "environment (this device or installation) or model (this pipeline)"]
+    refused_by: Annotated[
+        str,
+        "who refused an unsupported cell: library (its message quoted), model (a structure it lacks), device "
+        "(this device or installation) or harness (omni-accel does not support or observe it yet); absent in "
+        "records written before it: device for the scope environment, model for model",
+    ]
     traceback: Annotated[str, "the traceback of an unexpected crash inside a pipeline or a feature"]
     notes: Annotated[list[str], "what could not be measured or written (no baseline, a file outside the run)"]
 
@@ -291,6 +297,21 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+# Who refuses an unsupported cell (``refused_by``), as ``accel.features.base.Owner`` names them.
+OWNERS = ("library", "model", "device", "harness")
+
+
+def refused_by(record: dict[str, Any]) -> str | None:
+    """Who refused an unsupported cell (``OWNERS``), None for a cell that was not refused. A record written
+    before ``refused_by`` is read as its scope meant then: ``environment`` the device's, ``model`` the model's."""
+    if record.get("status") != "unsupported":
+        return None
+    owner = record.get("refused_by")
+    if owner in OWNERS:
+        return str(owner)
+    return "device" if record.get("unsupported_scope") == "environment" else "model"
+
+
 def record_version(record: dict[str, Any]) -> int:
     """The schema version a record was written with: 0 for a line written before versions (same keys)."""
     return record.get("schema_version") or 0
@@ -329,6 +350,8 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
             )
     if record["status"] not in STATUSES:
         raise ConfigError(f"{where}: 'status' should be one of {', '.join(STATUSES)}, got {record['status']!r}")
+    if record.get("refused_by") is not None and record["refused_by"] not in OWNERS:
+        raise ConfigError(f"{where}: 'refused_by' should be one of {', '.join(OWNERS)}, got {record['refused_by']!r}")
     if record.get("modality") is not None and record["modality"] not in MODALITIES:
         raise ConfigError(f"{where}: 'modality' should be one of {', '.join(MODALITIES)}, got {record['modality']!r}")
     for declared in record_fields():  # each declared key's type; null is always allowed

@@ -20,6 +20,7 @@ from accel.record import (
     DTYPES,
     MODALITIES,
     NOISE_FLOOR_ROLE,
+    OWNERS,
     RECORD_SECTIONS,
     SCHEMA_VERSION,
     STATUSES,
@@ -45,6 +46,7 @@ from accel.record import (
     peak_memory_bytes,
     record_fields,
     record_version,
+    refused_by,
     warm_median,
 )
 
@@ -53,6 +55,7 @@ __all__ = [
     "DTYPES",
     "MODALITIES",
     "NOISE_FLOOR_ROLE",
+    "OWNERS",
     "RECORD_SECTIONS",
     "RESULTS_FILE",
     "SCHEMA_VERSION",
@@ -88,6 +91,7 @@ __all__ = [
     "record_fields",
     "record_fields_markdown",
     "record_version",
+    "refused_by",
     "to_frame",
     "warm_median",
     "write_table",

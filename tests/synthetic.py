@@ -127,6 +127,7 @@ def results() -> list[dict[str, Any]]:
             {"tea_cache": 0.4},
             status="unsupported",
             unsupported_scope="model",
+            refused_by="harness",  # coefficients TeaCache's authors publish for Wan that omni-accel lacks
             error="tea_cache: TeaCache coefficients are published for FluxTransformer2DModel only",
             **cpu,
         ),

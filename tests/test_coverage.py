@@ -17,7 +17,7 @@ from synthetic import CLAIMS, results
 
 from accel.gate import GateData, load_gate_data
 from accel.profile import parse_profile
-from accel.report.tables import REFUSED_MODEL, SUPPORTED, VERDICTS, render_tables
+from accel.report.tables import HARNESS_GAP, REFUSED_LIBRARY, REFUSED_MODEL, SUPPORTED, VERDICTS, render_tables
 from accel.sweep.runner import run_sweep
 
 
@@ -39,10 +39,12 @@ def test_feature_tables_agree_with_the_support_matrix_cell_by_cell():
     assert compile_rows[("**flux**", "compile-full")] == REFUSED_MODEL
     assert tables["feature-compile"].startswith("`compile` (compile) works on 2 of 2 models: flux, wan.")
     tea = _rows(tables["feature-tea_cache"])
-    assert tea[1][:4] == ["**wan**", "tea", REFUSED_MODEL, "–"] and "published for FluxTransformer2DModel" in tea[1][4]
-    # The matrix shows the same verdicts: flux's compile ✅, wan's tea ❌.
+    assert tea[1][:4] == ["**wan**", "tea", HARNESS_GAP, "–"] and "published for FluxTransformer2DModel" in tea[1][4]
+    # The matrix shows the same verdicts: flux's compile ✅, wan's tea 🔧 (a harness gap).
     matrix = tables["support-matrix"]
-    assert "compile: ✅" in matrix and "tea: tea_cache: TeaCache coefficients are published" in matrix
+    assert (
+        "compile: ✅" in matrix and "tea: not supported by omni-accel yet (a harness gap, not the model's): " in matrix
+    )
 
 
 def test_family_counts_add_up_to_the_single_feature_cells():
@@ -98,7 +100,7 @@ def test_adding_repeated_blocks_flips_regional_compile_from_refused_to_supported
     from diffusers import PixArtTransformer2DModel
 
     verdict, reason = _regional_compile_verdict(tmp_path, "without")
-    assert verdict == REFUSED_MODEL and "PixArtTransformer2DModel has no _repeated_blocks" in reason
+    assert verdict == REFUSED_LIBRARY and "PixArtTransformer2DModel has no _repeated_blocks" in reason
     monkeypatch.setattr(PixArtTransformer2DModel, "_repeated_blocks", ["BasicTransformerBlock"], raising=False)
     verdict, reason = _regional_compile_verdict(tmp_path, "with")
     assert verdict == SUPPORTED, reason

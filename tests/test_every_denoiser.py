@@ -11,7 +11,7 @@ from features_helpers import generate, loaded
 from accel import apply
 from accel.features import FEATURES, CompileConfig, QuantizationConfig
 from accel.features.applied import ACTIVE_ATTRIBUTE, FeatureUnavailable
-from accel.features.base import Reach, denoisers, untouched_denoisers_refusal
+from accel.features.base import Owner, Reach, denoisers, untouched_denoisers_refusal
 
 TWO_DENOISERS = "tiny-wan22"
 
@@ -72,26 +72,111 @@ def test_compile_removed_from_the_second_denoiser_is_partial_not_engaged(wan22):
         ("first_block_cache", 0.5),
         ("pyramid_attention_broadcast", {}),
         ("cache_dit", {"residual_diff_threshold": 0.5}),
-        ("attention_backend", "_native_math"),
-        ("enable_layerwise_offload", True),
     ],
 )
 def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_untouched(wan22, name, raw):
     config = FEATURES[name].parse_options(raw)
     with pytest.raises(FeatureUnavailable) as refused:
         apply(wan22.pipeline, config, num_inference_steps=4)
-    assert refused.value.scope == "model"
+    assert refused.value.scope == "model" and refused.value.owner is Owner.HARNESS  # the library reaches both
     assert f"{name} reaches transformer only, so transformer_2 would run untouched" in str(refused.value)
     assert getattr(wan22.pipeline, ACTIVE_ATTRIBUTE, None) is None  # refused before anything was applied
 
 
-def test_quantization_reaches_the_denoisers_its_components_name(wan22):
+def test_quantization_reaches_every_denoiser_by_default_or_those_its_components_name(wan22):
     quant = FEATURES["quantization"]
-    assert "transformer_2 would run untouched" in untouched_denoisers_refusal(
-        quant, wan22.pipeline, QuantizationConfig()
-    )
+    assert untouched_denoisers_refusal(quant, wan22.pipeline, QuantizationConfig()) is None
+    first = QuantizationConfig(components=("transformer",))
+    assert "transformer_2 would run untouched" in untouched_denoisers_refusal(quant, wan22.pipeline, first)
     both = QuantizationConfig(components=("transformer", "transformer_2"))
     assert untouched_denoisers_refusal(quant, wan22.pipeline, both) is None
+
+
+def _engaged(target, config, steps: int = 4, **request):
+    """``config`` applied to ``target``: (its verdict on a call after a warm-up call, that call's outputs)."""
+    with apply(target.pipeline, config, num_inference_steps=steps, device="cpu") as applied:
+        generate(target, steps=steps, **request)
+        applied.reset_evidence()
+        outputs = generate(target, steps=steps, **request)
+        verdict = next(iter(applied.verdicts().values()))
+    return verdict, outputs
+
+
+def test_quantization_by_default_quantizes_both_denoisers_with_a_census_for_each(wan22):
+    verdict, _ = _engaged(wan22, QuantizationConfig())
+    assert verdict.engaged, verdict.summary
+    census = verdict.evidence["components"]
+    assert set(census) == {"transformer", "transformer_2"}
+    for name, counts in census.items():
+        assert counts["eligible_linears"] > 0 and not counts["skipped"], (name, counts)
+        assert counts["weight_bytes_after"] < counts["weight_bytes_before"], (name, counts)
+
+
+def test_attention_backend_reaches_both_denoisers_with_evidence_for_each(wan22):
+    from accel.features import AttentionBackendConfig
+
+    verdict, _ = _engaged(wan22, AttentionBackendConfig(backend="_native_math"))
+    assert verdict.engaged, verdict.summary
+    assert verdict.evidence["backend_by_denoiser"] == {
+        "transformer": ["_native_math"],
+        "transformer_2": ["_native_math"],
+    }
+    ran = verdict.evidence["denoiser_calls_per_run"][0]
+    attention = verdict.evidence["attention_calls_by_denoiser_per_run"][0]
+    assert ran["transformer"] > 0 and ran["transformer_2"] > 0, ran
+    assert attention["transformer"] > 0 and attention["transformer_2"] > 0, attention
+    assert verdict.evidence["dispatched_per_run"][0] == {"_native_math": sum(attention.values())}
+
+
+def test_attention_backend_left_off_the_second_denoiser_is_not_engaged(wan22):
+    """transformer_2 set back to another backend mid-apply (diffusers' ``native``): its attention dispatches there,
+    the cell fails. (``reset_attention_backend`` would not do: its processors then follow the registry's active
+    backend, which ``set_attention_backend`` made the wanted one.)"""
+    from accel.features import AttentionBackendConfig
+
+    with apply(wan22.pipeline, AttentionBackendConfig(backend="_native_math"), num_inference_steps=4) as applied:
+        wan22.pipeline.transformer_2.set_attention_backend("native")
+        generate(wan22, steps=4)
+        verdict = applied.verdicts()["attention_backend"]
+    assert not verdict.engaged and "but dispatched" in verdict.summary, verdict.summary
+
+
+def test_attention_backend_a_denoiser_that_ran_without_its_attention_modules_is_partial(wan22):
+    """transformer_2's attention-module counter swapped for a fresh one (its hooks count on the old): as if it ran
+    without calling its attention modules. It ran, so the verdict is partial, naming it, not engaged."""
+    from accel.features import AttentionBackendConfig
+    from accel.features.base import Tally
+
+    with apply(wan22.pipeline, AttentionBackendConfig(backend="_native_math"), num_inference_steps=4) as applied:
+        applied.handles[0].attention_calls["transformer_2"] = Tally()
+        applied.reset_evidence()
+        generate(wan22, steps=4)
+        verdict = applied.verdicts()["attention_backend"]
+    assert not verdict.engaged
+    assert verdict.summary.startswith("partial: a denoiser ran without calling its attention modules (transformer_2")
+    assert set(verdict.evidence["untouched_denoiser_calls"]) == {"transformer_2"}
+
+
+def test_layerwise_offload_reaches_both_denoisers_with_onloads_for_each(wan22):
+    from accel.features import LayerwiseOffloadConfig
+
+    verdict, _ = _engaged(wan22, LayerwiseOffloadConfig())
+    assert verdict.engaged, verdict.summary
+    onloads = verdict.evidence["onloads_by_denoiser_per_run"][0]
+    assert onloads["transformer"] > 0 and onloads["transformer_2"] > 0, onloads
+
+
+@pytest.mark.parametrize("name, raw", [("quantization", "int8wo"), ("enable_layerwise_offload", True)])
+def test_quantization_and_layerwise_offload_reach_a_unet(name, raw):
+    """SD 1.5 denoises with a UNet: both used to fail with "pipeline has no component 'transformer'" although
+    diffusers quantizes and group-offloads a UNet; they reach it, with its evidence under ``unet``."""
+    target = loaded("tiny-sd15")
+    verdict, _ = _engaged(target, FEATURES[name].parse_options(raw), steps=2, height=32, width=32)
+    assert verdict.engaged, verdict.summary
+    if name == "quantization":
+        assert list(verdict.evidence["components"]) == ["unet"]
+    else:
+        assert verdict.evidence["onloads_by_denoiser_per_run"][0]["unet"] > 0
 
 
 def test_every_built_in_denoiser_feature_declares_its_reach():

@@ -7,6 +7,7 @@ import pytest
 from features_helpers import applied_runs, generate, loaded
 
 from accel.features import FEATURES
+from accel.features.base import Owner
 
 
 @pytest.mark.parametrize(
@@ -52,4 +53,8 @@ def test_a_model_that_declares_no_group_offloading_is_refused_with_that_cause(na
     feature = FEATURES[name]
     support = feature.check(target.pipeline, "cpu", feature.parse_options(None))
     assert not support.supported
-    assert support.reason == "HunyuanDiT2DModel (transformer) declares _supports_group_offloading = False (diffusers)"
+    assert support.reason == (
+        "HunyuanDiT2DModel (transformer) declares _supports_group_offloading = False; diffusers' enable_group_offload: "
+        '"HunyuanDiT2DModel does not support group offloading"'
+    )
+    assert support.owner is Owner.LIBRARY  # diffusers refuses (tests/test_refusal_owners.py calls it)

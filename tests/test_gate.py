@@ -120,7 +120,14 @@ def test_cells_that_did_not_run_are_skipped_with_their_reason():
     claims = {**CLAIMS, "flux": {**CLAIMS["flux"], "compile": {"supported": True}}}
     assert _verdict("flux/compile-full", data=_data(claims)).outcome == FAIL  # claimed supported
     summary = markdown_summary(report)
-    assert "10 passed, 5 failed, 5 skipped (1 not run: unsupported in this environment; 2 not run: " in summary
+    assert (
+        "10 passed, 5 failed, 5 skipped (1 not run: unsupported in this environment; 1 not run: unsupported on the "
+        "model; 1 not run: not supported by omni-accel yet (a harness gap); " in summary
+    )
+    gap = next(v for v in report.verdicts if v.key == "wan/tea")  # refused_by: harness, claimed unsupported
+    assert (gap.outcome, gap.skip_kind, gap.refused_by) == (SKIP, "harness", "harness")
+    assert gap.message().startswith("not run, not supported by omni-accel yet (a harness gap), as claimed: tea_cache")
+    assert unsupported.refused_by == "model"  # a record written before refused_by: its scope's owner
     assert "- **flux/compile-full**: not run, unsupported on this model" in summary
     suite = ET.fromstring(junit_xml(report))
     skipped = suite.find(".//testcase[@name='compile-full']/skipped")

@@ -106,3 +106,22 @@ def test_a_setting_out_of_parity_is_not_a_disagreement_with_a_claim_of_support()
     lossy = record("flux.1", "cache-dit", {"cache_dit": {}}, ssim=0.5, psnr=12.0)
     tables = _tables(_cells(lossy), [CLAIM])
     assert "⚠" in _row(tables["support-matrix"], "flux.1") and MARKER not in tables["support-matrix"]
+
+
+def test_the_contradicting_verdicts_follow_the_tables_refusal_owners():
+    """Every owner of a refusal that is not the device's contradicts a claim of support: the model's, the
+    library's, the harness's (whose cause needs no one to look: it is the harness's), and a failure."""
+    from accel.report import tables
+    from accel.report.published import CONTRADICT_SUPPORTED, HARNESS_GAP
+
+    assert HARNESS_GAP == tables.HARNESS_GAP
+    assert set(CONTRADICT_SUPPORTED) == {
+        tables.REFUSED_MODEL, tables.REFUSED_LIBRARY, tables.HARNESS_GAP, tables.FAILED
+    }  # fmt: skip
+
+
+def test_a_harness_gap_names_its_cause_and_anything_else_waits_to_be_filled():
+    from accel.report.published import HARNESS_GAP, TO_FILL, Disagreement
+
+    assert Disagreement("flux.1", "v", "cache_dit", HARNESS_GAP, CLAIM).cause.startswith("harness defect")
+    assert Disagreement("flux.1", "v", "cache_dit", "failed", CLAIM).cause == TO_FILL

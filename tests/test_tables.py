@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from synthetic import CLAIMS, results
@@ -16,13 +17,13 @@ from synthetic import CLAIMS, results
 from accel.errors import ConfigError
 from accel.gate import GateData, load_gate_data
 from accel.report.inject import inject, inject_file
-from accel.report.tables import performance_table, render_tables, support_matrix
+from accel.report.tables import HARNESS_MARK, performance_table, render_tables, support_matrix
 
 GOLDEN = Path(__file__).parent / "golden"
 
 
-def _tables() -> dict[str, str]:
-    return render_tables(results(), GateData(load_gate_data().thresholds, CLAIMS))
+def _tables(records: list[dict[str, Any]] | None = None) -> dict[str, str]:
+    return render_tables(results() if records is None else records, GateData(load_gate_data().thresholds, CLAIMS))
 
 
 @pytest.mark.parametrize("name", ["support-matrix", "compatibility", "performance-flux", "performance-wan"])
@@ -39,7 +40,8 @@ def test_support_matrix_marks():
     assert "| **flux** |" in text and "| **wan** |" in text
     assert "✅ 1.50x [1.43–1.57] · 1.00" in text  # compile on flux: speedup [interval] · SSIM
     assert "⚠" in text and "❌" in text and "➖" in text
-    assert "tea: tea_cache: TeaCache coefficients are published for FluxTransformer2DModel only" in text  # footnote
+    harness_gap = "tea: not supported by omni-accel yet (a harness gap, not the model's): tea_cache: TeaCache"
+    assert harness_gap in text  # footnote
     assert text.count("|:-:") >= 1 and "Legend:" in text
 
 
@@ -53,12 +55,29 @@ def _column(text: str, feature: str) -> int:
     return next(i for i, cell in enumerate(header) if cell.endswith(f"`{feature}`"))
 
 
+def test_a_harness_gap_has_its_own_mark_never_the_models():
+    # wan's tea_cache was refused by omni-accel (refused_by: harness): 🔧 and its footnote, not ❌. flux's full
+    # compile, a record without refused_by (written before it), is read as its scope said: the model's ❌.
+    text = _tables()["support-matrix"]
+    tea = _row(text, "wan")[_column(text, "tea_cache")]
+    assert tea.startswith(f"{HARNESS_MARK}<sup>") and "❌" not in tea
+    assert "compile-full: ❌<sup>" in _row(text, "flux")[_column(text, "compile")]
+    assert f"{HARNESS_MARK} not supported by omni-accel yet: a harness gap, not the model's" in text  # legend
+    records = results()
+    refused = next(r for r in records if r["model"] == "wan" and r["variant"] == "tea")
+    refused["refused_by"] = "library"
+    tea = _row(_tables(records)["support-matrix"], "wan")[_column(text, "tea_cache")]
+    assert tea.startswith("❌<sup>") and "tea: refused by the library: tea_cache" in _tables(records)["support-matrix"]
+
+
 def test_support_matrix_shows_every_setting_of_a_feature():
     # Regional compile passes on flux, full compile is refused: the refusal stays visible beside it.
     text = _tables()["support-matrix"]
     cell = _row(text, "flux")[_column(text, "compile")]
     assert cell.startswith("compile: ✅ 1.50x [1.43–1.57] · 1.00<br>compile-full: ❌<sup>")
-    assert "compile-full: compile: full-graph compile breaks on this transformer's RoPE cache" in text
+    assert (
+        "compile-full: the model lacks what it needs: compile: full-graph compile breaks on this transformer's" in text
+    )
 
 
 def test_support_matrix_labels_no_effect_and_cells_that_did_not_run():
@@ -107,7 +126,7 @@ def test_performance_table_says_why_a_cell_did_not_pass():
     flux, wan = _tables()["performance-flux"], _tables()["performance-wan"]
     assert "| flash | – | – | – | – | – | – | skipped: not run, unsupported here: attention_backend: package" in flux
     assert "| skip |" not in flux and "| pass |" in flux
-    assert "skipped: not run, unsupported on this model, as claimed: tea_cache: TeaCache" in wan
+    assert "skipped: not run, not supported by omni-accel yet (a harness gap), as claimed: tea_cache: TeaCache" in wan
     assert "| pass (engaged, no effect on cpu) |" in wan
 
 

@@ -27,9 +27,11 @@ from typing import Any
 
 from accel.errors import ConfigError, UnavailableError
 from accel.features.base import (
+    OWNER_OF_SCOPE,
     AnyFeature,
     FeatureConfig,
     Handle,
+    Owner,
     RunContext,
     Verdict,
     compute_dtype,
@@ -40,14 +42,16 @@ from accel.features.rules import check_conflicts
 
 
 class FeatureUnavailable(UnavailableError):
-    """A feature cannot run here; ``scope`` says why: ``environment`` (device, installation, dtype) or
-    ``model`` (this pipeline)."""
+    """A feature cannot run here; ``scope`` says where it was found: ``environment`` (device, installation,
+    dtype) or ``model`` (this pipeline); ``owner`` who refuses it (``Owner``: library, model, device, harness;
+    None: the owner of its scope)."""
 
-    def __init__(self, feature: str, scope: str, reason: str) -> None:
+    def __init__(self, feature: str, scope: str, reason: str, owner: Owner | None = None) -> None:
         super().__init__(f"{feature}: {reason}")
         self.feature = feature
         self.scope = scope
         self.reason = reason
+        self.owner = owner or OWNER_OF_SCOPE[scope]
 
 
 # The pipeline attribute that holds its active ``Applied`` (stacked apply() calls would skip the conflict rules
@@ -241,10 +245,10 @@ def apply(
                 ("model", feature.check(pipeline, device, config)),
             ):
                 if not support.supported:
-                    raise FeatureUnavailable(feature.name, scope, support.reason)
+                    raise FeatureUnavailable(feature.name, scope, support.reason, support.owner)
             untouched = untouched_denoisers_refusal(feature, pipeline, config)
-            if untouched is not None:
-                raise FeatureUnavailable(feature.name, "model", untouched)
+            if untouched is not None:  # the feature could reach it through the library: omni-accel does not yet
+                raise FeatureUnavailable(feature.name, "model", untouched, Owner.HARNESS)
     applied = Applied(pipeline, RunContext(device=device, steps=steps or 0))
     setattr(pipeline, ACTIVE_ATTRIBUTE, applied)  # one apply() at a time: removed again by remove()
     try:

@@ -1,4 +1,5 @@
-"""Attention backends (``attention_backend``): every diffusers ``AttentionBackendName``, transformer only.
+"""Attention backends (``attention_backend``): every diffusers ``AttentionBackendName``, on every denoiser (a
+transformer, a UNet, Wan 2.2's ``transformer`` and ``transformer_2``), with evidence per denoiser.
 
 ``check`` probes availability (device, package, hub access) with the reason a user can act on. Evidence
 is which backend actually dispatched: the registry's functions are wrapped with counters while the
@@ -24,6 +25,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -31,6 +33,7 @@ from accel.features.base import (
     Tally,
     Verdict,
     compute_dtype,
+    denoisers,
 )
 from accel.features.dispatch import native_attention_layers, tallied
 
@@ -84,6 +87,29 @@ def _required_package(backend: str) -> str | None:
     return None
 
 
+def _attention_modules(model: Any) -> list[Any]:
+    """The diffusers attention modules of ``model`` (those whose processor ``set_attention_backend`` sets)."""
+    return [
+        module
+        for module in model.modules()
+        if getattr(module, "processor", None) is not None and hasattr(module.processor, "_attention_backend")
+    ]
+
+
+def _backend_name(processor: Any, active: Any) -> Any:
+    """The backend a processor dispatches to: its own, or (None) the registry's active one, by value."""
+    return getattr(getattr(processor, "_attention_backend", None) or active, "value", None)
+
+
+def _adding(tally: Tally) -> Any:
+    """A forward pre-hook that counts the module's calls on ``tally``."""
+
+    def count(module: Any, args: Any) -> None:
+        tally.add()
+
+    return count
+
+
 def _attention_processors(transformer: Any) -> list[Any]:
     """The processors of the transformer's diffusers attention modules (those set_attention_backend sets)."""
     return [
@@ -94,15 +120,18 @@ def _attention_processors(transformer: Any) -> list[Any]:
 
 
 class _DispatchHandle(Handle):
-    """Wraps every registered backend function with a ``Tally``: counts survive torch.compile unchanged."""
+    """Wraps every registered backend function with a ``Tally``: counts survive torch.compile unchanged. Per
+    denoiser (``transformer``, ``transformer_2``, ``unet``), a ``Tally`` of its calls and of its attention
+    modules' calls (pre-hooks adding to a tensor: no guard for dynamo to fail), so that a denoiser that ran
+    without its attention modules reaching the dispatcher shows by name."""
 
-    def __init__(self, transformer: Any, wanted: str, previous_active: Any, device: str) -> None:
+    def __init__(self, models: dict[str, Any], wanted: str, previous_active: Any, device: str) -> None:
         super().__init__()
         self.wanted = wanted
         self.already_in_use = False  # set by apply: the processors used this backend before
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        self.transformer = transformer
+        self.models = models
         self.registry = _AttentionBackendRegistry
         self.previous_active = previous_active
         self.originals = dict(self.registry._backends)
@@ -112,14 +141,33 @@ class _DispatchHandle(Handle):
             self.tallies[key] = Tally(device)
             self.registry._backends[name] = tallied(function, self.tallies[key])
         self.start = dict.fromkeys(self.tallies, 0)
+        self.calls = {name: Tally(device) for name in models}
+        self.attention_calls = {name: Tally(device) for name in models}
+        self.hooks = []
+        for name, model in models.items():
+            self.hooks.append(model.register_forward_pre_hook(_adding(self.calls[name])))
+            for module in _attention_modules(model):
+                self.hooks.append(module.register_forward_pre_hook(_adding(self.attention_calls[name])))
+        self.backend_by_denoiser = {
+            name: sorted({_backend_name(p, None) for p in _attention_processors(model)}, key=str)
+            for name, model in models.items()
+        }
+        self.denoiser_start = self._denoiser_counts()
+
+    def _denoiser_counts(self) -> dict[str, tuple[int, int]]:
+        return {name: (self.calls[name].value, self.attention_calls[name].value) for name in self.models}
 
     def begin_run(self) -> None:
         super().begin_run()
         self.start = {key: tally.value for key, tally in self.tallies.items()}
+        self.denoiser_start = self._denoiser_counts()
 
     def end_run(self) -> None:
         counts = {key: tally.value - self.start[key] for key, tally in self.tallies.items()}
         self.current["dispatched"] = {key: count for key, count in counts.items() if count}
+        now = self._denoiser_counts()
+        self.current["denoiser_calls"] = {n: now[n][0] - self.denoiser_start[n][0] for n in self.models}
+        self.current["attention_calls_by_denoiser"] = {n: now[n][1] - self.denoiser_start[n][1] for n in self.models}
 
     @contextmanager
     def global_state_paused(self) -> Iterator[None]:
@@ -132,8 +180,11 @@ class _DispatchHandle(Handle):
             self.registry.set_active_backend(active)
 
     def remove(self) -> None:
+        for hook in self.hooks:
+            hook.remove()
         self.registry._backends.update(self.originals)
-        self.transformer.reset_attention_backend()
+        for model in self.models.values():
+            model.reset_attention_backend()
         self.registry.set_active_backend(self.previous_active)
 
 
@@ -170,15 +221,25 @@ class _NativeAttentionHandle(Handle):
             layer.count_calls = False
 
 
+def _untouched(runs: list[dict[str, Any]]) -> dict[str, int]:
+    """Denoisers that were called in a run without any call of their attention modules: their calls, summed."""
+    untouched: dict[str, int] = {}
+    for run in runs:
+        for name, calls in run.get("denoiser_calls", {}).items():
+            if calls and not run.get("attention_calls_by_denoiser", {}).get(name):
+                untouched[name] = untouched.get(name, 0) + calls
+    return untouched
+
+
 # The handle of either route: diffusers' dispatcher or the native attention layers.
 _AttentionHandle = _DispatchHandle | _NativeAttentionHandle
 
 
 class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
-    """Route the transformer's attention through one diffusers backend."""
+    """Route every denoiser's attention through one diffusers backend."""
 
     name = "attention_backend"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     family = "attention"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.ATTENTION
@@ -186,7 +247,7 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
     lossy_limits = LOSSY_LIMITS  # the quantised kernels (sage)
     global_state = ("attention_backends",)  # set_attention_backend sets the process-global active backend
     primary_option = "backend"
-    description = "attention backend of the transformer (transformer.set_attention_backend)"
+    description = "attention backend of every denoiser (set_attention_backend on each)"
 
     def feature_class_for(self, options: AttentionBackendConfig) -> FeatureClass:
         """Sage kernels quantise Q/K: lossy. Exact backends: lossless."""
@@ -202,47 +263,66 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
 
             if options.backend not in BACKENDS:
                 return Support.no(
-                    f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})"
+                    f"the native attention layer has no backend {options.backend} (has: {', '.join(BACKENDS)})",
+                    Owner.HARNESS,
                 )
             return self.probe(device, options, compute_dtype(pipeline))
-        if transformer is None or not hasattr(transformer, "set_attention_backend"):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with set_attention_backend()")
+        models = denoisers(pipeline)
+        if not models:
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no denoiser (transformer, transformer_2 or unet)", Owner.MODEL
+            )
+        without = [name for name, model in models.items() if not hasattr(model, "set_attention_backend")]
+        if without:
+            return Support.no(
+                f"pipeline {type(pipeline).__name__}: {', '.join(without)} has no set_attention_backend() (not a "
+                "diffusers model): omni-accel sets backends through diffusers only",
+                Owner.HARNESS,
+            )
         return self.probe(device, options, compute_dtype(pipeline))
 
     def probe(self, device: str, options: AttentionBackendConfig, dtype: str | None = None) -> Support:
         backend = options.backend
         package = _required_package(backend)
         if package and importlib.util.find_spec(package) is None:
-            return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'")
+            return Support.no(f"package {package} not installed: pip install 'omni-accel[gpu]'", Owner.DEVICE)
         if backend.endswith("_hub"):
-            return Support.no(f"backend {backend} downloads its kernel from the Hugging Face hub; not offline")
+            return Support.no(
+                f"backend {backend} downloads its kernel from the Hugging Face hub; not offline", Owner.DEVICE
+            )
         if device == "cpu" and backend not in CPU_BACKENDS:
-            return Support.no(f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}")
+            return Support.no(
+                f"backend {backend} needs a CUDA GPU (found: cpu); on CPU use {sorted(CPU_BACKENDS)}", Owner.DEVICE
+            )
         if backend in ("_native_npu", "_native_xla"):
-            return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device")
+            return Support.no(f"backend {backend} needs an {'NPU' if 'npu' in backend else 'XLA'} device", Owner.DEVICE)
         half_only = backend.startswith(HALF_ONLY_PREFIXES) or (device.startswith("cuda") and backend in HALF_ONLY_CUDA)
         if dtype is not None and half_only and dtype not in HALF_DTYPES:
             return Support.no(
                 f"backend {backend} needs float16 or bfloat16 inputs (the model computes in {dtype}); "
-                "set the model's dtype: bfloat16"
+                "set the model's dtype: bfloat16",
+                Owner.LIBRARY,
             )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: AttentionBackendConfig, context: RunContext) -> _AttentionHandle:
         from diffusers.models.attention_dispatch import _AttentionBackendRegistry
 
-        layers = native_attention_layers(pipeline.transformer)
+        layers = native_attention_layers(getattr(pipeline, "transformer", None))
         if layers:
             return _NativeAttentionHandle(layers, options.backend)
 
         previous_active = _AttentionBackendRegistry._active_backend
+        models = denoisers(pipeline)  # every one: a transformer, a UNet, Wan 2.2's transformer and transformer_2
         # What the processors used before: their own backend, or (None) the registry's active one.
         before = {
-            getattr(getattr(processor, "_attention_backend", None) or previous_active, "value", None)
-            for processor in _attention_processors(pipeline.transformer)
+            _backend_name(processor, previous_active)
+            for model in models.values()
+            for processor in _attention_processors(model)
         }
-        pipeline.transformer.set_attention_backend(options.backend)
-        handle = _DispatchHandle(pipeline.transformer, options.backend, previous_active, context.device)
+        for model in models.values():
+            model.set_attention_backend(options.backend)
+        handle = _DispatchHandle(models, options.backend, previous_active, context.device)
         handle.already_in_use = before == {options.backend}
         return handle
 
@@ -251,8 +331,23 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
         per_run = [run.get("dispatched", {}) for run in handle.runs]
         evidence: dict[str, Any] = {"dispatched_per_run": per_run}
         backends = {name for run in per_run for name in run}
+        if isinstance(handle, _DispatchHandle):
+            evidence["backend_by_denoiser"] = handle.backend_by_denoiser
+            evidence["denoiser_calls_per_run"] = [run.get("denoiser_calls", {}) for run in handle.runs]
+            evidence["attention_calls_by_denoiser_per_run"] = [
+                run.get("attention_calls_by_denoiser", {}) for run in handle.runs
+            ]
         if per_run and all(run for run in per_run) and backends == {wanted}:
             calls = sum(run[wanted] for run in per_run)
+            untouched = _untouched(handle.runs)
+            if untouched:  # a denoiser ran and none of its attention modules was called: not through the backend
+                ran = ", ".join(f"{name} on {count} calls" for name, count in untouched.items())
+                return Verdict(
+                    False,
+                    f"partial: a denoiser ran without calling its attention modules ({ran}); {wanted} dispatched "
+                    f"{calls} times from the others",
+                    {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
+                )
             if handle.already_in_use:  # engaged, but the pipeline did exactly this before: nothing was tested
                 evidence["no_effect"] = f"the pipeline already used the {wanted} backend: the setting changes nothing"
             return Verdict(True, f"{wanted} dispatched {calls} times", evidence)

@@ -102,20 +102,46 @@ class Conflict:
     source: str = ""
 
 
+class Owner(str, Enum):
+    """Who refuses a feature, so that a reader never takes a harness gap for a model's limit.
+
+    ``library``: the library that implements it refuses (diffusers, torchao, Cache-DiT; its message quoted);
+    ``model``: the model lacks a structure the feature needs (named); ``device``: this device or installation
+    cannot (a GPU, a package, a kernel; named); ``harness``: omni-accel does not support it, or cannot observe
+    it, yet (a gap of this project, not of the model).
+    """
+
+    LIBRARY = "library"
+    MODEL = "model"
+    DEVICE = "device"
+    HARNESS = "harness"
+
+
+# The owner of a refusal that names none (a plugin's, or a record from before ``refused_by``): what its scope
+# meant then (``environment``: this device or installation; ``model``: this pipeline).
+OWNER_OF_SCOPE = {"environment": Owner.DEVICE, "model": Owner.MODEL}
+
+
 @dataclass(frozen=True)
 class Support:
-    """Result of ``Feature.check``: supported, or a reason a user can act on."""
+    """Result of ``Feature.check``: supported, or a reason a user can act on and who refuses (``owner``).
+
+    ``owner`` None (a plugin that names none): the device's for a ``probe``, the model's for a ``check``.
+    """
 
     supported: bool
     reason: str = ""
+    owner: Owner | None = None
 
     @classmethod
     def yes(cls) -> Support:
         return cls(True)
 
     @classmethod
-    def no(cls, reason: str) -> Support:
-        return cls(False, reason)
+    def no(cls, reason: str, owner: Owner | None = None) -> Support:
+        """A refusal: ``reason`` says what to do; ``owner`` who refuses (``Owner``: library, model, device,
+        harness). Every built-in feature names it."""
+        return cls(False, reason, owner)
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -149,7 +150,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
         import importlib.util
 
         if importlib.util.find_spec("cache_dit") is None:
-            return Support.no("package cache-dit not installed: pip install cache-dit")
+            return Support.no("package cache-dit not installed: pip install cache-dit", Owner.DEVICE)
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: CacheDitConfig) -> Support:
@@ -159,7 +160,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
         if not getattr(getattr(pipeline, "transformer", None), "_cache_blocks", None) and not _cache_dit_supported(
             pipeline
         ):
-            return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}")
+            return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}", Owner.LIBRARY)
         return Support.yes()
 
     def apply(self, pipeline: Any, options: CacheDitConfig, context: RunContext) -> _CacheDitHandle:

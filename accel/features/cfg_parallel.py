@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, field_validator
 
-from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, RunContext, Stage, Support, Verdict
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Handle, Owner, RunContext, Stage, Support, Verdict
 from accel.features.parallel import _Collectives, _in_ranks, _ParallelFeature, _world_fits
 
 if TYPE_CHECKING:  # accel.native imports the native pipelines (diffusers): only where a pipeline is loaded
@@ -196,7 +196,8 @@ class CFGParallel(_ParallelFeature, Feature[CFGParallelConfig, CFGParallelHandle
         if model.target != "native":
             return Support.no(
                 "diffusers' pipeline runs both branches inside its own __call__; the harness cannot split them: "
-                "native targets only"
+                "native targets only",
+                Owner.HARNESS,
             )
         scale = call_kwargs.get("true_cfg_scale", native_default_true_cfg_scale(model))
         negative = workload.negative_prompt
@@ -204,7 +205,8 @@ class CFGParallel(_ParallelFeature, Feature[CFGParallelConfig, CFGParallelHandle
             return Support.no(
                 f"the cell runs no true CFG (true_cfg_scale {scale}, negative prompt "
                 f"{'given' if negative is not None else 'none'}): there is one branch per step, nothing to split; "
-                "set workload.negative_prompt and the model's call_kwargs true_cfg_scale above 1"
+                "set workload.negative_prompt and the model's call_kwargs true_cfg_scale above 1",
+                Owner.HARNESS,
             )
         return Support.yes()
 
@@ -220,7 +222,8 @@ class CFGParallel(_ParallelFeature, Feature[CFGParallelConfig, CFGParallelHandle
         if not isinstance(pipeline, NativePipeline):
             return Support.no(
                 f"pipeline {type(pipeline).__name__} is not a native pipeline: diffusers' pipeline runs both "
-                "branches inside its own __call__; the harness cannot split them: native targets only"
+                "branches inside its own __call__; the harness cannot split them: native targets only",
+                Owner.HARNESS,
             )
         return _in_ranks(self.world_size(options))
 

@@ -30,6 +30,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -166,16 +167,20 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
 
     def check(self, pipeline: Any, device: str, options: CompileConfig) -> Support:
         if not denoisers(pipeline):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer or unet")
+            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer or unet", Owner.MODEL)
         if options.granularity == "regional":
             for name, module in denoisers(pipeline).items():
                 if not getattr(module, "_repeated_blocks", None):
-                    return Support.no(f"{name} {type(module).__name__} has no _repeated_blocks")
+                    return Support.no(
+                        f"{name} {type(module).__name__} has no _repeated_blocks; diffusers' compile_repeated_blocks "
+                        '"`_repeated_blocks` attribute is empty."',
+                        Owner.LIBRARY,
+                    )
         return self.probe(device, options)
 
     def probe(self, device: str, options: CompileConfig, dtype: str | None = None) -> Support:
         if options.mode == "reduce-overhead" and not device.startswith("cuda"):
-            return Support.no(f"mode reduce-overhead uses CUDA graphs (found: {device})")
+            return Support.no(f"mode reduce-overhead uses CUDA graphs (found: {device})", Owner.DEVICE)
         return Support.yes()
 
     def apply(self, pipeline: Any, options: CompileConfig, context: RunContext) -> _CompileHandle:

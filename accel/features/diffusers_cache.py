@@ -17,6 +17,7 @@ from accel.features.base import (
     Feature,
     FeatureClass,
     FeatureConfig,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -51,16 +52,23 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "enable_cache"):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()")
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()", Owner.LIBRARY
+            )
         if self.needs_diffusers_attention and native_attention_layers(transformer):
             return Support.no(
                 f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
-                "attention layer"
+                "attention layer",
+                Owner.HARNESS,
             )
         if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
-            return Support.no(f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule")
+            return Support.no(
+                f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule", Owner.LIBRARY
+            )
         if not native_attention_layers(transformer) and not count_attention_modules(transformer):
-            return Support.no(f"{type(transformer).__name__} does not dispatch attention through diffusers")
+            return Support.no(
+                f"{type(transformer).__name__} does not dispatch attention through diffusers", Owner.HARNESS
+            )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> WorkCounter:
@@ -161,7 +169,8 @@ class MagCache(_DiffusersHookFeature[MagCacheConfig]):
         ):
             return Support.no(
                 f"MagCache ratios are published for Flux only (found {type(pipeline.transformer).__name__}); "
-                "pass mag_ratios calibrated for this model"
+                "pass mag_ratios calibrated for this model",
+                Owner.HARNESS,
             )
         return support
 
@@ -232,7 +241,8 @@ class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
             attention = [n for n, m in transformer.named_modules() if hasattr(m, "processor")][:2]
             return Support.no(
                 f"TaylorSeer cache_identifiers {list(patterns)} match no module of {type(transformer).__name__} "
-                f"(its attention modules are named like {attention}); set cache_identifiers"
+                f"(its attention modules are named like {attention}); set cache_identifiers",
+                Owner.HARNESS,
             )
         return support
 
@@ -322,7 +332,8 @@ class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
             # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
             return Support.no(
                 f"FasterCache's frequency filtering expects spatial latents (B, C, F, H, W); {name} takes packed "
-                "token sequences"
+                "token sequences",
+                Owner.LIBRARY,
             )
         if runs_cfg_as_separate_calls(pipeline):
             # Seen on Wan: the hook splits every batch in halves as (uncond, cond); with two videos per prompt
@@ -330,6 +341,7 @@ class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
             # kept per CFG branch either, so is_guidance_distilled would mix the two calls' attention.
             return Support.no(
                 f"FasterCache takes each transformer batch as [uncond, cond] halves; {type(pipeline).__name__} runs "
-                "the unconditional branch as a separate transformer call, so the halves are two different samples"
+                "the unconditional branch as a separate transformer call, so the halves are two different samples",
+                Owner.LIBRARY,
             )
         return support

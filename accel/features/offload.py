@@ -23,6 +23,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -222,7 +223,7 @@ class ModelOffload(Feature[ModelOffloadConfig, _ClassHookCounter]):
 
     def check(self, pipeline: Any, device: str, options: ModelOffloadConfig) -> Support:
         if not hasattr(pipeline, "enable_model_cpu_offload"):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no enable_model_cpu_offload()")
+            return Support.no(f"pipeline {type(pipeline).__name__} has no enable_model_cpu_offload()", Owner.HARNESS)
         return Support.yes()
 
     def apply(self, pipeline: Any, options: ModelOffloadConfig, context: RunContext) -> _ClassHookCounter:
@@ -250,7 +251,9 @@ class SequentialOffload(Feature[SequentialOffloadConfig, _ClassHookCounter]):
 
     def probe(self, device: str, options: SequentialOffloadConfig, dtype: str | None = None) -> Support:
         if not device.startswith("cuda"):
-            return Support.no(f"sequential offload needs an accelerator to offload from (found: {device})")
+            return Support.no(
+                f"sequential offload needs an accelerator to offload from (found: {device})", Owner.DEVICE
+            )
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: SequentialOffloadConfig) -> Support:
@@ -292,17 +295,22 @@ class _GroupOffloadFeature(Feature[ConfigT, _OnloadCounter]):
 
     def probe(self, device: str, options: ConfigT, dtype: str | None = None) -> Support:
         if self._kwargs(options, device).get("use_stream") and not device.startswith("cuda"):
-            return Support.no(f"use_stream needs CUDA streams (found: {device}); set use_stream: false")
+            return Support.no(f"use_stream needs CUDA streams (found: {device}); set use_stream: false", Owner.DEVICE)
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         modules = self._modules(pipeline)
         if not modules:
-            return Support.no(f"pipeline {type(pipeline).__name__} has no transformer to offload")
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no denoiser (transformer, transformer_2 or unet) to offload",
+                Owner.MODEL,
+            )
         for name, module in modules.items():  # diffusers' enable_group_offload raises on these (ValueError)
             if getattr(module, "_supports_group_offloading", True) is False:
                 return Support.no(
-                    f"{type(module).__name__} ({name}) declares _supports_group_offloading = False (diffusers)"
+                    f"{type(module).__name__} ({name}) declares _supports_group_offloading = False; diffusers' "
+                    f'enable_group_offload: "{type(module).__name__} does not support group offloading"',
+                    Owner.LIBRARY,
                 )
         return self.probe(device, options)
 
@@ -352,16 +360,15 @@ class LayerwiseOffloadConfig(FeatureConfig):
 
 
 class LayerwiseOffload(_GroupOffloadFeature[LayerwiseOffloadConfig]):
-    """The transformer's blocks one at a time, the rest of the pipeline resident."""
+    """Every denoiser's blocks one at a time (a transformer, a UNet, Wan 2.2's two), the rest resident."""
 
     name = "enable_layerwise_offload"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     config_cls = LayerwiseOffloadConfig
-    description = "layerwise offload of the transformer blocks (group offload, one block per group)"
+    description = "layerwise offload of every denoiser's blocks (group offload, one block per group)"
 
     def _modules(self, pipeline: Any) -> dict[str, Any]:
-        transformer = getattr(pipeline, "transformer", None)
-        return {"transformer": transformer} if transformer is not None else {}
+        return denoisers(pipeline)
 
     def _kwargs(self, options: LayerwiseOffloadConfig, device: str) -> dict[str, Any]:
         import torch

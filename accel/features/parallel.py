@@ -38,6 +38,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -133,11 +134,11 @@ def _world_fits(device: str, world_size: int) -> Support:
     import torch
 
     if not torch.distributed.is_available():
-        return Support.no("this torch build has no torch.distributed")
+        return Support.no("this torch build has no torch.distributed", Owner.DEVICE)
     if device.startswith("cuda"):
         found = torch.cuda.device_count()
         if found < world_size:
-            return Support.no(f"needs {world_size} GPUs, one per rank (found: {found})")
+            return Support.no(f"needs {world_size} GPUs, one per rank (found: {found})", Owner.DEVICE)
     return Support.yes()
 
 
@@ -152,7 +153,9 @@ class _ParallelFeature:
         and the model's) can be split, decided on the driver before any rank starts. Default: diffusers'
         parallel plans, which only the adapter target's models have."""
         if model.target != "adapter":
-            return Support.no("the native pipelines have no _tp_plan (tensor parallelism: target adapter only)")
+            return Support.no(
+                "the native pipelines have no _tp_plan (tensor parallelism: target adapter only)", Owner.HARNESS
+            )
         return Support.yes()
 
     def launch_support(self, device: str, options: Any, configs: dict[str, Any]) -> Support:
@@ -183,10 +186,13 @@ def _in_ranks(world_size: int) -> Support:
 
     if not torch.distributed.is_initialized():
         return Support.no(
-            f"needs {world_size} ranks with torch.distributed initialised; the sweep starts them (any executor)"
+            f"needs {world_size} ranks with torch.distributed initialised; the sweep starts them (any executor)",
+            Owner.HARNESS,
         )
     if torch.distributed.get_world_size() != world_size:
-        return Support.no(f"needs world size {world_size}, the ranks have {torch.distributed.get_world_size()}")
+        return Support.no(
+            f"needs world size {world_size}, the ranks have {torch.distributed.get_world_size()}", Owner.HARNESS
+        )
     return Support.yes()
 
 
@@ -446,7 +452,9 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
     ) -> Support:
         """Adapter models: diffusers' plans. Native ones: Ulysses through the native attention layer."""
         if model.target == "native" and options.ring > 1:
-            return Support.no("the native attention layer implements Ulysses (all-to-all) only: use ring: 1")
+            return Support.no(
+                "the native attention layer implements Ulysses (all-to-all) only: use ring: 1", Owner.HARNESS
+            )
         if model.target in ("adapter", "native"):
             return Support.yes()
         return super().cell_support(model, workload, call_kwargs, options)
@@ -463,7 +471,8 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
                 return Support.no(
                     f"ring attention needs an attention backend that returns the log-sum-exp (flash, _native_cudnn "
                     f"or _native_flash on a GPU; this cell: {chosen} on {device}); diffusers: "
-                    f'"{native_lse_refusal()}"'
+                    f'"{native_lse_refusal()}"',
+                    Owner.LIBRARY,
                 )
         return Support.yes()
 
@@ -476,17 +485,23 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
             from accel.native.context_parallel import native_cp_refusal
 
             refusal = native_cp_refusal(transformer, options.ulysses, options.ring, options.anything)
-            return Support.no(refusal) if refusal else _in_ranks(self.world_size(options))
+            return Support.no(refusal, Owner.HARNESS) if refusal else _in_ranks(self.world_size(options))
         if transformer is None or not hasattr(transformer, "enable_parallelism"):
             return Support.no(
-                f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism"
+                f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism",
+                Owner.HARNESS,
             )
         if getattr(transformer, "_cp_plan", None) is None:
-            return Support.no(f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan)")
+            return Support.no(
+                f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan); diffusers' "
+                "enable_parallelism: \"`cp_plan` must be provided either as an argument or set in the model's "
+                '`_cp_plan` attribute."',
+                Owner.LIBRARY,
+            )
         refusal = ulysses_heads_refusal(transformer, options.ulysses, options.anything) or ulysses_mask_refusal(
             transformer, options.ulysses
         )
-        return Support.no(refusal) if refusal else _in_ranks(self.world_size(options))
+        return Support.no(refusal, Owner.LIBRARY) if refusal else _in_ranks(self.world_size(options))
 
     def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import ContextParallelConfig as DiffusersContextParallelConfig
@@ -543,7 +558,7 @@ class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHan
     def launch_support(self, device: str, options: TensorParallelConfig, configs: dict[str, Any]) -> Support:
         refusal = tp_device_refusal(device.split(":")[0])
         if refusal is not None:
-            return Support.no(refusal)
+            return Support.no(refusal, Owner.LIBRARY)
         return _world_fits(device, options.tp)
 
     def probe(self, device: str, options: TensorParallelConfig, dtype: str | None = None) -> Support:
@@ -553,13 +568,16 @@ class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHan
         transformer = getattr(pipeline, "transformer", None)
         if transformer is None or not hasattr(transformer, "enable_parallelism"):
             return Support.no(
-                f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism"
+                f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism",
+                Owner.HARNESS,
             )
         if getattr(transformer, "_tp_plan", None) is None:
-            return Support.no(f"{type(transformer).__name__} has no _tp_plan (diffusers' tensor-parallel plan)")
+            return Support.no(
+                f"{type(transformer).__name__} has no _tp_plan (diffusers' tensor-parallel plan)", Owner.LIBRARY
+            )
         heads = getattr(getattr(transformer, "config", None), "num_attention_heads", None)
         if heads is not None and heads % options.tp:
-            return Support.no(f"tp {options.tp} must divide the transformer's {heads} attention heads")
+            return Support.no(f"tp {options.tp} must divide the transformer's {heads} attention heads", Owner.MODEL)
         return _in_ranks(options.tp)
 
     def apply(self, pipeline: Any, options: TensorParallelConfig, context: RunContext) -> ParallelHandle:
@@ -590,9 +608,9 @@ def variant_world_size(configs: dict[str, Any]) -> int:
     return max(sizes, default=1)
 
 
-def cell_refusal(configs: dict[str, Any], model: Any, workload: Any, call_kwargs: dict[str, Any]) -> str | None:
-    """Why the variant's parallel feature cannot split this model, workload and call (the feature named),
-    decided before any rank starts; None: it can."""
+def cell_refused(configs: dict[str, Any], model: Any, workload: Any, call_kwargs: dict[str, Any]) -> Support:
+    """Whether the variant's parallel feature can split this model, workload and call, decided before any rank
+    starts: a refusal names the feature and who refuses (``Support.owner``)."""
     from accel.features.registry import FEATURES
 
     for name, config in configs.items():
@@ -600,12 +618,19 @@ def cell_refusal(configs: dict[str, Any], model: Any, workload: Any, call_kwargs
         if isinstance(feature, _ParallelFeature):
             support = feature.cell_support(model, workload, call_kwargs, config)
             if not support.supported:
-                return f"{name}: {support.reason}"
-    return None
+                return Support.no(f"{name}: {support.reason}", support.owner)
+    return Support.yes()
 
 
-def launch_refusal(configs: dict[str, Any], device: str) -> str | None:
-    """Why the variant's ranks cannot run on ``device`` (the feature named), decided before any starts; None: go."""
+def cell_refusal(configs: dict[str, Any], model: Any, workload: Any, call_kwargs: dict[str, Any]) -> str | None:
+    """Why the variant's parallel feature cannot split this model, workload and call (the feature named),
+    decided before any rank starts; None: it can."""
+    return cell_refused(configs, model, workload, call_kwargs).reason or None
+
+
+def launch_refused(configs: dict[str, Any], device: str) -> Support:
+    """Whether the variant's ranks can run on ``device``, decided before any starts: a refusal names the feature
+    and who refuses (``Support.owner``)."""
     from accel.features.registry import FEATURES
 
     for name, config in configs.items():
@@ -613,5 +638,10 @@ def launch_refusal(configs: dict[str, Any], device: str) -> str | None:
         if isinstance(feature, _ParallelFeature):
             support = feature.launch_support(device, config, configs)
             if not support.supported:
-                return f"{name}: {support.reason}"
-    return None
+                return Support.no(f"{name}: {support.reason}", support.owner)
+    return Support.yes()
+
+
+def launch_refusal(configs: dict[str, Any], device: str) -> str | None:
+    """Why the variant's ranks cannot run on ``device`` (the feature named), decided before any starts; None: go."""
+    return launch_refused(configs, device).reason or None

@@ -18,11 +18,13 @@ from typing import Any, Literal
 from pydantic import Field
 
 from accel.features.base import (
+    DENOISER_COMPONENTS,
     LOSSY_LIMITS,
     Feature,
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -73,8 +75,9 @@ class QuantizationConfig(FeatureConfig):
         default="int8wo",
         description="int8wo | int8dq | fp8wo | fp8dq | fp8dq_row | int4wo. Fewer bits: less memory, more error.",
     )
-    components: tuple[str, ...] = Field(
-        default=("transformer",), description="Pipeline components to quantize (default: the transformer)."
+    components: tuple[str, ...] | None = Field(
+        default=None,
+        description="Pipeline components to quantize (default: every denoiser: transformer, transformer_2, unet).",
     )
     at_load: bool = Field(
         default=False, description="Quantize while loading (PipelineQuantizationConfig) instead of after."
@@ -86,6 +89,11 @@ class QuantizationConfig(FeatureConfig):
         description="Least share of eligible linear layers that must be quantized on every run (torchao skips "
         "shapes its kernels reject); below it the cell fails.",
     )
+
+
+def quantized_components(pipeline: Any, options: QuantizationConfig) -> tuple[str, ...]:
+    """The components ``options`` quantize on ``pipeline``: those named, else every denoiser it has."""
+    return options.components if options.components is not None else tuple(denoisers(pipeline))
 
 
 def _is_quantized(tensor: Any) -> bool:
@@ -215,18 +223,18 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
     global_state = ("inductor",)  # torchao's quantize_ sets inductor flags
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
-    reach = Reach.FIRST_DENOISER  # the denoisers named in components (``denoisers_reached``)
+    reach = Reach.EVERY_DENOISER  # by default; the denoisers named in components otherwise (``denoisers_reached``)
     untouched_hint = "name every denoiser in quantization's components, e.g. [transformer, transformer_2]"
 
     def denoisers_reached(self, pipeline: Any, options: QuantizationConfig) -> set[str] | None:
-        """The denoisers among ``components``: the ones quantized."""
-        return set(options.components) & set(denoisers(pipeline))
+        """The denoisers quantized: every one by default, else those among ``components``."""
+        return set(quantized_components(pipeline, options)) & set(denoisers(pipeline))
 
     def probe(self, device: str, options: QuantizationConfig, dtype: str | None = None) -> Support:
         import importlib.util
 
         if importlib.util.find_spec("torchao") is None:
-            return Support.no("package torchao not installed: pip install torchao")
+            return Support.no("package torchao not installed: pip install torchao", Owner.DEVICE)
         if options.method in ("fp8dq", "fp8dq_row"):
             support = _needs_sm89(device)
             if not support.supported:
@@ -234,16 +242,23 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         if options.method == "fp8dq_row" and dtype is not None and dtype != "bfloat16":
             return Support.no(
                 f"fp8dq_row (per-row float8) needs bfloat16 weights (torchao asserts it; the model is {dtype}): "
-                "set the model's dtype: bfloat16"
+                "set the model's dtype: bfloat16",
+                Owner.LIBRARY,
             )
         if options.method == "int4wo":
             if not device.startswith("cuda"):
-                return Support.no(f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})")
+                return Support.no(
+                    f"int4wo needs a CUDA GPU with torchao's int4 kernels (found: {device})", Owner.DEVICE
+                )
             package = _int4_packing_package()
             if package is not None:
-                return Support.no(f"int4wo needs torchao's int4 packing package {package}: pip install {package}")
+                return Support.no(
+                    f"int4wo needs torchao's int4 packing package {package}: pip install {package}", Owner.DEVICE
+                )
             if dtype is not None and dtype != "bfloat16":
-                return Support.no(f"int4wo needs bfloat16 weights (the model is {dtype}): set the model's dtype")
+                return Support.no(
+                    f"int4wo needs bfloat16 weights (the model is {dtype}): set the model's dtype", Owner.LIBRARY
+                )
         return Support.yes()
 
     def check(self, pipeline: Any, device: str, options: QuantizationConfig) -> Support:
@@ -251,18 +266,27 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         if not probed.supported:
             return probed
         if options.at_load and not hasattr(pipeline, "save_pretrained"):
-            return Support.no("at_load quantization goes through diffusers' from_pretrained: adapter target only")
+            return Support.no(
+                "at_load quantization goes through diffusers' from_pretrained: adapter target only", Owner.HARNESS
+            )
         components = getattr(pipeline, "components", None)
         if not isinstance(components, dict):  # a bare module (nn.Linear) has no components to name
             return Support.no(
                 f"{type(pipeline).__name__} is not a pipeline: quantization quantizes a pipeline's components "
-                f"({', '.join(options.components)}); pass the loaded pipeline, or quantize a bare module with "
-                "torchao.quantization.quantize_"
+                f"({', '.join(options.components or ('every denoiser',))}); pass the loaded pipeline, or quantize a "
+                "bare module with torchao.quantization.quantize_",
+                Owner.HARNESS,
             )
-        for component in options.components:
+        present = sorted(n for n, m in components.items() if hasattr(m, "parameters"))
+        if options.components is None and not denoisers(pipeline):
+            return Support.no(
+                f"pipeline {type(pipeline).__name__} has no denoiser (transformer, transformer_2 or unet) to quantize "
+                f"(has: {', '.join(present)}); name the components to quantize",
+                Owner.MODEL,
+            )
+        for component in options.components or ():
             if getattr(pipeline, component, None) is None:
-                present = sorted(n for n, m in components.items() if hasattr(m, "parameters"))
-                return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})")
+                return Support.no(f"pipeline has no component '{component}' (has: {', '.join(present)})", Owner.MODEL)
         return Support.yes()
 
     def load_kwargs(self, options: QuantizationConfig) -> dict[str, Any]:
@@ -270,7 +294,10 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
             return {}
         from diffusers import PipelineQuantizationConfig, TorchAoConfig
 
-        mapping: dict[str, Any] = {c: TorchAoConfig(torchao_config(options.method)) for c in options.components}
+        # Before loading the pipeline's denoisers are not known: every name one may have (diffusers quantizes the
+        # components the mapping names and skips the names the pipeline lacks).
+        names = options.components or DENOISER_COMPONENTS
+        mapping: dict[str, Any] = {c: TorchAoConfig(torchao_config(options.method)) for c in names}
         return {"quantization_config": PipelineQuantizationConfig(quant_mapping=mapping)}
 
     def apply(self, pipeline: Any, options: QuantizationConfig, context: RunContext) -> _QuantHandle:
@@ -280,7 +307,7 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         census: dict[str, Any] = {}
         originals: dict[str, dict[str, Any]] = {}
         eligible: dict[str, dict[str, Any]] = {}
-        for component in options.components:
+        for component in quantized_components(pipeline, options):
             module = getattr(pipeline, component)
             before = _weight_bytes(module)
             reasons: dict[str, str] = {}
@@ -384,10 +411,10 @@ def _int4_packing_package() -> str | None:
 
 def _needs_sm89(device: str) -> Support:
     if not device.startswith("cuda"):
-        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: {device})")
+        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: {device})", Owner.DEVICE)
     import torch
 
     major, minor = torch.cuda.get_device_capability()
     if (major, minor) < (8, 9):
-        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: SM {major}.{minor})")
+        return Support.no(f"needs a CUDA GPU with SM >= 8.9 (found: SM {major}.{minor})", Owner.DEVICE)
     return Support.yes()

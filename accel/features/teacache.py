@@ -24,6 +24,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     Reach,
     RunContext,
     Stage,
@@ -178,12 +179,14 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
         missing = [part for part in HOOK_POINTS if not hasattr(transformer, part)]
         if missing:
             return Support.no(
-                f"tea_cache hooks FLUX-style transformers ({', '.join(HOOK_POINTS)}); {name} has no {missing[0]}"
+                f"tea_cache hooks FLUX-style transformers ({', '.join(HOOK_POINTS)}); {name} has no {missing[0]}",
+                Owner.HARNESS,
             )
         if options.coefficients is None and name not in COEFFICIENTS:
             return Support.no(
                 f"no published TeaCache coefficients for {name} (published: {', '.join(COEFFICIENTS)}); "
-                "fit a polynomial for it and give it as coefficients: [...], highest power first"
+                "fit a polynomial for it and give it as coefficients: [...], highest power first",
+                Owner.HARNESS,
             )
         return Support.yes()
 

@@ -20,6 +20,7 @@ from accel.features.base import (
     FeatureClass,
     FeatureConfig,
     Handle,
+    Owner,
     RunContext,
     Stage,
     Support,
@@ -107,7 +108,7 @@ class VaeTiling(Feature[VaeTilingConfig, _TilingHandle]):
     def check(self, pipeline: Any, device: str, options: VaeTilingConfig) -> Support:
         vae = _find_vae(pipeline)
         if vae is None or not hasattr(vae, "enable_tiling"):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_tiling()")
+            return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_tiling()", Owner.MODEL)
         return Support.yes()
 
     def apply(self, pipeline: Any, options: VaeTilingConfig, context: RunContext) -> _TilingHandle:
@@ -181,7 +182,7 @@ class VaeSlicing(Feature[VaeSlicingConfig, _SlicingHandle]):
     def check(self, pipeline: Any, device: str, options: VaeSlicingConfig) -> Support:
         vae = _find_vae(pipeline)
         if vae is None or not hasattr(vae, "enable_slicing"):
-            return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_slicing()")
+            return Support.no(f"pipeline {type(pipeline).__name__} has no vae with enable_slicing()", Owner.MODEL)
         return Support.yes()
 
     def apply(self, pipeline: Any, options: VaeSlicingConfig, context: RunContext) -> _SlicingHandle:

@@ -25,6 +25,7 @@ from accel.gate.verdict import (
     ENVIRONMENT,
     EXPECTED,
     FAIL,
+    HARNESS,
     PASS,
     SKIP,
     UNSUPPORTED,
@@ -34,7 +35,15 @@ from accel.gate.verdict import (
     is_reference,
 )
 from accel.report.format import fmt
-from accel.results import declared_tag, feature_options, is_noise_floor, lossy_features, not_run, parity_of
+from accel.results import (
+    declared_tag,
+    feature_options,
+    is_noise_floor,
+    lossy_features,
+    not_run,
+    parity_of,
+    refused_by,
+)
 
 # measure.confidence's default: the confidence of a record written before ``speedup_ci`` kept the one it asked.
 DEFAULT_CONFIDENCE = 0.95
@@ -77,19 +86,26 @@ def _gate_unsupported(verdict: CellVerdict, record: dict[str, Any], claims: dict
     error = record.get("error")
     features = list(claims)
     verdict.feature_states = dict.fromkeys(features, "not run")
+    verdict.refused_by = owner = refused_by(record)
     if record.get("unsupported_scope") == "environment":
         verdict.outcome, verdict.skip_kind = SKIP, ENVIRONMENT
         verdict.reasons.append(f"not run, unsupported here: {error}")
         return verdict
     blamed = _named_features(error, features) or features
     claimed_supported = [name for name in blamed if claims[name]]
-    if claimed_supported:
+    if claimed_supported:  # whoever refused it, the claim is not borne out by a measurement
         verdict.outcome = FAIL
-        verdict.reasons.append(f"claimed supported but unsupported: {error}")
+        gap = " (by omni-accel, a harness gap: not the model's)" if owner == HARNESS else ""
+        verdict.reasons.append(f"claimed supported but unsupported{gap}: {error}")
+        return verdict
+    as_claimed = ", as claimed" if all(claims[name] is False for name in blamed) else ""
+    if owner == HARNESS:
+        verdict.outcome, verdict.skip_kind = SKIP, HARNESS
+        verdict.reasons.append(f"not run, not supported by omni-accel yet (a harness gap){as_claimed}: {error}")
         return verdict
     verdict.outcome, verdict.skip_kind = SKIP, UNSUPPORTED
-    as_claimed = ", as claimed" if all(claims[name] is False for name in blamed) else ""
-    verdict.reasons.append(f"not run, unsupported on this model{as_claimed}: {error}")
+    where = {"library": "refused by the library on this model", "device": "unsupported on this device"}
+    verdict.reasons.append(f"not run, {where.get(owner or '', 'unsupported on this model')}{as_claimed}: {error}")
     return verdict
 
 

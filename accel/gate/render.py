@@ -3,12 +3,13 @@ reasons, speed claims, notices, findings) and JUnit XML (one testcase per cell).
 
 from __future__ import annotations
 
-from accel.gate.verdict import ENVIRONMENT, EXPECTED, FAIL, PASS, SKIP, UNSUPPORTED, GateReport
+from accel.gate.verdict import ENVIRONMENT, EXPECTED, FAIL, HARNESS, PASS, SKIP, UNSUPPORTED, GateReport
 from accel.report.format import table_lines
 
 SKIP_KINDS = {
     ENVIRONMENT: "not run: unsupported in this environment",
     UNSUPPORTED: "not run: unsupported on the model",
+    HARNESS: "not run: not supported by omni-accel yet (a harness gap)",
     EXPECTED: "failed as claimed unsupported",
 }
 

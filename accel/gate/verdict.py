@@ -11,8 +11,9 @@ from accel.report.format import fmt
 from accel.results import is_noise_floor
 
 PASS, FAIL, SKIP = "pass", "fail", "skip"
-# Why a cell was skipped: it could not run here, the model does not support it, or it failed as claimed.
-ENVIRONMENT, UNSUPPORTED, EXPECTED = "environment", "unsupported", "expected"
+# Why a cell was skipped: it could not run here, the model (or the library, on it) does not support it, it failed
+# as claimed, or omni-accel does not support (or observe) it yet: a harness gap, never read as the model's.
+ENVIRONMENT, UNSUPPORTED, EXPECTED, HARNESS = "environment", "unsupported", "expected", "harness"
 
 
 @dataclass
@@ -32,11 +33,12 @@ class Check:
 class CellVerdict:
     """The gate's verdict on one cell.
 
-    ``skip_kind`` says why a skipped cell is skipped (``environment``, ``unsupported``: it did not run;
-    ``expected``: it failed the way the model's claims say). ``feature_states`` holds each feature's own
-    state: ``engaged``, ``no effect`` (engaged, but nothing it could do on this device, or a setting the
-    pipeline already had), ``not engaged``, ``excused`` (did not engage or broke parity, as claimed
-    unsupported) or ``not run``.
+    ``skip_kind`` says why a skipped cell is skipped (``environment``, ``unsupported``, ``harness``: it did not
+    run, for want of this device, of the model or its library, of omni-accel; ``expected``: it failed the way the
+    model's claims say). ``refused_by``: who refused a cell that did not run (``accel.results.refused_by``).
+    ``feature_states`` holds each feature's own state: ``engaged``, ``no effect`` (engaged, but nothing it could
+    do on this device, or a setting the pipeline already had), ``not engaged``, ``excused`` (did not engage or
+    broke parity, as claimed unsupported) or ``not run``.
     """
 
     model: str
@@ -47,6 +49,7 @@ class CellVerdict:
     reasons: list[str] = field(default_factory=list)
     findings: list[str] = field(default_factory=list)
     skip_kind: str | None = None
+    refused_by: str | None = None
     feature_states: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 

@@ -27,7 +27,10 @@ MARKER = "‡"
 # refused as the model's, or failed. "Refused by this device" says nothing about the model, "engaged, no effect
 # here" is the device's (an offload on a CPU), and "engaged, out of parity" is the setting's (a claim of support
 # is not one of parity at every threshold: the matrix's ⚠ already says it).
-CONTRADICT_SUPPORTED = ("refused by the model", "failed")
+# A library's own refusal contradicts a claim of support as much as the model's; a harness gap ("not supported by
+# omni-accel yet") does too, and its cause is known without looking: the harness's.
+HARNESS_GAP = "not supported by omni-accel yet"
+CONTRADICT_SUPPORTED = ("refused by the model", "refused by the library", HARNESS_GAP, "failed")
 
 
 class Cause(StrictModel):
@@ -123,9 +126,13 @@ class Disagreement:
 
     @property
     def cause(self) -> str:
-        """The cause as the claims file records it, or "to fill"."""
+        """The cause as the claims file records it; a harness gap's is the harness's; otherwise "to fill"."""
         cause = self.claim.cause
-        return f"{cause.kind}: {cause.note}" if cause else TO_FILL
+        if cause:
+            return f"{cause.kind}: {cause.note}"
+        return (
+            "harness defect: omni-accel does not support or observe it yet" if self.measured == HARNESS_GAP else TO_FILL
+        )
 
 
 def disagreement(record: dict[str, Any], measured: str, claims: list[PublishedClaim]) -> Disagreement | None:

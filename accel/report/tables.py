@@ -3,7 +3,8 @@
 - ``support_matrix``: models (bold) x features grouped by family. ``✅ 1.8x · 0.97`` (speedup and SSIM of
   the best passing single-feature cell), ``⚠`` engaged but out of parity, ``❌`` with a numbered footnote
   (failed, not engaged, or unsupported, with the reason; "declared, not measured" when an engine's feature
-  mapping decided it without running the engine), ``➖`` not measured on that model.
+  mapping decided it without running the engine), ``🔧`` not supported by omni-accel yet (a harness gap,
+  ``refused_by: harness``: never the model's ❌), ``➖`` not measured on that model.
 - ``compatibility_matrix``: lower-triangular, feature x feature, from measured combinations and the
   conflict rules: ``✅`` a combination passed, ``⚠`` it ran but out of parity, ``❌`` failed or excluded
   by a rule (footnote), blank when not measured.
@@ -24,7 +25,15 @@ from accel.gate.judge import RunMeasure, claims_voided, with_publishable_claims
 from accel.measure.speedup import format_speedup
 from accel.report.format import fmt, table_lines
 from accel.report.published import PublishedClaim, disagreement, disagreements_table, published_marker
-from accel.results import declared_tag, feature_options, is_noise_floor, parity_of, peak_memory_bytes, warm_median
+from accel.results import (
+    declared_tag,
+    feature_options,
+    is_noise_floor,
+    parity_of,
+    peak_memory_bytes,
+    refused_by,
+    warm_median,
+)
 
 
 class Footnotes:
@@ -65,6 +74,17 @@ def _failed_reference(verdict: Any) -> str | None:
     return next((str(c.measured) for c in verdict.checks if c.name == "baseline" and not c.ok), None)
 
 
+# A refusal that is omni-accel's own (it does not support or cannot observe the feature there yet): its own mark,
+# so that a reader never takes a harness gap for the model's ❌.
+HARNESS_MARK = "🔧"
+# How a footnote names who refused a cell that did not run (``accel.results.refused_by``).
+REFUSED_BY_WORDS = {
+    "library": "refused by the library",
+    "model": "the model lacks what it needs",
+    "harness": "not supported by omni-accel yet (a harness gap, not the model's)",
+}
+
+
 def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     """(mark, footnote) of one cell."""
     parity = parity_of(record)
@@ -87,6 +107,13 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
         return "⚠", f"{variant}: engaged but {measured}{claimed}"
     if record["status"] == "ok":
         return "❌", f"{variant}: " + "; ".join(verdict.message().splitlines())
+    owner = refused_by(record)
+    if owner == "device":  # refused after loading for want of this device: not measured here, as ➖ says
+        return "➖", f"{variant}: not measured, {record.get('error')}"
+    if owner in REFUSED_BY_WORDS:
+        return HARNESS_MARK if owner == "harness" else "❌", (
+            f"{variant}: {REFUSED_BY_WORDS[owner]}: {record.get('error')}{declared_tag(record)}"
+        )
     return "❌", f"{variant}: {record.get('error')}{declared_tag(record)}"
 
 
@@ -128,8 +155,10 @@ def support_matrix(records: list[dict[str, Any]], data: GateData, published: lis
         rows.append((f"**{model}**", *cells))
     legend = (
         "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚪ engaged, but no "
-        "effect on this device (footnote) · ⚠ engaged but out of parity · ❌ not supported, failed or not engaged "
-        "(footnote) · ➖ not measured (footnote: why it could not run here). A feature measured in several "
+        "effect on this device (footnote) · ⚠ engaged but out of parity · ❌ not supported (footnote: refused by "
+        "the library, its message quoted, or the model lacks what it needs), failed or not engaged · "
+        f"{HARNESS_MARK} not supported by omni-accel yet: a harness gap, not the model's (footnote) · ➖ not "
+        "measured (footnote: why it could not run here). A feature measured in several "
         "settings shows each, by variant name. Speedup: median "
         "reference / variant ratio of calls interleaved with an unaccelerated reference, with its interval "
         "(`≈1.0x`: equivalent, its interval inside the noise threshold; `≈1.0x?`: undecided, its interval "
@@ -250,21 +279,24 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
 
 
 # What a single-feature cell says about its feature on its model, in the order the tables list them.
-SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_DEVICE, FAILED = (
+SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_LIBRARY, REFUSED_DEVICE, HARNESS_GAP, FAILED = (
     "supported",
     "engaged, no effect here",
     "engaged, out of parity",
     "refused by the model",
+    "refused by the library",
     "refused by this device",
+    "not supported by omni-accel yet",
     "failed",
 )
-VERDICTS = (SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_DEVICE, FAILED)
+VERDICTS = (SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_LIBRARY, REFUSED_DEVICE, HARNESS_GAP, FAILED)
 
 
 def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     """(verdict, reason) of one single-feature cell, from the same marks as the support matrix: ✅ supported,
-    ⚪ engaged with no effect on this device, ⚠ out of parity, ➖ refused by this device; a ❌ is refused by
-    the model when the cell did not run for a reason of the model, else failed (or not engaged)."""
+    ⚪ engaged with no effect on this device, ⚠ out of parity, ➖ refused by this device, 🔧 not supported by
+    omni-accel yet; a ❌ is refused by the model or by the library when the cell did not run for their reason
+    (``refused_by``), else failed (or not engaged)."""
     mark, note = _cell(record, verdict)
     reason = note.split(": ", 1)[1] if note else None
     if mark.startswith("✅"):
@@ -277,8 +309,10 @@ def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
         return FAILED, reason  # the gate fails it: nothing was compared (the footnote says which baseline)
     if mark == "➖":
         return REFUSED_DEVICE, str(record.get("error"))
-    if record["status"] == "unsupported" and record.get("unsupported_scope") == "model":
-        return REFUSED_MODEL, str(record.get("error"))
+    owner = refused_by(record)
+    by_owner = {"model": REFUSED_MODEL, "library": REFUSED_LIBRARY, "harness": HARNESS_GAP}
+    if owner in by_owner:
+        return by_owner[owner], str(record.get("error"))
     return FAILED, reason
 
 
@@ -329,8 +363,10 @@ def family_counts(records: list[dict[str, Any]], data: GateData) -> str:
     legend = (
         "Counts of single-feature cells per model, from the same records and verdicts as the support matrix: "
         "supported (engaged, within parity), engaged with no effect on this device, engaged but out of parity, "
-        "refused by the model (a structural reason, e.g. no `_repeated_blocks`), refused by this device "
-        "(package or accelerator missing), failed (an error, or no engagement evidence)."
+        "refused by the model (a structure it lacks, named), refused by the library (its message quoted, e.g. "
+        "diffusers' `compile_repeated_blocks` without `_repeated_blocks`), refused by this device (package or "
+        "accelerator missing), not supported by omni-accel yet (a harness gap, not the model's), failed (an "
+        "error, or no engagement evidence)."
     )
     return "\n".join(lines) + f"\n\n{legend}\n"
 

@@ -72,7 +72,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
         with torch_threads(spec.measure.threads):
             record.update(_measure(spec))
     except ModelUnavailable as error:  # a family this diffusers lacks, an input the workload cannot give
-        record.update(status="unsupported", unsupported_scope=error.scope, error=str(error))
+        record.update(status="unsupported", unsupported_scope=error.scope, refused_by=error.owner, error=str(error))
     except AccelError as error:
         record.update(status="failed", error=str(error))
     except Exception as error:  # a crash inside a pipeline or a feature: recorded, the sweep goes on
@@ -110,6 +110,7 @@ def describe_phase(path: str | Path) -> str:
 def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.features import apply, ordered
     from accel.features.applied import FeatureUnavailable
+    from accel.features.base import OWNER_OF_SCOPE
 
     if spec.model.target in ENGINE_TARGETS:
         return measure_engine(spec)
@@ -131,6 +132,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
                 "dtype": spec.model.dtype,
                 "status": "unsupported",
                 "unsupported_scope": "environment",
+                "refused_by": (support.owner or OWNER_OF_SCOPE["environment"]).value,
                 "error": reason,
             }
     load_kwargs: dict[str, Any] = {}
@@ -138,7 +140,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         extra = feature.load_kwargs(options[feature.name])
         if extra and spec.model.target == "native":
             reason = f"{feature.name}: load-time options go through diffusers' from_pretrained: adapter target only"
-            return {"status": "unsupported", "unsupported_scope": "model", "error": reason}
+            return {"status": "unsupported", "unsupported_scope": "model", "refused_by": "harness", "error": reason}
         load_kwargs.update(extra)
     load_times: list[float] = []
     note_phase("loading the pipeline")
@@ -166,7 +168,9 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             windows_on_calls=False,  # the cell opens the evidence windows itself, outside its timer
         )
     except FeatureUnavailable as error:
-        result.update(status="unsupported", unsupported_scope=error.scope, error=str(error))
+        result.update(
+            status="unsupported", unsupported_scope=error.scope, refused_by=error.owner.value, error=str(error)
+        )
         return result
     result.update(_timed_runs(spec, target, applied))
     result["cold_s"] = result["load_s"] + result["first_call_s"]

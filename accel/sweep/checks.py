@@ -143,8 +143,8 @@ def check_components(profile: Profile, indexes: dict[str, dict[str, Any]], sourc
 
     for variant in profile.variant_plan().variants:
         for feature, config in variant.configs.items():
-            # Only components the profile names: a default that does not fit a model (quantization's
-            # "transformer" on a UNet pipeline) is the feature's refusal of that cell, with its reason.
+            # Only components the profile names: the default (quantization's: every denoiser the pipeline has)
+            # is resolved on the loaded pipeline, and one with no denoiser is the feature's refusal of that cell.
             wanted = getattr(config, "components", None) if "components" in config.model_fields_set else None
             if not wanted:
                 continue

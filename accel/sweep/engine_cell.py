@@ -43,14 +43,16 @@ def measure_engine(spec: CellSpec) -> dict[str, Any]:
     result: dict[str, Any] = {"device": device, "dtype": spec.model.dtype, "engine": "vllm-omni"}
     if environment_info() is None:
         reason = f"the vLLM-Omni environment is not installed: run '{CREATE_COMMAND}'"
-        return {**result, "status": "unsupported", "unsupported_scope": "environment", "error": reason}
+        return {**result, "status": "unsupported", "unsupported_scope": "environment", "refused_by": "device",
+                "error": reason}  # fmt: skip
     if spec.workload.num_images_per_prompt != 1:
         reason = "engine targets generate one image per request: set workload.num_images_per_prompt: 1"
-        return {**result, "status": "unsupported", "unsupported_scope": "model", "error": reason}
+        return {**result, "status": "unsupported", "unsupported_scope": "model", "refused_by": "harness",
+                "error": reason}  # fmt: skip
     call = map_variant(spec.configs, spec.model.target, device)
     if call.unsupported:
-        return {**result, "status": "unsupported", "unsupported_scope": "model", "error": call.unsupported,
-                "decided": DECLARED}  # fmt: skip
+        return {**result, "status": "unsupported", "unsupported_scope": "model", "refused_by": "library",
+                "error": call.unsupported, "decided": DECLARED}  # fmt: skip
     defaults = dict(zoo.ZOO[spec.model.source].call_kwargs) if zoo.is_zoo_name(spec.model.source) else {}
     max_sequence_length = {**defaults, **spec.model.call_kwargs}.get("max_sequence_length", 512)
     requests = [
@@ -70,12 +72,14 @@ def measure_engine(spec: CellSpec) -> dict[str, Any]:
     outcome = read_engine_log(spec.features, spec.model.target, device, run.log, failed=run.report is None)
     if run.report is None or run.outputs is None:
         if outcome.refused:
+            owner = "device" if outcome.refused_scope == "environment" else "library"  # vLLM-Omni's words
             return {**result, "status": "unsupported", "unsupported_scope": outcome.refused_scope,
-                    "error": outcome.refused}  # fmt: skip
+                    "refused_by": owner, "error": outcome.refused}  # fmt: skip
         return {**result, "status": "failed", "error": run.failure}
     if outcome.skipped:
         # Accepted, then not applied on this device, in the engine's words: not a measurement of the feature.
-        return {**result, "status": "unsupported", "unsupported_scope": "environment", "error": outcome.skipped}
+        return {**result, "status": "unsupported", "unsupported_scope": "environment", "refused_by": "device",
+                "error": outcome.skipped}  # fmt: skip
     report = run.report
     samples = report["warm_samples"]
     warm = summarize(samples)

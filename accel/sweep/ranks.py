@@ -60,9 +60,10 @@ def is_parallel(spec: CellSpec) -> bool:
     return world_size(spec) > 1
 
 
-def _refusal(spec: CellSpec, device: str) -> tuple[str, str] | None:
-    """(scope, reason) of a cell that cannot start its ranks here; None when it can."""
-    from accel.features.parallel import cell_refusal, launch_refusal
+def _refusal(spec: CellSpec, device: str) -> tuple[str, str, str] | None:
+    """(scope, reason, owner) of a cell that cannot start its ranks here; None when it can."""
+    from accel.features.base import OWNER_OF_SCOPE, Owner
+    from accel.features.parallel import cell_refused, launch_refused
     from accel.targets.adapter import default_call_kwargs
     from accel.targets.registry import is_engine
 
@@ -71,13 +72,16 @@ def _refusal(spec: CellSpec, device: str) -> tuple[str, str] | None:
         return (
             "model",
             f"{names}: engine targets run their own processes; the harness starts ranks for adapter and native",
+            Owner.HARNESS.value,
         )
     call_kwargs = {**default_call_kwargs(spec.model.source), **spec.model.call_kwargs}
-    reason = cell_refusal(spec.configs, spec.model, spec.workload, call_kwargs)
-    if reason:
-        return "model", reason
-    reason = launch_refusal(spec.configs, device)
-    return ("environment", reason) if reason else None
+    for scope, support in (
+        ("model", cell_refused(spec.configs, spec.model, spec.workload, call_kwargs)),
+        ("environment", launch_refused(spec.configs, device)),
+    ):
+        if not support.supported:
+            return scope, support.reason, (support.owner or OWNER_OF_SCOPE[scope]).value
+    return None
 
 
 def run_ranks(spec: CellSpec, timeout_s: float, threads: int | None = None) -> dict[str, Any]:
@@ -90,9 +94,11 @@ def run_ranks(spec: CellSpec, timeout_s: float, threads: int | None = None) -> d
     size = world_size(spec)
     refused = _refusal(spec, device)
     if refused is not None:
-        scope, reason = refused
+        scope, reason, owner = refused
         record = failure(spec, reason, started)
-        record.update(status="unsupported", unsupported_scope=scope, device=device, dtype=spec.model.dtype)
+        record.update(
+            status="unsupported", unsupported_scope=scope, refused_by=owner, device=device, dtype=spec.model.dtype
+        )
         return record
     if threads is None and device == "cpu":  # the ranks share the cell's cores (measure.threads, else the host's)
         threads = max(1, (spec.measure.threads or os.cpu_count() or 1) // size)

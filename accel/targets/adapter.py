@@ -216,6 +216,7 @@ class AdapterTarget:
                 f"model '{self.spec.name}': {type(self.pipeline).__name__} needs {', '.join(map(repr, needed))}, "
                 f"which the workload cannot give (it gives a prompt, sizes, steps, seeds and an input image); "
                 f"pass it under the model's call_kwargs",
+                "harness",
             )
         kwargs["generator"] = torch.Generator("cpu").manual_seed(request.seed)
         kwargs.update(self.default_call_kwargs)
@@ -232,6 +233,7 @@ class AdapterTarget:
                 f"model '{self.spec.name}': {type(self.pipeline).__name__} gave {len(output)} output(s) for "
                 f"{request.num_images_per_prompt} asked (workload.num_images_per_prompt): the pipeline does not "
                 "honour it; run it with num_images_per_prompt: 1",
+                "library",
             )
         return output
 

@@ -1,0 +1,150 @@
+"""Every refusal names its owner (issue 40, item 2): the library (its message quoted), the model (a structure it
+lacks, named), the device (named) or the harness (omni-accel does not support or observe it yet). One test per
+owner calls the library directly on a zoo family and checks the label; the rule: no refusal is labelled the
+model's or the library's where the library call succeeds on that model."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+from features_helpers import loaded
+
+import accel.features
+from accel.errors import ModelUnavailable
+from accel.features import FEATURES
+from accel.features.applied import FeatureUnavailable
+from accel.features.base import Owner, Support
+
+FEATURE_MODULES = sorted(Path(accel.features.__file__).parent.glob("*.py"))
+
+
+def _refusals_without_owner(path: Path) -> list[str]:
+    """The ``Support.no(...)`` calls in ``path`` that name no owner (``Owner.X``, or a refusal's they forward)."""
+    tree = ast.parse(path.read_text())
+    missing = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "no"):
+            continue
+        if ast.unparse(node.func.value) != "Support":
+            continue
+        owner = node.args[1] if len(node.args) > 1 else next((k.value for k in node.keywords if k.arg == "owner"), None)
+        named = owner is not None and ast.unparse(owner).startswith("Owner.")
+        forwarded = owner is not None and ast.unparse(owner).endswith("support.owner")  # another refusal's owner
+        if not (named or forwarded):
+            missing.append(f"{path.name}:{node.lineno}")
+    return missing
+
+
+def test_every_built_in_refusal_names_its_owner():
+    calls = sum(path.read_text().count("Support.no(") for path in FEATURE_MODULES)
+    assert calls > 40  # the walk sees the features' refusals (58 when written)
+    missing = [where for path in FEATURE_MODULES for where in _refusals_without_owner(path)]
+    assert not missing, f"Support.no without an owner (library, model, device or harness): {missing}"
+
+
+def test_a_refusal_without_owner_falls_back_to_its_scope():
+    """A plugin's ``Support.no(reason)``: the device's from ``probe``, the model's from ``check`` (as before)."""
+    assert Support.no("why").owner is None
+    assert FeatureUnavailable("plugin", "environment", "why").owner is Owner.DEVICE
+    assert FeatureUnavailable("plugin", "model", "why").owner is Owner.MODEL
+    assert FeatureUnavailable("plugin", "model", "why", Owner.HARNESS).owner is Owner.HARNESS
+    assert ModelUnavailable("environment", "why").owner == "device"
+    assert ModelUnavailable("model", "why", "harness").owner == "harness"
+
+
+def _refused(feature: str, pipeline, raw, device: str = "cpu") -> Support:
+    config = FEATURES[feature].parse_options(raw)
+    support = FEATURES[feature].probe(device, config)
+    return support if not support.supported else FEATURES[feature].check(pipeline, device, config)
+
+
+def test_library_regional_compile_without_repeated_blocks():
+    """diffusers' ``compile_repeated_blocks`` raises on PixArt's transformer (no ``_repeated_blocks``): the
+    library refuses, and the refusal quotes it."""
+    target = loaded("tiny-pixart-sigma")
+    transformer = target.pipeline.transformer
+    with pytest.raises(ValueError, match="`_repeated_blocks` attribute is empty") as raised:
+        transformer.compile_repeated_blocks(backend="eager")
+    support = _refused("compile", target.pipeline, "regional")
+    assert not support.supported and support.owner is Owner.LIBRARY
+    assert str(raised.value).split(". ")[0] in support.reason  # its own words
+
+
+@pytest.mark.parametrize("feature", ["group_offload", "enable_layerwise_offload"])
+def test_library_group_offload_on_a_model_that_declares_it_unsupported(feature):
+    """HunyuanDiT2DModel sets ``_supports_group_offloading = False``; diffusers' ``enable_group_offload`` raises.
+    The library's, not the model's: the model has blocks to offload (group offload is a diffusers hook over
+    any module tree); diffusers' maintainers declared the class unsupported, and diffusers enforces it."""
+    import torch
+
+    target = loaded("tiny-hunyuandit")
+    transformer = target.pipeline.transformer
+    assert len(list(transformer.children())) > 1  # the structure group offload partitions is there
+    with pytest.raises(ValueError, match="does not support group offloading") as raised:
+        transformer.enable_group_offload(onload_device=torch.device("cpu"), offload_type="block_level")
+    support = _refused(feature, target.pipeline, None)
+    assert not support.supported and support.owner is Owner.LIBRARY
+    assert str(raised.value).split(". ")[0] in support.reason
+
+
+def test_device_sequential_offload_on_a_cpu():
+    """Sequential offload moves weights from an accelerator to the host: on a CPU-only host there is nothing to
+    offload from. The device's (named), found before any pipeline is loaded."""
+    support = FEATURES["enable_sequential_cpu_offload"].probe(
+        "cpu", FEATURES["enable_sequential_cpu_offload"].parse_options(None)
+    )
+    assert not support.supported and support.owner is Owner.DEVICE and "found: cpu" in support.reason
+
+
+def test_model_a_component_the_pipeline_lacks():
+    """Quantizing ``transformer_2`` of FLUX: the pipeline has no such component (named), whatever the library."""
+    target = loaded("tiny-flux")
+    assert getattr(target.pipeline, "transformer_2", None) is None
+    support = _refused("quantization", target.pipeline, {"components": ["transformer_2"]})
+    assert not support.supported and support.owner is Owner.MODEL and "'transformer_2'" in support.reason
+
+
+def test_harness_first_block_cache_where_the_library_runs_it():
+    """diffusers' FirstBlockCache runs on tiny-cogvideox (issue 40: ``enable_cache`` runs and changes the
+    output). Where omni-accel still refuses it, the refusal is the harness's, never the model's or library's."""
+    from diffusers.hooks import FirstBlockCacheConfig
+
+    target = loaded("tiny-cogvideox")
+    transformer = target.pipeline.transformer
+    transformer.enable_cache(FirstBlockCacheConfig(threshold=0.5))  # the library call succeeds on this model
+    transformer.disable_cache()
+    support = _refused("first_block_cache", target.pipeline, 0.5)
+    assert support.supported or support.owner in (Owner.HARNESS, Owner.DEVICE), support
+
+
+def test_harness_a_second_denoiser_a_first_denoiser_feature_leaves_untouched():
+    """tiny-wan22 denoises with ``transformer`` and ``transformer_2``; diffusers' ``enable_cache`` runs on each,
+    so a cache that reaches only the first is omni-accel's gap."""
+    from diffusers.hooks import FirstBlockCacheConfig
+
+    from accel import apply
+
+    target = loaded("tiny-wan22")
+    second = target.pipeline.transformer_2
+    second.enable_cache(FirstBlockCacheConfig(threshold=0.5))
+    second.disable_cache()
+    with pytest.raises(FeatureUnavailable) as refused:
+        apply(target.pipeline, FEATURES["first_block_cache"].parse_options(0.5), num_inference_steps=4)
+    assert refused.value.owner is Owner.HARNESS and "transformer_2 would run untouched" in str(refused.value)
+
+
+def test_the_sweep_records_who_refused(tmp_path):
+    """A cell the library refuses carries ``refused_by: library`` in its record, beside its scope."""
+    from conftest import small_profile
+
+    from accel.profile import parse_profile
+    from accel.sweep.runner import run_sweep
+
+    variants = [{"name": "compile-regional", "features": {"compile": {"granularity": "regional", "backend": "eager"}}}]
+    profile = small_profile(["tiny-pixart-sigma"], variants, height=32, width=32)
+    profile["measure"].update(noise_floor=False, timing="sequential")
+    run = run_sweep(parse_profile(profile), "owners.yaml", tmp_path / "run", show_progress=False)
+    record = next(r for r in run.records if r["variant"] == "compile-regional")
+    assert (record["status"], record["unsupported_scope"], record["refused_by"]) == ("unsupported", "model", "library")
