@@ -30,7 +30,8 @@ from accel.features.base import (
     Support,
     Verdict,
 )
-from accel.features.cache import SKIPS_WORK, cached_steps_verdict
+from accel.features.cache import SKIPS_WORK, skipped_work_verdict
+from accel.features.work import BlockWork
 
 FLUX_COEFFICIENTS = [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01]
 COEFFICIENTS: dict[str, list[float]] = {
@@ -88,6 +89,7 @@ class _TeaCacheHandle(Handle):
         self.double_blocks = transformer.transformer_blocks
         self.single_blocks = transformer.single_transformer_blocks
         self._reset()
+        self.work = BlockWork({"transformer": transformer}, str(next(transformer.parameters()).device))
         self.hooks = [
             transformer.register_forward_pre_hook(self._decide, with_kwargs=True),
             transformer.register_forward_hook(self._restore),
@@ -106,6 +108,10 @@ class _TeaCacheHandle(Handle):
     def begin_run(self) -> None:
         super().begin_run()
         self._reset()  # a fresh cache context for every run
+        self.work.begin()
+
+    def end_run(self) -> None:
+        self.current["work"] = self.work.end()
 
     def _modulated_input(self, kwargs: dict[str, Any]) -> torch.Tensor:
         t = self.transformer
@@ -152,6 +158,7 @@ class _TeaCacheHandle(Handle):
         self.residual = output[1] - self.block_input
 
     def remove(self) -> None:
+        self.work.remove()
         for hook in self.hooks:
             hook.remove()
         self._restore(self.transformer, (), None)
@@ -193,5 +200,7 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
     def verify(self, handle: _TeaCacheHandle) -> Verdict:
         per_run = [run.get("cached_steps", []) for run in handle.runs]
         evidence = {"cached_steps_per_run": per_run, "coefficients": getattr(handle, "coefficients_source", None)}
-        counts = [len(steps) for steps in per_run]
-        return cached_steps_verdict(counts, evidence, f"; coefficients: {evidence['coefficients']}")
+        verdict = skipped_work_verdict(handle.runs, self.name, cached=[len(steps) for steps in per_run])
+        verdict.evidence.update(evidence)
+        verdict.summary += f"; coefficients: {evidence['coefficients']}"
+        return verdict
