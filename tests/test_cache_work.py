@@ -108,3 +108,23 @@ def test_taylorseer_identifiers_are_derived_from_the_module_tree():
         r"single_transformer_blocks\.\d+\.attn",
     )
     assert taylorseer_identifiers(flux, TaylorSeerCacheConfig(cache_identifiers=("x",))) == ("x",)
+
+
+def test_teacache_coefficients_are_the_published_sets_with_their_source():
+    """Every family's sets are data with the file they are published in; the FLUX set is what the hooks use, and
+    the native port takes FLUX's."""
+    import yaml
+
+    from accel.data import data_dir
+    from accel.features.teacache import COEFFICIENTS_FILE, published_sets
+
+    data = yaml.safe_load((data_dir("feature_matrix") / COEFFICIENTS_FILE).read_text())
+    sets = published_sets()
+    for name, entry in data["families"].items():
+        family = data["families"][entry.get("alias_of", name)]
+        assert family["default"] in family["sets"], name
+        for published in family["sets"].values():
+            assert len(published["coefficients"]) == 5 and published["file"].startswith("TeaCache4"), name
+        assert sets[name].coefficients == tuple(family["sets"][family["default"]]["coefficients"]), name
+    assert {"HunyuanVideoTransformer3DModel", "WanTransformer3DModel", "LTXVideoTransformer3DModel"} <= set(sets)
+    assert sets["NativeFluxTransformer"] == sets["FluxTransformer2DModel"]

@@ -69,9 +69,6 @@ def test_compile_removed_from_the_second_denoiser_is_partial_not_engaged(wan22):
 @pytest.mark.parametrize(
     "name, raw",
     [
-        ("first_block_cache", 0.5),
-        ("pyramid_attention_broadcast", {}),
-        ("cache_dit", {"residual_diff_threshold": 0.5}),
         ("attention_backend", "_native_math"),
         ("enable_layerwise_offload", True),
     ],

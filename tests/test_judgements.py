@@ -227,8 +227,11 @@ def test_skipped_work_verdict_counts_work_per_denoiser_and_keeps_the_evidence():
             "skipped_work_per_run": [{"transformer": 0.3333}, {"transformer": 0.25}],
         },
     )
-    # A unit called twice per forward counts as computed once, not as work of another unit.
+    # A unit called twice per forward counts as computed once, not as work of another unit: the second unit's
+    # skipped computations stay skipped.
     assert not verdict(_work(2, [4, 2])).engaged
+    twice = verdict(_work(2, [4, 0]), _work(2, [4, 1]))
+    assert twice.engaged and twice.evidence["skipped_work_per_run"] == [{"transformer": 0.5}, {"transformer": 0.25}]
     assert verdict(_work(2, [2, 2])).summary == "mag_cache enabled but a run computed every step (0 cached)"
     nothing = verdict(_work(0, []))
     assert not nothing.engaged and nothing.summary.startswith("harness: mag_cache: no attention or feed-forward")
