@@ -128,3 +128,31 @@ def test_teacache_coefficients_are_the_published_sets_with_their_source():
         assert sets[name].coefficients == tuple(family["sets"][family["default"]]["coefficients"]), name
     assert {"HunyuanVideoTransformer3DModel", "WanTransformer3DModel", "LTXVideoTransformer3DModel"} <= set(sets)
     assert sets["NativeFluxTransformer"] == sets["FluxTransformer2DModel"]
+
+
+def test_work_counters_inside_regionally_compiled_blocks_add_no_graph_and_count_every_call():
+    """The counted leaves sit inside the compiled blocks: their hooks are traced, bump tensor tallies at run time,
+    and leave the graphs, graph breaks and converted frames as without them (no recompile for a counter)."""
+    from accel.features.compile import _dynamo_counters
+    from accel.features.work import BlockWork
+
+    counts = []
+    for counted in (False, True):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        target = loaded("tiny-flux")
+        transformer = target.pipeline.transformer
+        transformer.compile_repeated_blocks(backend="aot_eager")
+        work = BlockWork({"transformer": transformer}) if counted else None
+        generate(target, steps=2)
+        before = _dynamo_counters()
+        if work is not None:
+            work.begin()
+        generate(target, steps=2)
+        counts.append((before, _dynamo_counters()))
+        if work is not None:
+            run = work.end()["transformer"]
+            assert run["calls"] == 2 and set(run["units"].values()) == {2}, run
+            work.remove()
+    (bare_first, bare_after), (counted_first, counted_after) = counts
+    assert counted_first == bare_first and counted_after == counted_first == bare_after
