@@ -58,7 +58,7 @@ def test_cache_that_never_skips_fails_with_zero_cached_steps():
 
 def test_tea_cache_takes_user_coefficients_for_any_transformer_it_can_hook():
     """A FLUX-style transformer without published coefficients runs with the user's (refused on main)."""
-    from accel.features.teacache import FLUX_COEFFICIENTS
+    from accel.features.teacache import published_sets
 
     target = loaded("tiny-flux")
     transformer = target.pipeline.transformer
@@ -66,16 +66,20 @@ def test_tea_cache_takes_user_coefficients_for_any_transformer_it_can_hook():
     feature = FEATURES["tea_cache"]
     refused = feature.check(target.pipeline, "cpu", feature.parse_options(0.4))
     assert not refused.supported
-    assert "no published TeaCache coefficients for MyFluxLikeTransformer" in refused.reason
+    assert refused.reason.startswith(
+        "harness: needs calibration: TeaCache's authors publish no coefficients for MyFluxLikeTransformer"
+    )
     assert "give it as coefficients: [...]" in refused.reason
-    verdict, _ = _run(target, "tea_cache", {"rel_l1_thresh": 0.4, "coefficients": list(FLUX_COEFFICIENTS)})
+    flux = list(published_sets()["FluxTransformer2DModel"].coefficients)
+    verdict, _ = _run(target, "tea_cache", {"rel_l1_thresh": 0.4, "coefficients": flux})
     assert verdict.engaged and verdict.summary.endswith("coefficients: user-supplied"), verdict.summary
 
 
 def test_tea_cache_says_which_published_coefficients_it_uses():
     verdict, _ = _run(loaded("tiny-flux"), "tea_cache", 0.4)
-    assert verdict.summary.endswith("coefficients: published for FLUX (ali-vilab/TeaCache)"), verdict.summary
-    assert verdict.evidence["coefficients"] == "published for FLUX (ali-vilab/TeaCache)"
+    assert verdict.summary.endswith("coefficients: published for FLUX.1 (ali-vilab/TeaCache)"), verdict.summary
+    assert verdict.evidence["coefficients"] == "published for FLUX.1 (ali-vilab/TeaCache)"
+    assert verdict.evidence["coefficients_file"].endswith("TeaCache4FLUX/teacache_flux.py at 7c10efc4702c")
 
 
 def test_cache_dit_evidence_lists_cached_steps_per_run():
@@ -135,7 +139,9 @@ def test_apply_orders_offload_after_cache_dit_so_both_engage():
 @pytest.mark.parametrize(
     ("model", "name", "reason"),
     [
-        ("tiny-wan", "tea_cache", "tea_cache hooks FLUX-style transformers (x_embedder, time_text_embed"),
+        # TeaCache's authors publish Wan 2.1's coefficients: the refusal is the harness's hooks, naming the set.
+        ("tiny-wan", "tea_cache", "harness: tea_cache's hooks compute the modulated input of FLUX-style"),
+        ("tiny-wan", "tea_cache", "publish coefficients for WanTransformer3DModel (Wan2.1-T2V-1.3B: "),
         ("tiny-qwen-image", "mag_cache", "MagCache ratios are published for Flux only"),
         # Wan calls the transformer once per CFG branch: FasterCache's [uncond, cond] halves would be two samples.
         ("tiny-wan", "faster_cache", "WanPipeline runs the unconditional branch as a separate transformer call"),
@@ -150,14 +156,14 @@ def test_unsupported_cache_says_why(model, name, reason):
 
 def test_taylorseer_hooks_wan_attention_and_skips_work():
     """diffusers' default TaylorSeer patterns hook no module of WanTransformer3DModel (attn1/attn2): the
-    per-model default does, and the hooked attention computes less."""
+    patterns derived from its module tree do, and the hooked attention computes less."""
     target = loaded("tiny-wan")
     feature = FEATURES["taylorseer_cache"]
     blocks = len(target.pipeline.transformer.blocks)
     verdict, _ = _run(target, "taylorseer_cache", {"cache_interval": 2, "disable_cache_before_step": 1})
     assert verdict.engaged, verdict.summary
     assert verdict.evidence["hooked_modules"] == 2 * blocks  # attn1 and attn2 of every block
-    assert all(fraction > 0 for fraction in verdict.evidence["skipped_fraction_per_run"])
+    assert all(run["transformer"] > 0 for run in verdict.evidence["skipped_work_per_run"])
 
     diffusers_default = feature.parse_options({"cache_identifiers": ["^blocks.*attn"]})
     support = feature.check(target.pipeline, "cpu", diffusers_default)

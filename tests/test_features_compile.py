@@ -132,9 +132,10 @@ def test_compile_with_diffusers_cache_hook_counts_skipped_work_inside_compiled_b
         assert graphs_after == graphs_before
         assert compiled.engaged, compiled.summary
         assert cached.engaged, cached.summary
-        for key in ("transformer_calls_per_run", "attention_computed_per_run"):
+        for key in ("denoiser_calls_per_run", "work_computed_per_run"):
             assert cached.evidence[key] == eager[key] * 2, key
-        assert 0 < cached.evidence["attention_computed_per_run"][0] < 2 * 4  # some blocks skipped, some ran
+        # 2 calls x 10 units (attn, ff, ff_context of 2 double blocks; attn, proj_mlp of 2 single blocks)
+        assert 0 < cached.evidence["work_computed_per_run"][0]["transformer"] < 2 * 10  # some skipped, some ran
 
 
 def test_the_sweeps_own_cell_path_leaves_a_fully_compiled_denoiser_as_compiled():

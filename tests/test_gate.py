@@ -1025,3 +1025,38 @@ def test_a_feature_that_did_not_engage_says_so_when_it_gives_no_summary():
     assert evidence_problem({"engaged": False, "summary": ""}) == "not engaged"
     assert evidence_problem({"engaged": False, "summary": "no hook ran"}) == "no hook ran"
     assert not_engaged_error({"compile": {"engaged": False}}) == "compile: not engaged"
+
+
+def test_a_cache_whose_output_is_bit_identical_to_the_baseline_is_engaged_without_effect():
+    import math
+
+    from synthetic import record
+
+    from accel.report.tables import _cell
+
+    gpu = {"device": "cuda", "device_name": "NVIDIA H200", "dtype": "bfloat16"}
+    unchanged = record("flux", "tea-idle", {"tea_cache": 0.4}, speedup=1.0, ssim=1.0, psnr=math.inf, **gpu)
+    verdict = _verdict("flux/tea-idle", [*results(), unchanged])
+    assert verdict.outcome == PASS and verdict.no_effect == ["tea_cache"]
+    assert any("bit-identical to the baseline's" in note for note in verdict.notes)
+    mark, footnote = _cell(unchanged, verdict)
+    assert mark == "⚪" and "bit-identical" in footnote
+    # A lossless feature keeping the output bit-identical is what it should do, not "no effect".
+    assert _verdict("wan/compile").no_effect == []
+    changed = _verdict("flux/tea")  # SSIM 0.97: the cache changed the output
+    assert changed.no_effect == [] and _cell(next(r for r in results() if r["variant"] == "tea"), changed)[0] != "⚪"
+
+
+def test_a_cache_reporting_cached_steps_that_skipped_no_work_is_engaged_without_effect():
+    from synthetic import record
+
+    from accel.report.tables import _cell
+
+    gpu = {"device": "cuda", "device_name": "NVIDIA H200", "dtype": "bfloat16"}
+    reason = "3-3 cached steps per run by its own report, but ... the cached steps skipped no work"
+    evidence = {"cache_dit": {"engaged": True, "summary": f"engaged, no effect: {reason}", "no_effect": reason}}
+    idle = record("flux", "dbcache", {"cache_dit": {}}, ssim=0.99, psnr=40.0, evidence=evidence, **gpu)
+    verdict = _verdict("flux/dbcache", [*results(), idle])
+    assert verdict.outcome == PASS and verdict.no_effect == ["cache_dit"]
+    mark, footnote = _cell(idle, verdict)
+    assert mark == "⚪" and "skipped no work" in footnote

@@ -207,37 +207,67 @@ def test_cached_steps_verdict_gives_the_range_per_run_and_keeps_the_evidence():
     )
 
 
-def test_skipped_work_verdict_counts_missing_counters_as_zero_and_keeps_the_evidence():
+def _work(calls, units, component="transformer"):
+    """One run's work counts of one denoiser: its calls, and each unit's calls."""
+    return {component: {"calls": calls, "units": {f"blocks.{i}.attn": n for i, n in enumerate(units)}}}
+
+
+def test_skipped_work_verdict_counts_work_per_denoiser_and_keeps_the_evidence():
     from accel.features.base import Verdict
-    from accel.features.cache import WorkCounter, verify_skipped_work
+    from accel.features.cache import skipped_work_verdict
 
-    def verdict(runs, modules=1):
-        handle = types.SimpleNamespace(runs=runs, attention_modules=modules)
-        handle.skipped_fractions = lambda: WorkCounter.skipped_fractions(handle)
-        return verify_skipped_work(handle, "mag_cache")
+    def verdict(*works, cached=None):
+        return skipped_work_verdict([{"work": w} for w in works], "mag_cache", cached=cached)
 
-    def evidence(calls, computed, fractions, modules=1):
-        return {"attention_modules": modules, "transformer_calls_per_run": calls,
-                "attention_computed_per_run": computed, "skipped_fraction_per_run": fractions}  # fmt: skip
+    # 3 calls x 2 units, 4 computed: a third skipped (rounded to 4 places); a unit never called is not counted.
+    engaged = verdict(_work(3, [3, 1, 0]), _work(2, [2, 2, 0]))
+    assert not engaged.engaged and "some runs only: none on 1 of 2 runs" in engaged.summary
+    engaged = verdict(_work(3, [3, 1, 0]), _work(2, [2, 1, 0]))
+    assert engaged == Verdict(
+        True,
+        "skipped 25%-33% of block work per run",
+        {
+            "work_units": {"transformer": 3},
+            "denoiser_calls_per_run": [{"transformer": 3}, {"transformer": 2}],
+            "work_computed_per_run": [{"transformer": 4}, {"transformer": 3}],
+            "skipped_work_per_run": [{"transformer": 0.3333}, {"transformer": 0.25}],
+        },
+    )
+    # A unit called twice per forward counts as computed once, not as work of another unit: the second unit's
+    # skipped computations stay skipped.
+    assert not verdict(_work(2, [4, 2])).engaged
+    twice = verdict(_work(2, [4, 0]), _work(2, [4, 1]))
+    assert twice.engaged and twice.evidence["skipped_work_per_run"] == [{"transformer": 0.5}, {"transformer": 0.25}]
+    assert verdict(_work(2, [2, 2])).summary == "mag_cache enabled but a run computed every step (0 cached)"
+    nothing = verdict(_work(0, []))
+    assert not nothing.engaged and nothing.summary.startswith("harness: mag_cache: no attention or feed-forward")
 
-    # 3 calls x 1 module, 2 computed: a third skipped (rounded to 4 places); no attention counter: all skipped.
-    runs = [{"transformer_calls": 3, "attention_computed": 2}, {"transformer_calls": 2}]
-    assert verdict(runs) == Verdict(
-        True, "skipped 33%-100% of attention work per run", evidence([3, 2], [2, 0], [0.3333, 1.0])
-    )
-    assert verdict([{}]) == Verdict(
-        False, "mag_cache enabled but a run computed every step (0 cached)", evidence([0], [0], [0.0])
-    )
-    assert verdict(runs, modules=0) == Verdict(
-        False,
-        "mag_cache: no attention module dispatches through diffusers; cannot observe",
-        evidence([3, 2], [2, 0], [0.0, 0.0], modules=0),
-    )
+
+def test_library_reported_cached_steps_that_skipped_no_work_are_engaged_without_effect():
+    from accel.features.cache import skipped_work_verdict
+
+    runs = [{"work": _work(4, [4, 4])}, {"work": _work(4, [4, 4])}]
+    verdict = skipped_work_verdict(runs, "cache_dit", cached=[2, 3])
+    assert verdict.engaged and verdict.summary.startswith("engaged, no effect: 2-3 cached steps per run")
+    assert "skipped no work" in verdict.evidence["no_effect"]
+    skipped = skipped_work_verdict([{"work": _work(4, [2, 4])}] * 2, "cache_dit", cached=[2, 2])
+    assert skipped.engaged and "no_effect" not in skipped.evidence
+    assert not skipped_work_verdict(runs, "cache_dit", cached=[0, 0]).engaged  # no cached step: not engaged
+
+
+def test_a_denoiser_that_skipped_nothing_makes_the_verdict_partial():
+    from accel.features.cache import skipped_work_verdict
+
+    both = {**_work(4, [2, 2]), **_work(4, [4, 4], "transformer_2")}
+    verdict = skipped_work_verdict([{"work": both}], "first_block_cache")
+    assert not verdict.engaged and verdict.summary.startswith("partial: transformer_2 called and skipped no work")
+    idle = {**_work(4, [2, 2]), **_work(0, [0, 0], "transformer_2")}  # not called: nothing to skip there
+    assert skipped_work_verdict([{"work": idle}], "first_block_cache").engaged
 
 
 def test_cache_dit_needs_a_cached_step_on_every_run():
     def verdict(*runs):
-        return _verify("cache_dit", _handle([{"cached_steps": [steps]} for steps in runs]))
+        return _verify("cache_dit", _handle([{"cached_steps": [steps], "work": _work(4, [2])} for steps in runs]))
 
     assert verdict([2, 3], [2]).engaged
     partial = verdict([2, 3], [])
@@ -247,7 +277,8 @@ def test_cache_dit_needs_a_cached_step_on_every_run():
 
 def test_tea_cache_needs_a_cached_step_on_every_run():
     def verdict(*runs):
-        return _verify("tea_cache", _handle([{"cached_steps": steps} for steps in runs], coefficients_source="x"))
+        handle = _handle([{"cached_steps": steps, "work": _work(4, [2])} for steps in runs], coefficients_source="x")
+        return _verify("tea_cache", handle)
 
     assert verdict([1, 2], [3]).engaged
     assert not verdict([1, 2], []).engaged
@@ -255,18 +286,14 @@ def test_tea_cache_needs_a_cached_step_on_every_run():
 
 
 def test_diffusers_caches_need_skipped_work_on_every_run():
-    def verdict(name, computed, modules=4, **extra):
-        runs = [{"transformer_calls": 2, "attention_computed": n} for n in computed]
-        handle = _handle(runs, attention_modules=modules, hooked=["a"], **extra)
-        from accel.features.cache import WorkCounter
-
-        handle.skipped_fractions = lambda: WorkCounter.skipped_fractions(handle)
-        return _verify(name, handle)
+    def verdict(name, computed, units=4):
+        runs = [{"work": _work(2, [min(2, max(0, n - 2 * i)) for i in range(units)])} for n in computed]
+        return _verify(name, _handle(runs, hooked=["a"]))
 
     for name in ("first_block_cache", "mag_cache", "taylorseer_cache"):
-        assert verdict(name, [4, 5]).engaged, name  # 8 attention computations per full run
+        assert verdict(name, [4, 5]).engaged, name  # 8 unit computations per full run
         assert not verdict(name, [4, 8]).engaged, name  # the second run computed everything
-        assert not verdict(name, [4, 5], modules=0).engaged, name  # nothing to observe
+        assert not verdict(name, [0, 0]).engaged, name  # nothing called: nothing to observe
 
 
 # --- quantization -----------------------------------------------------------------------------------------------

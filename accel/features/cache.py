@@ -1,25 +1,27 @@
 """Step caching, what every cache shares: reuse of transformer work across denoising steps (lossy).
 
 The pieces the cache features share: the roofline exemption (``SKIPS_WORK``), the engagement verdicts (cached
-steps per run, ``cached_steps_verdict``; attention work skipped per run, ``verify_skipped_work`` over a
-``WorkCounter``) and what a cache asks of a pipeline (``runs_cfg_as_separate_calls``). The caches themselves:
+steps per run, ``cached_steps_verdict``; block work skipped per run, ``skipped_work_verdict`` over the
+counts of ``accel.features.work``) and what a cache asks of a pipeline (``runs_cfg_as_separate_calls``).
+The caches themselves:
 
 - ``cache_dit`` in ``cache_dit.py``: Cache-DiT's DBCache, with the TaylorSeer calibrator and SCM step masks.
 - diffusers' hooks in ``diffusers_cache.py``: ``first_block_cache``, ``mag_cache``, ``taylorseer_cache``,
   ``pyramid_attention_broadcast``, ``faster_cache``.
 - ``tea_cache`` in ``teacache.py`` (diffusers has none).
 
-Evidence for the hooks is the work they skip: attention computations that reached the dispatcher per
-transformer call, against the number of attention modules (what an uncached call computes). A cache
-that computed everything on a run has not engaged, whatever it was configured to do.
+Evidence for every cache is the work it skips, counted by the harness where the work is done (the attention
+and feed-forward submodules inside each denoiser's blocks, ``accel.features.work``), against what an uncached
+call computes, per denoiser. A cache that computed everything on a run has not engaged, whatever it was
+configured to do; one whose library reports cached steps that skipped nothing is "engaged, no effect".
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from accel.features.base import Handle, Tally, Verdict
-from accel.features.dispatch import native_attention_layers, tallied
+from accel.features.base import Handle, Verdict
+from accel.features.work import BlockWork, work_done
 
 SKIPS_WORK = "a cache skips work on cached steps"
 
@@ -41,83 +43,86 @@ def cached_steps_verdict(counts: list[int], evidence: dict[str, Any], detail: st
 
 
 class WorkCounter(Handle):
-    """Counts transformer calls and the attention computations dispatched during them.
+    """The handle of a cache hook: counts, per denoiser, its calls and the work its blocks computed (``BlockWork``,
+    below every hook a cache installs). ``undo`` takes the cache away on ``remove``."""
 
-    The counters are ``Tally`` tensors: they count inside code that torch.compile traces (the pre-hook of a
-    fully compiled transformer, attention inside compiled blocks) without a guard that would recompile.
-    """
-
-    def __init__(self, transformer: Any, undo: Any = None, device: str = "cpu") -> None:
+    def __init__(self, models: dict[str, Any], undo: Any = None, device: str = "cpu") -> None:
         super().__init__()
-        from diffusers.models.attention_dispatch import _AttentionBackendRegistry
-
         self.undo = undo
-        self.registry = _AttentionBackendRegistry
-        self.native_layers = native_attention_layers(transformer)
-        for layer in self.native_layers:  # the native attention layer counts its own computations
-            layer.count_calls = True
-        self.attention_modules = len(self.native_layers) or count_attention_modules(transformer)
+        self.work = BlockWork(models, device)
         # The modules a hook matched by name (taylorseer_cache fills it; its evidence).
         self.hooked: list[str] = []
-        self.calls = Tally(device)
-        self.computed = Tally(device)
-        self.start = (0, 0)
-        self.originals = dict(self.registry._backends)
-        for name, function in self.originals.items():
-            self.registry._backends[name] = tallied(function, self.computed)
-        self.hook = transformer.register_forward_pre_hook(self._count_call)
 
     def begin_run(self) -> None:
         super().begin_run()
-        for layer in self.native_layers:
-            layer.reset_calls()
-        self.start = (self.calls.value, self.computed.value)
+        self.work.begin()
 
     def end_run(self) -> None:
-        self.current["transformer_calls"] = self.calls.value - self.start[0]
-        if self.native_layers:
-            self.current["attention_computed"] = sum(sum(layer.calls.values()) for layer in self.native_layers)
-        else:
-            self.current["attention_computed"] = self.computed.value - self.start[1]
-
-    def _count_call(self, *args: Any) -> None:
-        self.calls.add()
-
-    def skipped_fractions(self) -> list[float]:
-        """Per run: the share of attention computations a full forward would make that were skipped."""
-        fractions = []
-        for run in self.runs:
-            full = run.get("transformer_calls", 0) * self.attention_modules
-            fractions.append(1.0 - run.get("attention_computed", 0) / full if full else 0.0)
-        return fractions
+        self.current["work"] = self.work.end()
 
     def remove(self) -> None:
-        self.hook.remove()
-        for layer in self.native_layers:
-            layer.count_calls = False
-        for name, original in self.originals.items():
-            self.registry._backends[name] = original
+        self.work.remove()
         if self.undo is not None:
             self.undo()
 
 
-def count_attention_modules(transformer: Any) -> int:
-    """Attention modules whose processor dispatches through diffusers (one computation per forward)."""
-    return sum(1 for m in transformer.modules() if hasattr(getattr(m, "processor", None), "_attention_backend"))
-
-
-def verify_skipped_work(handle: WorkCounter, name: str) -> Verdict:
-    fractions = handle.skipped_fractions()
+def work_evidence(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, tuple[int, int]]]]:
+    """The evidence of skipped work over a handle's runs (each with its ``work`` counts), and the counts."""
+    counted = [run.get("work") or {} for run in runs]
+    done = work_done(counted) if counted and all(counted) else [{} for _ in counted]
     evidence = {
-        "attention_modules": handle.attention_modules,
-        "transformer_calls_per_run": [r.get("transformer_calls", 0) for r in handle.runs],
-        "attention_computed_per_run": [r.get("attention_computed", 0) for r in handle.runs],
-        "skipped_fraction_per_run": [round(f, 4) for f in fractions],
+        "work_units": {c: len(counts["units"]) for c, counts in (counted[0] if counted else {}).items()},
+        "denoiser_calls_per_run": [{c: counts["calls"] for c, counts in run.items()} for run in counted],
+        "work_computed_per_run": [{c: pair[0] for c, pair in run.items()} for run in done],
+        "skipped_work_per_run": [{c: round(_share(*pair), 4) for c, pair in run.items()} for run in done],
     }
-    if not handle.attention_modules:
-        return Verdict(False, f"{name}: no attention module dispatches through diffusers; cannot observe", evidence)
-    if fractions and all(f > 0 for f in fractions):
-        return Verdict(True, f"skipped {min(fractions):.0%}-{max(fractions):.0%} of attention work per run", evidence)
+    return evidence, done
+
+
+def _share(computed: int, full: int) -> float:
+    return 1.0 - computed / full if full else 0.0
+
+
+def skipped_work_verdict(runs: list[dict[str, Any]], name: str, cached: list[int] | None = None) -> Verdict:
+    """Engaged when the harness counted work not done on every timed run, in every denoiser that was called.
+
+    ``cached``: the cached steps per run the library reports (Cache-DiT, TeaCache), judged first; where it cached
+    steps on every run and no work was skipped, the verdict is "engaged, no effect" (``no_effect`` in the
+    evidence: the gate and tables show it as such, never as supported)."""
+    evidence, done = work_evidence(runs)
+    called = sorted({c for run in done for c, (_, full) in run.items() if full})
+    if not called:
+        units = evidence["work_units"]
+        return Verdict(
+            False,
+            f"harness: {name}: no attention or feed-forward submodule inside a block list of "
+            f"{', '.join(units) or 'the denoiser'} was called; cannot observe the work it skips",
+            evidence,
+        )
+    totals = [sum(pair[0] for pair in run.values()) / max(1, sum(pair[1] for pair in run.values())) for run in done]
+    skipped = [1.0 - share for share in totals]
+    idle = [c for c in called if all(_share(*run[c]) <= 0 for run in done if c in run)]
+    if cached is not None:
+        verdict = cached_steps_verdict(cached, evidence)
+        if not verdict.engaged:
+            return verdict
+        if not any(skipped):
+            reason = (
+                f"{verdict.summary} by its own report, but every attention and feed-forward submodule of "
+                f"{', '.join(called)} computed on every call: the cached steps skipped no work"
+            )
+            evidence["no_effect"] = reason
+            return Verdict(True, f"engaged, no effect: {reason}", evidence)
+    if skipped and all(f > 0 for f in skipped):
+        if idle and len(called) > 1:
+            return Verdict(
+                False, f"partial: {', '.join(idle)} called and skipped no work on any run (of {called})", evidence
+            )
+        detail = "" if cached is None else f" ({cached_steps_verdict(cached, {}).summary})"
+        return Verdict(True, f"skipped {min(skipped):.0%}-{max(skipped):.0%} of block work per run{detail}", evidence)
+    if any(skipped):
+        idle_runs = sum(1 for f in skipped if f <= 0)
+        return Verdict(False, f"skipped work on some runs only: none on {idle_runs} of {len(skipped)} runs", evidence)
     return Verdict(False, f"{name} enabled but a run computed every step (0 cached)", evidence)
 
 

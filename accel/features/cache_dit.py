@@ -2,9 +2,14 @@
 
 Fn/Bn compute blocks, residual threshold, warmup and caps, with the TaylorSeer calibrator and SCM step masks
 as options; a native transformer that names its block lists (``_cache_blocks``) gets Cache-DiT's block
-adapter in transformer-only mode. Evidence: ``cache_dit.summary`` cached steps of every timed run (both CFG
-branches where the model runs them separately). Removing it also takes away what ``disable_cache`` leaves on
-the modules (``module_state``), so a cache applied later in the same process starts clean.
+adapter in transformer-only mode. Pipeline mode reaches every denoiser Cache-DiT's adapter for the pipeline
+names (Wan 2.2's ``transformer`` and ``transformer_2``).
+
+Evidence: ``cache_dit.summary`` cached steps of every timed run (both CFG branches where the model runs them
+separately), judged against the block work the harness counted per denoiser (``accel.features.work``): cached
+steps that skipped no work (a block list holding only the ``Fn_compute_blocks`` it always computes) are
+"engaged, no effect", never supported. Removing it also takes away what ``disable_cache`` leaves on the modules
+(``module_state``), so a cache applied later in the same process starts clean.
 """
 
 from __future__ import annotations
@@ -25,8 +30,10 @@ from accel.features.base import (
     Stage,
     Support,
     Verdict,
+    denoisers,
 )
-from accel.features.cache import SKIPS_WORK, cached_steps_verdict
+from accel.features.cache import SKIPS_WORK, skipped_work_verdict
+from accel.features.work import BlockWork
 
 
 class CacheDitConfig(FeatureConfig):
@@ -67,9 +74,12 @@ class _CacheDitHandle(Handle):
         self.transformer_only_steps = transformer_only_steps
         self.config_kwargs: dict[str, Any] = {}
         self.calibrator: Any = None
+        self.work: BlockWork | None = None  # set by apply, once the cache is in place
 
     def begin_run(self) -> None:
         super().begin_run()
+        if self.work is not None:
+            self.work.begin()
         if self.transformer_only_steps is not None:  # a native pipeline without denoise hooks still gets its steps
             import cache_dit
 
@@ -100,6 +110,9 @@ class _CacheDitHandle(Handle):
     def end_run(self) -> None:
         import cache_dit
 
+        if self.work is not None:
+            self.current["work"] = self.work.end()
+
         target = self.pipeline.transformer if self.transformer_only_steps is not None else self.pipeline
         stats = cache_dit.summary(target, logging=False)
         self.current["cached_steps"] = [list(s.cached_steps or []) for s in stats]
@@ -108,6 +121,8 @@ class _CacheDitHandle(Handle):
     def remove(self) -> None:
         import cache_dit
 
+        if self.work is not None:
+            self.work.remove()
         if self.refresh_for in getattr(self.pipeline, "denoise_hooks", []):
             self.pipeline.denoise_hooks.remove(self.refresh_for)
         cache_dit.disable_cache(self.pipeline.transformer if self.transformer_only_steps is not None else self.pipeline)
@@ -136,7 +151,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
     """Cache-DiT DBCache on the whole pipeline (``cache_dit.enable_cache``)."""
 
     name = "cache_dit"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
@@ -191,9 +206,11 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             handle = _CacheDitHandle(pipeline, before, transformer_only_steps=context.steps)
             handle.config_kwargs, handle.calibrator = kwargs, calibrator
             pipeline.denoise_hooks.append(handle.refresh_for)
-            return handle
-        cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
-        return _CacheDitHandle(pipeline, before)
+        else:
+            cache_dit.enable_cache(pipeline, cache_config=DBCacheConfig(**kwargs), calibrator_config=calibrator)
+            handle = _CacheDitHandle(pipeline, before)
+        handle.work = BlockWork(denoisers(pipeline), context.device)
+        return handle
 
     def verify(self, handle: _CacheDitHandle) -> Verdict:
         # One entry per cached block group; they share the steps, so a run's count is the largest.
@@ -204,7 +221,9 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
         }
         if any("separate_cfg" in run for run in handle.runs):  # a native pipeline's calls: true CFG cached apart
             evidence["separate_cfg_per_run"] = [run.get("separate_cfg") for run in handle.runs]
-        return cached_steps_verdict(per_run, evidence)
+        verdict = skipped_work_verdict(handle.runs, self.name, cached=per_run)
+        verdict.evidence.update(evidence)
+        return verdict
 
 
 def _submodules(pipeline: Any) -> dict[str, Any]:

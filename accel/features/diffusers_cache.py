@@ -1,8 +1,11 @@
 """diffusers' own cache hooks, where the model supports them (``transformer.enable_cache``).
 
 ``first_block_cache``, ``mag_cache``, ``taylorseer_cache``, ``pyramid_attention_broadcast`` and
-``faster_cache``: each builds diffusers' hook config from its options, and a ``WorkCounter`` counts the
-attention work a run computed; evidence is the share it skipped (``accel.features.cache``).
+``faster_cache``: each builds diffusers' hook config from its options and enables it on every denoiser through
+the model's own cache context (``enable_cache``: Wan 2.2's ``transformer`` and ``transformer_2`` each get their
+own), and a ``WorkCounter`` counts the block work each run computed per denoiser; evidence is the share it skipped
+(``accel.features.cache``). A model whose blocks show no attention or feed-forward submodule is refused as the
+harness's gap ("harness: ..."), not the model's.
 """
 
 from __future__ import annotations
@@ -23,15 +26,16 @@ from accel.features.base import (
     Stage,
     Support,
     Verdict,
+    denoisers,
 )
 from accel.features.cache import (
     SKIPS_WORK,
     WorkCounter,
-    count_attention_modules,
     runs_cfg_as_separate_calls,
-    verify_skipped_work,
+    skipped_work_verdict,
 )
 from accel.features.dispatch import native_attention_layers
+from accel.features.work import work_units
 
 
 class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
@@ -46,18 +50,35 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
 
-    def hook_config(self, pipeline: Any, options: ConfigT, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, model: Any, options: ConfigT, context: RunContext) -> Any:
         raise NotImplementedError
 
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
-        transformer = getattr(pipeline, "transformer", None)
-        if transformer is None or not hasattr(transformer, "enable_cache"):
+        models = denoisers(pipeline)
+        lacking = [name for name, model in models.items() if not hasattr(model, "enable_cache")]
+        if not models or lacking:
+            found = ", ".join(f"{n} ({type(m).__name__})" for n, m in models.items() if n in lacking) or "none"
             return Support.no(
-                f"pipeline {type(pipeline).__name__} has no transformer with enable_cache()", Owner.LIBRARY
+                f"diffusers' cache hooks need a denoiser with enable_cache() (CacheMixin); lacking: {found}",
+                Owner.LIBRARY,
             )
-        if self.needs_diffusers_attention and native_attention_layers(transformer):
+        for name, model in models.items():
+            support = self.check_model(pipeline, model, options)
+            if not support.supported:
+                return support
+            if not work_units(model):
+                return Support.no(
+                    f"harness: cannot observe the work {self.name} skips on {name} ({type(model).__name__}): no "
+                    "attention or feed-forward submodule inside its block lists",
+                    Owner.HARNESS,
+                )
+        return Support.yes()
+
+    def check_model(self, pipeline: Any, model: Any, options: ConfigT) -> Support:
+        """Whether the hook can run on one denoiser of the pipeline (default: the checks every hook shares)."""
+        if self.needs_diffusers_attention and native_attention_layers(model):
             return Support.no(
-                f"{self.name} hooks attach to diffusers Attention modules; {type(transformer).__name__} has its own "
+                f"{self.name} hooks attach to diffusers Attention modules; {type(model).__name__} has its own "
                 "attention layer",
                 Owner.HARNESS,
             )
@@ -65,19 +86,21 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
             return Support.no(
                 f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule", Owner.LIBRARY
             )
-        if not native_attention_layers(transformer) and not count_attention_modules(transformer):
-            return Support.no(
-                f"{type(transformer).__name__} does not dispatch attention through diffusers", Owner.HARNESS
-            )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> WorkCounter:
-        transformer = pipeline.transformer
-        transformer.enable_cache(self.hook_config(pipeline, options, context))
-        return WorkCounter(transformer, undo=transformer.disable_cache, device=context.device)
+        models = denoisers(pipeline)
+        for model in models.values():  # each model its own hooks and cache context (a config per model)
+            model.enable_cache(self.hook_config(pipeline, model, options, context))
+
+        def undo() -> None:
+            for model in models.values():
+                model.disable_cache()
+
+        return WorkCounter(models, undo=undo, device=context.device)
 
     def verify(self, handle: WorkCounter) -> Verdict:
-        return verify_skipped_work(handle, self.name)
+        return skipped_work_verdict(handle.runs, self.name)
 
 
 class FirstBlockCacheConfig(FeatureConfig):
@@ -88,12 +111,12 @@ class FirstBlockCacheConfig(FeatureConfig):
 
 class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
     name = "first_block_cache"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     config_cls = FirstBlockCacheConfig
     primary_option = "threshold"
     description = "diffusers FirstBlockCache"
 
-    def hook_config(self, pipeline: Any, options: FirstBlockCacheConfig, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, model: Any, options: FirstBlockCacheConfig, context: RunContext) -> Any:
         from diffusers import FirstBlockCacheConfig as DiffusersFirstBlockCacheConfig
 
         return DiffusersFirstBlockCacheConfig(threshold=options.threshold)
@@ -102,9 +125,10 @@ class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
         from accel.features.parallel import context_parallel_group
 
         handle = super().apply(pipeline, options, context)
-        group = context_parallel_group(pipeline.transformer)
-        if group is not None:
-            agree_across_ranks(pipeline.transformer, group)
+        for model in denoisers(pipeline).values():
+            group = context_parallel_group(model)
+            if group is not None:
+                agree_across_ranks(model, group)
         return handle
 
 
@@ -155,26 +179,26 @@ class MagCacheConfig(FeatureConfig):
 
 class MagCache(_DiffusersHookFeature[MagCacheConfig]):
     name = "mag_cache"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     config_cls = MagCacheConfig
     needs_steps = True  # diffusers' MagCache takes num_inference_steps
     description = "diffusers MagCache (magnitude-ratio skipping)"
 
-    def check(self, pipeline: Any, device: str, options: MagCacheConfig) -> Support:
-        support = super().check(pipeline, device, options)
+    def check_model(self, pipeline: Any, model: Any, options: MagCacheConfig) -> Support:
+        support = super().check_model(pipeline, model, options)
         if (
             support.supported
             and options.mag_ratios is None
-            and type(pipeline.transformer).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer")
+            and type(model).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer")
         ):
             return Support.no(
-                f"MagCache ratios are published for Flux only (found {type(pipeline.transformer).__name__}); "
+                f"MagCache ratios are published for Flux only (found {type(model).__name__}); "
                 "pass mag_ratios calibrated for this model",
                 Owner.HARNESS,
             )
         return support
 
-    def hook_config(self, pipeline: Any, options: MagCacheConfig, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, model: Any, options: MagCacheConfig, context: RunContext) -> Any:
         from diffusers import MagCacheConfig as DiffusersMagCacheConfig
         from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
 
@@ -188,13 +212,6 @@ class MagCache(_DiffusersHookFeature[MagCacheConfig]):
         )
 
 
-# Modules TaylorSeer caches, per transformer class, where diffusers' default patterns miss them: its
-# defaults ("^blocks.*attn", ... with re.fullmatch) never match Wan's "blocks.N.attn1"/"blocks.N.attn2".
-TAYLORSEER_IDENTIFIERS: dict[str, tuple[str, ...]] = {
-    "WanTransformer3DModel": (r"^blocks\.\d+\.attn[12]$",),
-}
-
-
 class TaylorSeerCacheConfig(FeatureConfig):
     """Options of ``taylorseer_cache``."""
 
@@ -203,20 +220,28 @@ class TaylorSeerCacheConfig(FeatureConfig):
     max_order: int = Field(default=1, ge=1, le=4, description="Taylor expansion order.")
     cache_identifiers: tuple[str, ...] | None = Field(
         default=None,
-        description="Regexes (re.fullmatch) of the module names to cache; default: per model (Wan: its attn1/attn2 "
-        "modules), else diffusers' own patterns.",
+        description="Regexes (re.fullmatch) of the module names to cache; default: derived from the model's module "
+        "tree (every attention module inside its block lists, e.g. Wan's blocks.N.attn1 and blocks.N.attn2).",
     )
 
 
-def taylorseer_identifiers(transformer: Any, options: TaylorSeerCacheConfig) -> tuple[str, ...]:
-    """The module-name patterns TaylorSeer hooks on this transformer: the option, the model's, or diffusers'."""
+def taylorseer_identifiers(model: Any, options: TaylorSeerCacheConfig) -> tuple[str, ...]:
+    """The module-name patterns TaylorSeer hooks on this model: the option, else derived from its module tree.
+
+    Derived: one pattern per attention module position inside a block list, the block index generalised
+    (``blocks.3.attn1`` gives ``blocks\\.\\d+\\.attn1``). diffusers' own defaults ("^blocks.*attn", ... with
+    re.fullmatch) match the blocks' names on some models and nothing on others (Wan's ``blocks.N.attn1``)."""
+    import re
+
+    from diffusers.hooks._common import _ATTENTION_CLASSES
+
     if options.cache_identifiers is not None:
         return options.cache_identifiers
-    if type(transformer).__name__ in TAYLORSEER_IDENTIFIERS:
-        return TAYLORSEER_IDENTIFIERS[type(transformer).__name__]
-    from diffusers.hooks.taylorseer_cache import _TRANSFORMER_BLOCK_IDENTIFIERS
-
-    return tuple(_TRANSFORMER_BLOCK_IDENTIFIERS)
+    patterns: dict[str, None] = {}
+    for name, unit in work_units(model).items():
+        if isinstance(unit, _ATTENTION_CLASSES):
+            patterns[re.sub(r"\\\.\d+\\\.", r"\\.\\d+\\.", re.escape(name))] = None
+    return tuple(patterns)
 
 
 def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
@@ -227,15 +252,15 @@ def _matching_modules(transformer: Any, patterns: tuple[str, ...]) -> list[str]:
 
 class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
     name = "taylorseer_cache"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     config_cls = TaylorSeerCacheConfig
     description = "diffusers TaylorSeer cache (feature forecasting)"
 
-    def check(self, pipeline: Any, device: str, options: TaylorSeerCacheConfig) -> Support:
-        support = super().check(pipeline, device, options)
+    def check_model(self, pipeline: Any, model: Any, options: TaylorSeerCacheConfig) -> Support:
+        support = super().check_model(pipeline, model, options)
         if not support.supported:
             return support
-        transformer = pipeline.transformer
+        transformer = model
         patterns = taylorseer_identifiers(transformer, options)
         if not _matching_modules(transformer, patterns):
             attention = [n for n, m in transformer.named_modules() if hasattr(m, "processor")][:2]
@@ -248,21 +273,25 @@ class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
 
     def apply(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> WorkCounter:
         handle = super().apply(pipeline, options, context)
-        handle.hooked = _matching_modules(pipeline.transformer, taylorseer_identifiers(pipeline.transformer, options))
+        handle.hooked = [
+            f"{component}.{name}"
+            for component, model in denoisers(pipeline).items()
+            for name in _matching_modules(model, taylorseer_identifiers(model, options))
+        ]
         return handle
 
-    def hook_config(self, pipeline: Any, options: TaylorSeerCacheConfig, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, model: Any, options: TaylorSeerCacheConfig, context: RunContext) -> Any:
         import torch
         from diffusers import TaylorSeerCacheConfig as DiffusersTaylorSeerCacheConfig
 
         return DiffusersTaylorSeerCacheConfig(
             **options.model_dump(exclude={"cache_identifiers"}),
-            cache_identifiers=list(taylorseer_identifiers(pipeline.transformer, options)),
+            cache_identifiers=list(taylorseer_identifiers(model, options)),
             taylor_factors_dtype=torch.float32,
         )
 
     def verify(self, handle: WorkCounter) -> Verdict:
-        verdict = verify_skipped_work(handle, self.name)
+        verdict = skipped_work_verdict(handle.runs, self.name)
         verdict.evidence["hooked_modules"] = len(handle.hooked)
         return verdict
 
@@ -278,13 +307,15 @@ class PyramidAttentionBroadcastConfig(FeatureConfig):
 
 class PyramidAttentionBroadcast(_DiffusersHookFeature[PyramidAttentionBroadcastConfig]):
     name = "pyramid_attention_broadcast"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     needs_diffusers_attention = True
     needs_current_timestep = True
     config_cls = PyramidAttentionBroadcastConfig
     description = "diffusers Pyramid Attention Broadcast"
 
-    def hook_config(self, pipeline: Any, options: PyramidAttentionBroadcastConfig, context: RunContext) -> Any:
+    def hook_config(
+        self, pipeline: Any, model: Any, options: PyramidAttentionBroadcastConfig, context: RunContext
+    ) -> Any:
         from diffusers import PyramidAttentionBroadcastConfig as DiffusersPyramidAttentionBroadcastConfig
 
         return DiffusersPyramidAttentionBroadcastConfig(
@@ -307,13 +338,13 @@ class FasterCacheConfig(FeatureConfig):
 
 class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
     name = "faster_cache"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     needs_diffusers_attention = True
     needs_current_timestep = True
     config_cls = FasterCacheConfig
     description = "diffusers FasterCache"
 
-    def hook_config(self, pipeline: Any, options: FasterCacheConfig, context: RunContext) -> Any:
+    def hook_config(self, pipeline: Any, model: Any, options: FasterCacheConfig, context: RunContext) -> Any:
         from diffusers import FasterCacheConfig as DiffusersFasterCacheConfig
 
         return DiffusersFasterCacheConfig(
@@ -323,11 +354,11 @@ class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
             tensor_format="BFCHW",  # Wan-style video transformers take (B, C, F, H, W) but filter per frame
         )
 
-    def check(self, pipeline: Any, device: str, options: FasterCacheConfig) -> Support:
-        support = super().check(pipeline, device, options)
+    def check_model(self, pipeline: Any, model: Any, options: FasterCacheConfig) -> Support:
+        support = super().check_model(pipeline, model, options)
         if not support.supported:
             return support
-        name = type(pipeline.transformer).__name__
+        name = type(model).__name__
         if not name.startswith(FASTER_CACHE_LAYOUTS):
             # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
             return Support.no(

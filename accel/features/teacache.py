@@ -6,16 +6,23 @@ per-model polynomial fitted by the TeaCache authors, accumulates until it passes
 Below it, the blocks are skipped and the residual they added on the last computed step is reused.
 The first and last steps of a run are always computed, and the state starts fresh with every run.
 
-Coefficients: the TeaCache repository (ali-vilab/TeaCache on GitHub, TeaCache4FLUX/teacache_flux.py),
-the same values vLLM-Omni ships. Evidence: the steps cached on each run, counted by the hook itself.
+Coefficients: the sets TeaCache's authors publish per family (ali-vilab/TeaCache on GitHub, TeaCache4<Model>/*.py),
+kept as data with the file of each in ``feature_matrix/teacache_coefficients.yaml`` (FLUX's are the values vLLM-Omni
+ships too). A family without a published set needs calibration (the harness's gap, not the model's); a family with
+one whose input the hooks here do not compute yet (they compute FLUX's modulated input) is refused as the harness's
+gap, naming the published set. Evidence: the steps cached on each run, counted by the hook itself, and the block
+work the harness counted (``accel.features.work``): cached steps that skipped nothing are "engaged, no effect".
 """
 
 from __future__ import annotations
 
+import functools
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+import yaml
 from pydantic import Field
 
 from accel.features.base import (
@@ -31,19 +38,39 @@ from accel.features.base import (
     Support,
     Verdict,
 )
-from accel.features.cache import SKIPS_WORK, cached_steps_verdict
+from accel.features.cache import SKIPS_WORK, skipped_work_verdict
+from accel.features.work import BlockWork
 
-FLUX_COEFFICIENTS = [4.98651651e02, -2.83781631e02, 5.58554382e01, -3.82021401e00, 2.64230861e-01]
-COEFFICIENTS: dict[str, list[float]] = {
-    "FluxTransformer2DModel": FLUX_COEFFICIENTS,
-    "NativeFluxTransformer": FLUX_COEFFICIENTS,  # our port: same blocks, same modulated input
-}
-
-
-# Which published set each class uses (our port reuses FLUX's: same blocks, same modulated input).
-PUBLISHED_FOR = {"FluxTransformer2DModel": "FLUX", "NativeFluxTransformer": "FLUX"}
+COEFFICIENTS_FILE = "teacache_coefficients.yaml"
 # What the hooks touch: any transformer with these (FLUX's layout) can run TeaCache given coefficients.
 HOOK_POINTS = ("x_embedder", "time_text_embed", "transformer_blocks", "single_transformer_blocks")
+
+
+@dataclass(frozen=True)
+class PublishedSet:
+    """One coefficient set TeaCache's authors publish: its name, the polynomial, and where it is published."""
+
+    name: str
+    coefficients: tuple[float, ...]
+    source: str  # repository, file and commit
+
+
+@functools.cache
+def published_sets() -> dict[str, PublishedSet]:
+    """The default published set per transformer class (aliases resolved), from ``feature_matrix``'s data file."""
+    from accel.data import data_dir
+
+    path = data_dir("feature_matrix") / COEFFICIENTS_FILE
+    data = yaml.safe_load(path.read_text())
+    families: dict[str, Any] = data["families"]
+    found: dict[str, PublishedSet] = {}
+    for name, entry in families.items():
+        family = families[entry["alias_of"]] if "alias_of" in entry else entry
+        chosen = family["sets"][family["default"]]
+        coefficients = tuple(float(c) for c in chosen["coefficients"])
+        source = f"{data['source']} {chosen['file']} at {str(data['commit'])[:12]}"
+        found[name] = PublishedSet(family["default"], coefficients, source)
+    return found
 
 
 class TeaCacheConfig(FeatureConfig):
@@ -77,18 +104,21 @@ class _TeaCacheHandle(Handle):
         super().__init__()
         self.transformer = transformer
         self.threshold = options.rel_l1_thresh
-        name = type(transformer).__name__
+        coefficients: Any
         if options.coefficients is not None:
             self.coefficients_source = "user-supplied"
             coefficients = options.coefficients
         else:
-            self.coefficients_source = f"published for {PUBLISHED_FOR.get(name, name)} (ali-vilab/TeaCache)"
-            coefficients = COEFFICIENTS[name]
+            published = published_sets()[type(transformer).__name__]
+            self.coefficients_source = f"published for {published.name} (ali-vilab/TeaCache)"
+            self.coefficients_file = published.source
+            coefficients = list(published.coefficients)
         self.rescale = np.poly1d(coefficients)
         self.steps = steps
         self.double_blocks = transformer.transformer_blocks
         self.single_blocks = transformer.single_transformer_blocks
         self._reset()
+        self.work = BlockWork({"transformer": transformer}, str(next(transformer.parameters()).device))
         self.hooks = [
             transformer.register_forward_pre_hook(self._decide, with_kwargs=True),
             transformer.register_forward_hook(self._restore),
@@ -107,6 +137,10 @@ class _TeaCacheHandle(Handle):
     def begin_run(self) -> None:
         super().begin_run()
         self._reset()  # a fresh cache context for every run
+        self.work.begin()
+
+    def end_run(self) -> None:
+        self.current["work"] = self.work.end()
 
     def _modulated_input(self, kwargs: dict[str, Any]) -> torch.Tensor:
         t = self.transformer
@@ -153,6 +187,7 @@ class _TeaCacheHandle(Handle):
         self.residual = output[1] - self.block_input
 
     def remove(self) -> None:
+        self.work.remove()
         for hook in self.hooks:
             hook.remove()
         self._restore(self.transformer, (), None)
@@ -176,16 +211,26 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
     def check(self, pipeline: Any, device: str, options: TeaCacheConfig) -> Support:
         transformer = getattr(pipeline, "transformer", None)
         name = type(transformer).__name__
+        published = published_sets().get(name)
         missing = [part for part in HOOK_POINTS if not hasattr(transformer, part)]
         if missing:
+            if published is not None:
+                return Support.no(
+                    f"harness: tea_cache's hooks compute the modulated input of FLUX-style transformers only "
+                    f"({', '.join(HOOK_POINTS)}; {name} has no {missing[0]}); TeaCache's authors publish coefficients "
+                    f"for {name} ({published.name}: {published.source}), hooks for its input are not written yet",
+                    Owner.HARNESS,
+                )
             return Support.no(
-                f"tea_cache hooks FLUX-style transformers ({', '.join(HOOK_POINTS)}); {name} has no {missing[0]}",
+                f"harness: tea_cache hooks FLUX-style transformers ({', '.join(HOOK_POINTS)}); {name} has no "
+                f"{missing[0]}, and needs calibration: TeaCache's authors publish no coefficients for it",
                 Owner.HARNESS,
             )
-        if options.coefficients is None and name not in COEFFICIENTS:
+        if options.coefficients is None and published is None:
             return Support.no(
-                f"no published TeaCache coefficients for {name} (published: {', '.join(COEFFICIENTS)}); "
-                "fit a polynomial for it and give it as coefficients: [...], highest power first",
+                f"harness: needs calibration: TeaCache's authors publish no coefficients for {name} (published: "
+                f"{', '.join(sorted(published_sets()))}); fit a polynomial for it and give it as coefficients: [...], "
+                "highest power first",
                 Owner.HARNESS,
             )
         return Support.yes()
@@ -196,5 +241,9 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
     def verify(self, handle: _TeaCacheHandle) -> Verdict:
         per_run = [run.get("cached_steps", []) for run in handle.runs]
         evidence = {"cached_steps_per_run": per_run, "coefficients": getattr(handle, "coefficients_source", None)}
-        counts = [len(steps) for steps in per_run]
-        return cached_steps_verdict(counts, evidence, f"; coefficients: {evidence['coefficients']}")
+        if getattr(handle, "coefficients_file", None):
+            evidence["coefficients_file"] = handle.coefficients_file
+        verdict = skipped_work_verdict(handle.runs, self.name, cached=[len(steps) for steps in per_run])
+        verdict.evidence.update(evidence)
+        verdict.summary += f"; coefficients: {evidence['coefficients']}"
+        return verdict

@@ -175,6 +175,12 @@ def gate_cell(
         elif isinstance(evidence[name].get("no_effect"), str):  # a no-op setting: what the pipeline already did
             verdict.feature_states[name] = "no effect"
             verdict.notes.append(f"{name} engaged, no effect: {evidence[name]['no_effect']}")
+        elif FEATURES[name].family == "cache" and unchanged_output(record):  # a cache that changed nothing
+            verdict.feature_states[name] = "no effect"
+            verdict.notes.append(
+                f"{name} engaged, no effect: the output is bit-identical to the baseline's (max_abs_diff 0.0), so no "
+                "cached step changed what was computed"
+            )
         else:
             verdict.feature_states[name] = "engaged"
     unexcused_engagement = [name for name in broken if claims[name] is not False]
@@ -262,6 +268,14 @@ def gate_cell(
     for note in verdict.notes:
         verdict.findings.append(f"{verdict.key}: {note}")
     return verdict
+
+
+def unchanged_output(record: dict[str, Any]) -> bool:
+    """Whether the cell's output is bit-identical to its baseline's (measured: a cell without parity is not)."""
+    parity = parity_of(record)
+    if "bit_identical" in parity:
+        return parity["bit_identical"] is True
+    return parity.get("max_abs_diff") == 0.0
 
 
 def noise_floors(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -1,0 +1,158 @@
+"""Cache engagement by work counted where it is done: below every cache hook, per denoiser, and cached steps that
+skipped nothing shown as "engaged, no effect" (issue 40)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from features_helpers import applied_runs, generate, loaded
+
+from accel.features import FEATURES
+from accel.features.diffusers_cache import TaylorSeerCacheConfig, taylorseer_identifiers
+
+STEPS = 12
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [("first_block_cache", 0.5), ("pyramid_attention_broadcast", {}), ("faster_cache", {})],
+)
+def test_diffusers_caches_run_on_cogvideox_and_their_skipped_work_is_counted_below_the_hooks(name, raw):
+    """CogVideoX's attention does not dispatch through diffusers' registry: the harness used to refuse these caches
+    there ("does not dispatch attention through diffusers") though diffusers runs them. The work is counted inside
+    the blocks' attention and feed-forward submodules, where a hook that replaces a block's or an attention
+    module's forward cannot make a skipped computation look done."""
+    target = loaded("tiny-cogvideox")
+    feature = FEATURES[name]
+    assert feature.check(target.pipeline, "cpu", feature.parse_options(raw)).supported
+    baseline = generate(target, steps=STEPS)[0]
+    block = target.pipeline.transformer.transformer_blocks[1]
+    seen = {"block": 0, "attn1": 0}
+    hooks = [
+        block.register_forward_pre_hook(lambda *_: seen.__setitem__("block", seen["block"] + 1)),
+        block.attn1.register_forward_pre_hook(lambda *_: seen.__setitem__("attn1", seen["attn1"] + 1)),
+    ]
+    try:
+        verdict, outputs = applied_runs(target, name, raw, runs=1, steps=STEPS)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    assert verdict.engaged, verdict.summary
+    calls = verdict.evidence["denoiser_calls_per_run"][0]["transformer"]
+    units = verdict.evidence["work_units"]["transformer"]
+    computed = verdict.evidence["work_computed_per_run"][0]["transformer"]
+    assert 0 < computed < calls * units
+    # What a count at the call of the module a hook replaced would have seen: every call, nothing skipped.
+    hooked = "block" if name == "first_block_cache" else "attn1"
+    assert seen[hooked] == calls
+    assert not np.array_equal(outputs[0][0], baseline)
+
+
+def _one_block_wan():
+    """tiny-wan cut to one block in its block list: Cache-DiT's Fn_compute_blocks=1 leaves nothing to cache."""
+    target = loaded("tiny-wan")
+    transformer = target.pipeline.transformer
+    transformer.blocks = torch.nn.ModuleList(transformer.blocks[:1])
+    return target
+
+
+def test_a_one_block_model_gets_engaged_no_effect_from_cache_dit():
+    target = _one_block_wan()
+    baseline = generate(target, steps=STEPS)[0]
+    raw = {"residual_diff_threshold": 0.5, "max_warmup_steps": 2}
+    verdict, outputs = applied_runs(target, "cache_dit", raw, runs=2, steps=STEPS)
+    assert verdict.engaged and verdict.summary.startswith("engaged, no effect:"), verdict.summary
+    assert "skipped no work" in verdict.evidence["no_effect"]
+    assert all(len(run[0]) > 0 for run in verdict.evidence["cached_steps_per_run"])  # the library's own report
+    assert verdict.evidence["skipped_work_per_run"] == [{"transformer": 0.0}] * 2
+    assert np.array_equal(outputs[0][0], baseline)
+
+    # The same cache on the two-block model skips work and is engaged with effect.
+    full = loaded("tiny-wan")
+    verdict, _ = applied_runs(full, "cache_dit", raw, runs=1, steps=STEPS)
+    assert verdict.engaged and "no_effect" not in verdict.evidence, verdict.summary
+
+
+@pytest.mark.parametrize(
+    ("name", "raw"),
+    [("first_block_cache", 0.5), ("cache_dit", {"residual_diff_threshold": 0.5, "max_warmup_steps": 2})],
+)
+def test_caches_reach_both_denoisers_of_wan22_with_evidence_per_denoiser(name, raw):
+    target = loaded("tiny-wan22")
+    feature = FEATURES[name]
+    options = feature.parse_options(raw)
+    assert feature.denoisers_reached(target.pipeline, options) == {"transformer", "transformer_2"}
+    verdict, _ = applied_runs(target, name, raw, runs=1, steps=STEPS)
+    assert verdict.engaged, verdict.summary
+    (calls,) = verdict.evidence["denoiser_calls_per_run"]
+    (skipped,) = verdict.evidence["skipped_work_per_run"]
+    assert set(calls) == {"transformer", "transformer_2"} and all(calls.values())
+    assert all(skipped[component] > 0 for component in ("transformer", "transformer_2")), skipped
+
+
+def test_a_model_whose_blocks_show_no_work_to_count_is_refused_as_the_harness_gap():
+    target = loaded("tiny-flux")
+    transformer = target.pipeline.transformer
+    transformer.transformer_blocks = torch.nn.ModuleList()
+    transformer.single_transformer_blocks = torch.nn.ModuleList()
+    feature = FEATURES["first_block_cache"]
+    support = feature.check(target.pipeline, "cpu", feature.parse_options(0.5))
+    assert not support.supported and support.reason.startswith("harness: cannot observe the work first_block_cache")
+
+
+def test_taylorseer_identifiers_are_derived_from_the_module_tree():
+    flux = loaded("tiny-flux").pipeline.transformer
+    assert taylorseer_identifiers(flux, TaylorSeerCacheConfig()) == (
+        r"transformer_blocks\.\d+\.attn",
+        r"single_transformer_blocks\.\d+\.attn",
+    )
+    assert taylorseer_identifiers(flux, TaylorSeerCacheConfig(cache_identifiers=("x",))) == ("x",)
+
+
+def test_teacache_coefficients_are_the_published_sets_with_their_source():
+    """Every family's sets are data with the file they are published in; the FLUX set is what the hooks use, and
+    the native port takes FLUX's."""
+    import yaml
+
+    from accel.data import data_dir
+    from accel.features.teacache import COEFFICIENTS_FILE, published_sets
+
+    data = yaml.safe_load((data_dir("feature_matrix") / COEFFICIENTS_FILE).read_text())
+    sets = published_sets()
+    for name, entry in data["families"].items():
+        family = data["families"][entry.get("alias_of", name)]
+        assert family["default"] in family["sets"], name
+        for published in family["sets"].values():
+            assert len(published["coefficients"]) == 5 and published["file"].startswith("TeaCache4"), name
+        assert sets[name].coefficients == tuple(family["sets"][family["default"]]["coefficients"]), name
+    assert {"HunyuanVideoTransformer3DModel", "WanTransformer3DModel", "LTXVideoTransformer3DModel"} <= set(sets)
+    assert sets["NativeFluxTransformer"] == sets["FluxTransformer2DModel"]
+
+
+def test_work_counters_inside_regionally_compiled_blocks_add_no_graph_and_count_every_call():
+    """The counted leaves sit inside the compiled blocks: their hooks are traced, bump tensor tallies at run time,
+    and leave the graphs, graph breaks and converted frames as without them (no recompile for a counter)."""
+    from accel.features.compile import _dynamo_counters
+    from accel.features.work import BlockWork
+
+    counts = []
+    for counted in (False, True):
+        torch._dynamo.reset()
+        torch._dynamo.utils.counters.clear()
+        target = loaded("tiny-flux")
+        transformer = target.pipeline.transformer
+        transformer.compile_repeated_blocks(backend="aot_eager")
+        work = BlockWork({"transformer": transformer}) if counted else None
+        generate(target, steps=2)
+        before = _dynamo_counters()
+        if work is not None:
+            work.begin()
+        generate(target, steps=2)
+        counts.append((before, _dynamo_counters()))
+        if work is not None:
+            run = work.end()["transformer"]
+            assert run["calls"] == 2 and set(run["units"].values()) == {2}, run
+            work.remove()
+    (bare_first, bare_after), (counted_first, counted_after) = counts
+    assert counted_first == bare_first and counted_after == counted_first == bare_after
