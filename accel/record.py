@@ -103,8 +103,25 @@ class Memory(TypedDict, total=False):
     peak_device_reserved_bytes: Annotated[int, "peak device memory reserved by the allocator"]
     host_pss_bytes: Annotated[int, "host proportional set size after the timed calls"]
     memory_load: Annotated[dict[str, Any], "the same peaks while loading"]
+    memory_at_start: Annotated[
+        dict[str, Any],
+        "what the process held when the cell started, after a garbage collection and malloc_trim (host_rss, "
+        "device_allocated on CUDA): what earlier cells in the process left (executor: inline)",
+    ]
+    cell_memory_bytes: Annotated[
+        int,
+        "the cell's own peak memory, the one every table and ratio uses: the peak (device allocated on a GPU, "
+        "host RSS on a CPU) minus memory_at_start; a parallel cell's is the sum over its ranks (rank_memory)",
+    ]
+    cell_memory_method: Annotated[str, "how cell_memory_bytes was got (and, for a parallel cell, summed)"]
+    rank_memory: Annotated[
+        list[dict[str, Any]],
+        "a parallel cell's memory per rank: rank, cell_memory_bytes, peak_host_rss_bytes, peak_device_allocated_bytes",
+    ]
     weight_bytes: Annotated[dict[str, int], "bytes of each pipeline component's weights"]
-    memory_reduction: Annotated[float, "baseline peak / this cell's peak (device on a GPU, host RSS on a CPU)"]
+    memory_reduction: Annotated[
+        float, "baseline's cell_memory_bytes / this cell's (device on a GPU, host RSS on a CPU; summed over ranks)"
+    ]
 
 
 class Stages(TypedDict, total=False):
@@ -208,7 +225,11 @@ def record_fields() -> tuple[RecordField, ...]:
 
 
 def peak_memory_bytes(record: dict[str, Any]) -> int | None:
-    """The peak memory every table and ratio uses: device allocated on a GPU, host RSS on a CPU."""
+    """The peak memory every table and ratio uses: the cell's own (``cell_memory_bytes``: from its start, summed
+    over a parallel cell's ranks); for a record without it, the peak device allocated on a GPU, host RSS on a CPU."""
+    own = record.get("cell_memory_bytes")
+    if own is not None:
+        return int(own)
     device = record.get("peak_device_allocated_bytes")
     return device if device is not None else record.get("peak_host_rss_bytes")
 

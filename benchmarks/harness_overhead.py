@@ -15,6 +15,14 @@ what is measured here:
   variant path opens evidence windows), here on the same pipeline.
 - ``recorder``: one call of ``timed.stage_pass`` (the stage hooks synchronise at every component boundary).
 
+Then, per evidence mechanism, a variant with a feature applied through ``accel.features.apply`` as its cell
+has it (``MECHANISMS``: compile call counters, cache work counters, attention dispatch tallies), its harness
+call (``timed.measure_alone``, as above) against the same variant's bare call: ``pipe(**kwargs)`` on the same
+pipeline with the features in place but every evidence mechanism suspended around it (``evidence_suspended``:
+the harness's forward hooks detached, the counting wrappers of the attention backends, compiled entries and
+collectives swapped for what they wrap), checked after every bare call: no evidence counter moved. The
+collective wrappers need ranks (a collective on one rank is not what a cell times) and have no variant here.
+
 Each round runs every configuration once, in a rotating order, so drift and background load hit them alike.
 Prints each configuration's median, then per-round paired ratios (headline / bare is the one the README
 quotes: the harness's own cost on the headline number), each as a median with a 95% bootstrap interval over
@@ -22,23 +30,35 @@ rounds, with the machine and its load average before and after. The default is t
 call (20 steps, 64x64, 2 images per prompt, ``max_sequence_length`` 32).
 
     python benchmarks/harness_overhead.py [--source mini-flux|tiny-flux|DIR] [--device auto] [--rounds 15]
-        [--steps 20] [--size 64] [--images 2] [--threads 1]
+        [--steps 20] [--size 64] [--images 2] [--threads 1] [--mechanisms all|none|NAME ...]
+        [--compile-backend inductor]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import platform
 import random
 import statistics
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from accel.sweep.preload import quiet_libraries
 
 CONFIGS = ("bare", "headline", "interleaved", "recorder")
 RATIOS = (("headline", "bare"), ("interleaved", "bare"), ("recorder", "headline"))
+# One variant per evidence mechanism a variant's timed calls run and its bare call does not: name -> features.
+MECHANISMS: dict[str, dict[str, Any]] = {
+    "compile-counters": {"compile": {"granularity": "regional"}},  # counted compiled entries, dynamo counters
+    "cache-work-counters": {"first_block_cache": {"threshold": 0.05}},  # WorkCounter: call hook, backend tallies
+    "attention-tallies": {"attention_backend": {"backend": "native"}},  # every backend function tallied
+}
+# What a mechanism's harness call may cost over its bare call (median of the paired ratios, issue 40).
+LIMIT = 1.02
 
 
 def installed_hooks(pipeline: Any) -> int:
@@ -129,6 +149,144 @@ def measure(spec: Any, target: Any, applied: Any, request: Any, rounds: int, war
     return {"samples": samples, "bare_hooks": bare_hooks, "pairs": pairs, "ratios": ratios}
 
 
+def _interval(paired: list[float]) -> dict[str, float]:
+    """The median of paired ratios with its distribution-free 95% interval (``accel.measure.speedup``)."""
+    from accel.measure.speedup import median_interval
+
+    low, high, coverage = median_interval(paired, 0.95)
+    return {"median": statistics.median(paired), "low": low, "high": high, "coverage": coverage}
+
+
+@contextlib.contextmanager
+def evidence_suspended(applied: Any) -> Iterator[None]:
+    """Every evidence mechanism of ``applied``'s handles out of the call path inside the block, the features
+    themselves left in place; restored on leaving. The harness's forward hooks (work counters, denoiser call
+    counters, the parallel split recorder) are detached from their modules; diffusers' attention backend
+    registry gets back the functions the first handle found there (before any tally wrapped them); a counted
+    compiled entry is swapped for the compiled callable it wraps (``__wrapped__``); the native attention
+    layers stop counting; collective wrappers give back the originals."""
+    from torch.utils.hooks import RemovableHandle
+
+    undo: list[Callable[[], None]] = []
+    registry_done = False
+    try:
+        for handle in applied.handles:
+            hooks = [getattr(handle, "hook", None), *getattr(handle, "hooks", [])]
+            for hook in hooks:
+                table = hook.hooks_dict_ref() if isinstance(hook, RemovableHandle) else None
+                if table is not None and hook.id in table:
+                    saved = dict(table)
+                    del table[hook.id]
+                    undo.append(lambda table=table, saved=saved: (table.clear(), table.update(saved)))
+            originals = getattr(handle, "originals", None)
+            registry = getattr(handle, "registry", None)
+            if isinstance(originals, dict) and registry is not None and not registry_done:
+                registry_done = True  # the first handle's originals are the functions before every wrapper
+                wrapped = dict(registry._backends)
+                registry._backends.update(originals)
+                undo.append(lambda registry=registry, wrapped=wrapped: registry._backends.update(wrapped))
+            for module in getattr(handle, "modules", None) or []:
+                entry = getattr(module, "_compiled_call_impl", None)
+                if entry is not None and hasattr(entry, "__wrapped__"):
+                    module._compiled_call_impl = entry.__wrapped__
+                    undo.append(lambda module=module, entry=entry: setattr(module, "_compiled_call_impl", entry))
+            for layer in getattr(handle, "native_layers", None) or []:
+                if layer.count_calls:
+                    layer.count_calls = False
+                    undo.append(lambda layer=layer: setattr(layer, "count_calls", True))
+            collectives = getattr(handle, "collectives", None)
+            for owner, name, original in getattr(collectives, "originals", None) or []:
+                counted = getattr(owner, name)
+                setattr(owner, name, original)
+                undo.append(lambda owner=owner, name=name, counted=counted: setattr(owner, name, counted))
+        yield
+    finally:
+        for step in reversed(undo):
+            step()
+
+
+def evidence_state(applied: Any) -> str:
+    """Everything an evidence mechanism of ``applied`` counts into (each handle's runs, every ``Tally``, the
+    native layers' call counts), as text: equal before and after a call that ran none of them."""
+    from accel.features.base import Tally
+
+    parts: list[Any] = []
+    for handle in applied.handles:
+        parts.append(repr(handle.runs))
+        for value in vars(handle).values():
+            for item in value.values() if isinstance(value, dict) else [value]:
+                if isinstance(item, Tally):
+                    parts.append(item.value)
+        for layer in getattr(handle, "native_layers", None) or []:
+            parts.append(repr(getattr(layer, "calls", None)))
+        collectives = getattr(handle, "collectives", None)
+        if collectives is not None:
+            parts.append(repr(collectives.calls))
+    return repr(parts)
+
+
+def measure_variant(spec: Any, target: Any, applied: Any, request: Any, rounds: int, warmup: int = 2) -> dict[str, Any]:
+    """A variant's harness call (``timed.measure_alone``, as its cell times it) against its bare call
+    (``pipe(**kwargs)`` inside ``evidence_suspended``), in alternating order; whether evidence moved in each
+    bare call (it must not) and in each harness call (it must), and the harness/bare ratio with its interval."""
+    from accel.measure.timing import synchronize
+    from accel.sweep import timed
+
+    pipeline = target.pipeline
+    single = one_call_spec(spec)
+    samples: dict[str, list[float]] = {"bare": [], "harness": []}
+    moved: dict[str, list[bool]] = {"bare": [], "harness": []}
+
+    def bare(sink: list[float]) -> None:
+        kwargs = target.call_kwargs(request)  # outside the clock: a fresh seeded generator
+        before = evidence_state(applied)
+        with evidence_suspended(applied):
+            synchronize(target.device)
+            start = time.perf_counter()
+            pipeline(**kwargs)
+            synchronize(target.device)
+            sink.append(time.perf_counter() - start)
+        moved["bare"].append(evidence_state(applied) != before)
+
+    def harness(sink: list[float]) -> None:
+        before = evidence_state(applied)
+        sink.extend(timed.measure_alone(single, target, applied, [request])["samples"])
+        moved["harness"].append(evidence_state(applied) != before)
+
+    run = {"bare": bare, "harness": harness}
+    for _ in range(warmup):  # compilation (both arms' graphs) and warm caches before anything is timed
+        for name in run:
+            run[name]([])
+    moved = {"bare": [], "harness": []}
+    for index in range(rounds):
+        for name in ("bare", "harness") if index % 2 == 0 else ("harness", "bare"):
+            run[name](samples[name])
+    paired = [a / b for a, b in zip(samples["harness"], samples["bare"], strict=True)]
+    return {"samples": samples, "evidence_moved": moved, "ratio": _interval(paired)}
+
+
+def run_mechanism(spec: Any, features: dict[str, Any], rounds: int, warmup: int = 2) -> dict[str, Any]:
+    """``measure_variant`` on a freshly loaded pipeline with ``features`` applied as a cell applies them (the
+    evidence windows opened by the harness calls, not on every pipeline call); removed after."""
+    from accel.features import apply, validate_variant_features
+    from accel.sweep.spec import build_requests
+    from accel.targets.build import make_target
+
+    configs = validate_variant_features(features, "harness_overhead.MECHANISMS")
+    target = make_target(spec.model)
+    target.load({})
+    request = build_requests(spec.workload)[0]
+    steps = spec.workload.steps
+    applied = apply(
+        target.pipeline, *configs.values(), num_inference_steps=steps, device=target.device, windows_on_calls=False
+    )
+    with applied:
+        result = measure_variant(spec, target, applied, request, rounds, warmup)
+        result["engaged"] = {name: verdict.engaged for name, verdict in applied.verdicts().items()}
+    result["hooks_after_remove"] = installed_hooks(target.pipeline)
+    return result
+
+
 def machine() -> str:
     """CPU model, core count and torch threads (and the GPU when there is one)."""
     import torch
@@ -169,7 +327,20 @@ def main() -> None:
         default=1,
         help="torch threads (default 1, the quickstart's measure.threads; 0: torch's default, one per core)",
     )
+    parser.add_argument(
+        "--mechanisms",
+        nargs="+",
+        default=["all"],
+        help=f"evidence mechanisms to time against their bare calls: all, none, or some of {', '.join(MECHANISMS)}",
+    )
+    parser.add_argument(
+        "--compile-backend", default="inductor", help="torch.compile backend of the compile-counters variant"
+    )
     args = parser.parse_args()
+    mechanisms = list(MECHANISMS) if args.mechanisms == ["all"] else [m for m in args.mechanisms if m != "none"]
+    unknown = sorted(set(mechanisms) - set(MECHANISMS))
+    if unknown:
+        parser.error(f"--mechanisms: unknown {', '.join(unknown)}; allowed: all, none, {', '.join(MECHANISMS)}")
     quiet_libraries()
     if args.threads:
         import torch
@@ -206,6 +377,27 @@ def main() -> None:
         print(f"{name:11s} median {statistics.median(values) * 1e3:8.2f} ms  (IQR {low:.2f}-{high:.2f})")
     for key, ratio in result["ratios"].items():
         print(f"{key:20s} {ratio['median']:.3f}  (95% bootstrap interval {ratio['low']:.3f}-{ratio['high']:.3f})")
+    failed = []
+    for name in mechanisms:
+        features = MECHANISMS[name]
+        if "compile" in features:
+            features = {**features, "compile": {**features["compile"], "backend": args.compile_backend}}
+        found = run_mechanism(spec, features, args.rounds)
+        if any(found["evidence_moved"]["bare"]) or not all(found["evidence_moved"]["harness"]):
+            raise SystemExit(
+                f"{name}: evidence moved in a bare call or not in a harness call: {found['evidence_moved']}"
+            )
+        ratio = found["ratio"]
+        bare_ms, harness_ms = (statistics.median(found["samples"][arm]) * 1e3 for arm in ("bare", "harness"))
+        within = ratio["median"] <= LIMIT
+        failed += [] if within else [name]
+        print(
+            f"{name:20s} harness/bare {ratio['median']:.3f}  ({ratio['coverage']:.0%} interval {ratio['low']:.3f}-"
+            f"{ratio['high']:.3f}; bare {bare_ms:.2f} ms, harness {harness_ms:.2f} ms; {json.dumps(features)}; "
+            f"engaged {found['engaged']}) {'<=' if within else '>'} {LIMIT}"
+        )
+    if failed:
+        raise SystemExit(f"harness/bare above {LIMIT} for: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ from accel.errors import ConfigError
 from accel.features import validate_variant_features
 from accel.features.parallel import ContextParallelConfig, launch_refusal, variant_world_size
 from accel.profile import parse_profile
-from accel.results import read_results
+from accel.results import peak_memory_bytes, read_results
 from accel.sweep import ranks
 from accel.sweep.runner import plan, run_sweep
 
@@ -75,11 +75,19 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         assert cell["timing"]["ranks"] == 2 and cell["timing"]["collective_backend"] == "gloo"
         assert [r["status"] for r in cell["timing"]["per_rank"]] == ["ok", "ok"]
         assert "device_count() read 1" in evidence["cpu_device_count_shim"]
+        # Both CPU ranks hold the whole pipeline: the cell's memory is every rank's, summed, not rank 0's alone.
+        baseline = next(r for r in result.records if r["model"] == model and r["variant"] == "baseline")
+        memory = cell["rank_memory"]
+        assert [r["rank"] for r in memory] == [0, 1] and all(r["cell_memory_bytes"] > 0 for r in memory), memory
+        assert cell["cell_memory_bytes"] == sum(r["cell_memory_bytes"] for r in memory)
+        assert peak_memory_bytes(cell) >= peak_memory_bytes(baseline), (model, memory, baseline["cell_memory_bytes"])
+        assert cell["cell_memory_method"].endswith("summed over the 2 ranks")
         # 64x64: even shares at the gather (16 image tokens, 8 + 8), also with "anything": nothing was padded.
         assert evidence["gloo_uneven_gather"] is None, (model, evidence["gloo_uneven_gather"])
         for rank in evidence["ranks"]:  # every rank exchanged data by all-to-all and saw half the sequence
             exchanged = rank["collectives_last_run"]["all_to_all_single"]
             assert exchanged["calls"] > 0 and exchanged["bytes"] > 0, (model, rank)
+            assert rank["attention_collectives_last_run"]["all_to_all_single"] > 0, (model, rank)
             tokens = rank["tokens_last_run"]
             assert tokens["rank"] == [tokens["gathered"][0] // 2], (model, tokens)
 
@@ -114,6 +122,77 @@ def test_no_collective_no_engagement_and_the_cell_fails():
     }  # fmt: skip
     judge_measured_cell(record)
     assert record["status"] == "failed" and "context_parallel" in record["error"]
+
+
+def test_a_parallel_cells_memory_is_the_sum_of_its_ranks_each_shown():
+    from accel.report.markdown import cell_memory
+
+    mib = 2**20
+    records = [
+        {"cell_memory_bytes": 300 * mib, "cell_memory_method": "from the start", "peak_host_rss_bytes": 900 * mib},
+        {"cell_memory_bytes": 200 * mib, "peak_host_rss_bytes": 800 * mib},
+    ]
+    head = dict(records[0])
+    ranks._sum_memory(head, records)
+    assert head["cell_memory_bytes"] == 500 * mib and peak_memory_bytes(head) == 500 * mib
+    assert [(r["rank"], r["cell_memory_bytes"]) for r in head["rank_memory"]] == [(0, 300 * mib), (1, 200 * mib)]
+    assert head["cell_memory_method"] == "from the start; summed over the 2 ranks"
+    assert cell_memory(head) == "500 (rank 0: 300, rank 1: 200)"
+    # A rank that measured nothing: no sum is made up.
+    lone = dict(records[0])
+    ranks._sum_memory(lone, [records[0], {"status": "failed"}])
+    assert lone["cell_memory_bytes"] == 300 * mib and "rank_memory" not in lone
+
+
+def _cp_handle(runs: list[dict], required: dict) -> types.SimpleNamespace:
+    return types.SimpleNamespace(
+        runs=runs, rank=0, world_size=2, kind="cp", cpu_shim=False, padded_gather=False, required=required
+    )
+
+
+def test_engagement_needs_the_collective_the_mode_calls_in_the_attention():
+    from accel.features.parallel import ContextParallelConfig, _verify, required_collectives
+
+    ulysses = required_collectives(ContextParallelConfig(ulysses=2))
+    ring = required_collectives(ContextParallelConfig(ulysses=1, ring=2))
+    assert ulysses == {"ulysses": ("all_to_all_single",)}
+    gather = {"all_gather_tensor": {"calls": 2, "bytes": 64}}  # the _cp_plan's output gather: both modes run it
+    # An all-gather alone (the output gather) is not Ulysses: no all-to-all ran in the attention.
+    alone = _verify(_cp_handle([{"collectives": gather, "attention_collectives": {}}], ulysses), ("all_gather_tensor",))
+    assert not alone.engaged
+    assert alone.summary.startswith("ulysses needs all_to_all_single in the attention, which ran none in 1 of 1 calls")
+    # Ring: the gather must be the attention's key/value gather, not the output gather.
+    assert not _verify(_cp_handle([{"collectives": gather, "attention_collectives": {}}], ring), ("x",)).engaged
+    kv = {"collectives": gather, "attention_collectives": {"all_gather_tensor": 1}}
+    assert _verify(_cp_handle([kv], ring), ("all_gather_tensor",)).engaged
+    exchanged = {
+        "collectives": {**gather, "all_to_all_single": {"calls": 4, "bytes": 256}},
+        "attention_collectives": {"all_to_all_single": 4},
+    }
+    # One call of two without the attention's all-to-all: not engaged either.
+    runs = [exchanged, {"collectives": gather, "attention_collectives": {}}]
+    assert not _verify(_cp_handle(runs, ulysses), ("all_gather_tensor", "all_to_all_single")).engaged
+    verdict = _verify(_cp_handle([exchanged], ulysses), ("all_to_all_single",))
+    assert verdict.engaged and verdict.evidence["attention_collectives_per_run"] == [{"all_to_all_single": 4}]
+
+
+def test_a_collective_is_the_attentions_only_when_the_attention_called_it():
+    from accel.features.parallel import _Collectives
+
+    collectives = _Collectives()
+    try:
+        counted = collectives._counted("all_to_all_single", lambda *args, **kwargs: None)
+        call = "def call(counted):\n    counted(None)\n"
+        scope: dict = {}
+        site = "/venv/site-packages/diffusers/models/attention_dispatch.py"
+        exec(compile(call, site, "exec"), scope)  # a call made from diffusers' attention dispatch
+        scope["call"](counted)
+        exec(compile(call, "/venv/site-packages/diffusers/hooks/context_parallel.py", "exec"), scope)
+        scope["call"](counted)  # the _cp_plan's hooks: counted, not the attention's
+        assert collectives.take() == {"all_to_all_single": {"calls": 2, "bytes": 0}}
+        assert collectives.take_attention() == {"all_to_all_single": 1}
+    finally:
+        collectives.remove()
 
 
 @pytest.mark.parametrize(

@@ -147,3 +147,52 @@ def test_the_bootstrap_interval_brackets_the_median_and_narrows_with_agreement()
     assert script.bootstrap_interval([1.0] * 10) == (1.0, 1.0)
     low, high = script.bootstrap_interval([0.9, 1.0, 1.1, 1.0, 0.95, 1.05, 1.0, 0.98, 1.02, 1.0])
     assert 0.9 <= low <= 1.0 <= high <= 1.1
+
+
+# Every evidence mechanism's variant, tiny: compile with the eager backend (the same counted entry as inductor).
+MECHANISM_FEATURES = {
+    "compile-counters": {"compile": {"granularity": "regional", "backend": "eager"}},
+    "cache-work-counters": {"first_block_cache": {"threshold": 0.05}},
+    "attention-tallies": {"attention_backend": {"backend": "native"}},
+}
+
+
+def test_every_evidence_mechanism_has_a_variant_here():
+    script = _script()
+    assert set(MECHANISM_FEATURES) == set(script.MECHANISMS)
+    assert {name: set(features) for name, features in MECHANISM_FEATURES.items()} == {
+        name: set(features) for name, features in script.MECHANISMS.items()
+    }
+
+
+@pytest.mark.parametrize("mechanism", sorted(MECHANISM_FEATURES))
+def test_a_variants_bare_call_runs_none_of_its_evidence_and_its_harness_call_all_of_it(mechanism):
+    """The bare arm is the same variant with the evidence out of the call path: no counter moves in a bare call
+    (else the ratio hides the very cost it measures), every harness call moves them, and leaving restores all."""
+    script = _script()
+    spec = script.baseline_cell("tiny-flux", "cpu", steps=2, size=32, images=1)
+    result = script.run_mechanism(spec, MECHANISM_FEATURES[mechanism], rounds=2, warmup=1)
+    assert result["evidence_moved"] == {"bare": [False, False], "harness": [True, True]}, result["evidence_moved"]
+    assert [len(result["samples"][arm]) for arm in ("bare", "harness")] == [2, 2]
+    ratio = result["ratio"]
+    assert ratio["low"] <= ratio["median"] <= ratio["high"]
+    assert result["hooks_after_remove"] == 0
+
+
+def test_the_evidence_comes_back_after_a_bare_call():
+    """Suspending the evidence for a bare call must not leave it off: the cell's next harness call counts."""
+    script = _script()
+    spec = script.baseline_cell("tiny-flux", "cpu", steps=1, size=32, images=1)
+    target = make_target(spec.model)
+    target.load({})
+    from accel.features import validate_variant_features
+
+    configs = validate_variant_features(MECHANISM_FEATURES["cache-work-counters"], "test")
+    with apply(target.pipeline, *configs.values(), num_inference_steps=1, device="cpu", windows_on_calls=False) as on:
+        hooks = script.installed_hooks(target.pipeline)
+        backends = dict(on.handles[0].registry._backends)
+        with script.evidence_suspended(on):
+            assert script.installed_hooks(target.pipeline) < hooks
+            assert on.handles[0].registry._backends != backends
+        assert script.installed_hooks(target.pipeline) == hooks
+        assert on.handles[0].registry._backends == backends

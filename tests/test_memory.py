@@ -80,3 +80,45 @@ def test_a_sweep_cell_reports_its_peak_from_the_kernel(tmp_path):
     assert record["memory_method"] == KERNEL_HIGH_WATER_MARK
     # The pipeline's weights are resident during the timed calls: the peak is at least them.
     assert record["peak_host_rss_bytes"] >= sum(record["weight_bytes"].values())
+
+
+@needs_kernel
+def test_a_cell_after_another_in_the_same_process_is_not_charged_with_its_leftovers(tmp_path):
+    """Two cells inline in one process, the first leaving a block resident (what an earlier cell's pipeline or
+    allocator leaves): the second's own memory is not inflated by it, although its raw peak is."""
+    from conftest import small_profile
+
+    from accel.measure.memory import FROM_CELL_START
+    from accel.profile import parse_profile
+    from accel.results import peak_memory_bytes
+    from accel.sweep.cell import run_cell
+    from accel.sweep.runner import plan
+
+    raw = small_profile(["tiny-flux"], [], steps=1, height=32, width=32)
+    raw["measure"].update(noise_floor=False, executor="inline", warmup=0, repeats=1)
+    (spec,) = plan(parse_profile(raw), tmp_path)
+    first = run_cell(spec)
+    leftover = _touch(BLOCK)  # kept alive across the second cell, as an earlier cell's leftovers are
+    second = run_cell(spec)
+    assert first["status"] == second["status"] == "ok", (first.get("error"), second.get("error"))
+    assert second["cell_memory_method"] == FROM_CELL_START
+    # The raw peak carries the leftover; the cell's own memory does not, and it is what tables use.
+    assert second["peak_host_rss_bytes"] - first["peak_host_rss_bytes"] >= 0.9 * BLOCK
+    assert second["memory_at_start"]["host_rss"] - first["memory_at_start"]["host_rss"] >= 0.9 * BLOCK
+    assert abs(second["cell_memory_bytes"] - first["cell_memory_bytes"]) < BLOCK / 4, (
+        first["cell_memory_bytes"] / 2**20,
+        second["cell_memory_bytes"] / 2**20,
+    )
+    assert peak_memory_bytes(second) == second["cell_memory_bytes"]
+    # Not zeroed either: the weights the cell loaded are resident in its timed calls.
+    assert second["cell_memory_bytes"] >= sum(second["weight_bytes"].values())
+    del leftover
+
+
+def test_a_cells_own_peak_is_its_peak_above_what_was_resident_at_its_start():
+    from accel.measure.memory import MemoryPeaks, Resident, own_peak
+
+    assert own_peak(MemoryPeaks(host_rss_peak=900), Resident(host_rss=600)) == 300
+    # On CUDA the device's allocated peak above what was allocated at the start, not the host's.
+    peaks = MemoryPeaks(host_rss_peak=900, device_allocated_peak=500)
+    assert own_peak(peaks, Resident(host_rss=100, device_allocated=200)) == 300

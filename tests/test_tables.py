@@ -286,3 +286,25 @@ def test_a_begin_marker_quoted_in_prose_is_not_a_block():
     text += "old\n<!-- omni-accel:end compatibility -->\n"
     new_text, changed = inject(text, _tables())
     assert changed == ["compatibility"] and new_text.startswith("Blocks look like `<!-- omni-accel:begin NAME -->`.")
+
+
+def test_the_performance_table_shows_a_parallel_cells_memory_summed_over_its_ranks():
+    """Rank 0's raw peak alone read as a memory reduction where both ranks hold the whole pipeline (issue 40)."""
+    from synthetic import record
+
+    from accel.results import peak_memory_bytes
+
+    mib = 2**20
+    baseline = record("wan", "baseline", {}, rss=900 * mib, cell_memory_bytes=500 * mib)
+    ranks = [{"rank": 0, "cell_memory_bytes": 480 * mib}, {"rank": 1, "cell_memory_bytes": 470 * mib}]
+    parallel = record(
+        "wan", "cp", {"context_parallel": {"ulysses": 2}}, rss=700 * mib, cell_memory_bytes=950 * mib,
+        rank_memory=ranks,
+    )  # fmt: skip
+    # What every table and ratio reads (accel.sweep.compare's memory_reduction too): the sum, not the raw peak.
+    assert (peak_memory_bytes(baseline), peak_memory_bytes(parallel)) == (500 * mib, 950 * mib)
+    parallel["memory_reduction"] = peak_memory_bytes(baseline) / peak_memory_bytes(parallel)
+    text = performance_table([baseline, parallel], "wan", GateData(load_gate_data().thresholds, CLAIMS))
+    row = next(line for line in text.splitlines() if line.startswith("| cp |"))
+    assert "| 950 | 0.53x |" in row, row
+    assert "its peak minus what the process held at its start" in text and "summed over its ranks" in text

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,6 +52,9 @@ from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, EvenSplitRequi
 # context_parallel.py, diffusers 0.42), looked up on their module at every call: wrapping them counts them.
 FUNCTIONAL_COLLECTIVES = ("all_to_all_single", "all_gather_tensor", "permute_tensor")
 C10D_COLLECTIVES = ("all_gather", "all_to_all_single", "all_reduce")
+# Where a collective is the attention's own (not the _cp_plan's input split or output gather, which both modes
+# run): diffusers' dispatcher and the native attention layer. A call is attributed by its caller's file.
+ATTENTION_SITES = ("diffusers/models/attention_dispatch.py", "accel/native/attention.py")
 CPU_SHIM_NOTE = (
     "on the CPU, torch.accelerator.device_count() read 1 (not 0) during enable_parallelism only: diffusers places "
     "rank r on device r % device_count()"
@@ -265,6 +269,7 @@ class _Collectives:
         import torch.distributed._functional_collectives as funcol
 
         self.calls: dict[str, list[int]] = {}  # name -> [calls, bytes]
+        self.in_attention: dict[str, int] = {}  # name -> calls made from the attention (ATTENTION_SITES)
         self.originals: list[tuple[Any, str, Any]] = []
         for module, names, prefix in ((funcol, FUNCTIONAL_COLLECTIVES, ""), (dist, C10D_COLLECTIVES, "c10d.")):
             for name in names:
@@ -279,6 +284,9 @@ class _Collectives:
             tally = self.calls.setdefault(name, [0, 0])
             tally[0] += 1
             tally[1] += _tensor_bytes(args[:2])
+            caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
+            if caller.endswith(ATTENTION_SITES):
+                self.in_attention[name] = self.in_attention.get(name, 0) + 1
             return function(*args, **kwargs)
 
         return counted
@@ -287,6 +295,12 @@ class _Collectives:
         """The collectives since the last ``take``: name -> {calls, bytes}."""
         taken = {name: {"calls": c, "bytes": b} for name, (c, b) in sorted(self.calls.items())}
         self.calls = {}
+        return taken
+
+    def take_attention(self) -> dict[str, int]:
+        """The collectives the attention called since the last ``take_attention``: name -> calls."""
+        taken = dict(sorted(self.in_attention.items()))
+        self.in_attention = {}
         return taken
 
     def remove(self) -> None:
@@ -357,6 +371,8 @@ class ParallelHandle(Handle):
             self.hooks.append(proj_out.register_forward_hook(self._note_gathered))
         self.cp_plan: Any = None
         self.native = False  # a native transformer (accel.native.context_parallel), not diffusers' hooks
+        # mode -> the collectives its attention must call in every timed call (required_collectives)
+        self.required: dict[str, tuple[str, ...]] = {}
 
     def _note_local(self, module: Any, args: tuple[Any, ...]) -> None:
         tokens = _tokens(args)
@@ -371,11 +387,13 @@ class ParallelHandle(Handle):
     def begin_run(self) -> None:
         super().begin_run()
         self.collectives.take()
+        self.collectives.take_attention()
         self.local_tokens.clear()
         self.gathered_tokens.clear()
 
     def end_run(self) -> None:
         self.current["collectives"] = self.collectives.take()
+        self.current["attention_collectives"] = self.collectives.take_attention()
         # Said only where a share was padded: with "anything" and even shares nothing was (64x64 FLUX: 8 + 8).
         self.padded_gather = self.uneven_gather is not None and self.uneven_gather.uneven_gathers > 0
         self.current["tokens"] = {"rank": sorted(set(self.local_tokens)), "gathered": sorted(set(self.gathered_tokens))}
@@ -406,13 +424,32 @@ class ParallelHandle(Handle):
             self.transformer._parallel_config = None
 
 
+def required_collectives(options: ContextParallelConfig) -> dict[str, tuple[str, ...]]:
+    """The collectives each mode of ``options`` calls inside the attention (diffusers 0.42,
+    ``attention_dispatch.py``; the native layer alike): Ulysses exchanges heads for sequence with
+    ``all_to_all_single`` (``TemplatedUlyssesAttention`` and its "anything" form, on gloo as on NCCL: there is
+    no other path); ring gathers the other ranks' key/value with ``all_gather_tensor`` in its forward
+    (``TemplatedRingAttention``; ``permute_tensor`` only in its backward). The ``_cp_plan``'s output gather
+    (``all_gather_tensor`` or ``all_gather``, ``hooks/context_parallel.py``) runs in both modes and proves
+    neither."""
+    required: dict[str, tuple[str, ...]] = {}
+    if options.ulysses > 1:
+        required["ulysses"] = ("all_to_all_single",)
+    if options.ring > 1:
+        required["ring"] = ("all_gather_tensor", "permute_tensor")
+    return required
+
+
 def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
+    """Engaged when a ``wanted`` collective ran in every timed call and each mode in ``handle.required`` had its
+    own collective called by the attention in every timed call."""
     per_run = [run.get("collectives", {}) for run in handle.runs]
     tokens = [run.get("tokens", {}) for run in handle.runs]
     evidence: dict[str, Any] = {
         "rank": handle.rank,
         "world_size": handle.world_size,
         "collectives_per_run": per_run,
+        "attention_collectives_per_run": [run.get("attention_collectives", {}) for run in handle.runs],
         "tokens_per_run": tokens,
         "cpu_device_count_shim": CPU_SHIM_NOTE if handle.cpu_shim else None,
         "gloo_uneven_gather": GLOO_UNEVEN_GATHER_NOTE if handle.padded_gather else None,
@@ -424,6 +461,18 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
         return Verdict(
             False, f"no {' or '.join(wanted)} collective ran in {ran.count(0)} of {len(ran)} calls", evidence
         )
+    for mode, names_needed in getattr(handle, "required", {}).items():
+        attention = [run.get("attention_collectives", {}) for run in handle.runs]
+        missing = [i for i, run in enumerate(attention) if not any(run.get(n, 0) for n in names_needed)]
+        if missing:
+            seen = ", ".join(sorted({name for run in attention for name in run})) or "none"
+            return Verdict(
+                False,
+                f"{mode} needs {' or '.join(names_needed)} in the attention, which ran none in {len(missing)} of "
+                f"{len(attention)} calls (collectives the attention called: {seen}); another collective (the "
+                "output gather) does not split the attention",
+                evidence,
+            )
     split = tokens[-1]
     names = " + ".join(f"{c['calls']} {name}" for name, c in per_run[-1].items() if c["calls"])
     summary = f"{handle.kind} over {handle.world_size} ranks: {names} per call"
@@ -509,6 +558,7 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
         transformer = pipeline.transformer
         kind = " x ".join(f"{name} {degree}" for name, degree in (("ulysses", options.ulysses), ("ring", options.ring)))
         handle = ParallelHandle(transformer, kind, self.world_size(options))
+        handle.required = required_collectives(options)
         try:
             config = DiffusersContextParallelConfig(
                 ulysses_degree=options.ulysses,

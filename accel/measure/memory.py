@@ -12,6 +12,10 @@ Where the kernel cannot give a region's peak (not Linux, or ``clear_refs`` not w
 falls back to a sampling thread and says so in ``method``; the sweep then takes memory in an untimed call of
 its own instead of around the timed ones (``accel.sweep.timed``). CUDA's peak statistics cost nothing and are
 always read.
+
+A cell's own memory (``own_peak``) is its peak minus what the process held when the cell started
+(``resident_at_start``): cells that share a process (``executor: inline``) start from what earlier cells left
+resident, and that is not theirs.
 """
 
 from __future__ import annotations
@@ -144,6 +148,68 @@ class PeakMemory:
             torch.cuda.synchronize()
             self.peaks.device_allocated_peak = torch.cuda.max_memory_allocated()
             self.peaks.device_reserved_peak = torch.cuda.max_memory_reserved()
+
+
+# What the record's ``cell_memory_method`` says: how a cell's own memory was got from its peak.
+FROM_CELL_START = (
+    "the timed calls' peak minus what was resident when the cell started (garbage collected and free heap "
+    "returned to the system first: memory_at_start), so memory an earlier cell left in this process is not the cell's"
+)
+
+
+@dataclass
+class Resident:
+    """What a process holds when a cell starts, in bytes: host RSS of its tree, and device memory allocated on
+    CUDA (None elsewhere)."""
+
+    host_rss: int
+    device_allocated: int | None = None
+
+    def to_dict(self) -> dict[str, int | None]:
+        return asdict(self)
+
+
+def _return_free_heap() -> bool:
+    """Ask glibc to give freed heap pages back to the system (``malloc_trim(0)``): pages an earlier cell freed
+    but the allocator kept would otherwise be in the start's RSS and be reused without the RSS growing. False
+    where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        trim = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError):
+        return False
+    trim(0)
+    return True
+
+
+def resident_at_start(device: str) -> Resident:
+    """What this process holds now, after a garbage collection and ``malloc_trim``: a cell's memory is its peak
+    minus this (``own_peak``), so that what earlier cells in the process left (``executor: inline``) is not
+    counted as the cell's."""
+    import gc
+
+    gc.collect()
+    _return_free_heap()
+    allocated = None
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.synchronize()
+        allocated = torch.cuda.memory_allocated()
+    return Resident(_tree_rss(psutil.Process()), allocated)
+
+
+def own_peak(peaks: MemoryPeaks, start: Resident) -> int:
+    """A cell's own peak memory in bytes: the device's allocated peak above what was allocated at the cell's
+    start on CUDA, else the host RSS peak above the start's RSS (never below zero)."""
+    if peaks.device_allocated_peak is not None:
+        return max(0, peaks.device_allocated_peak - (start.device_allocated or 0))
+    return max(0, peaks.host_rss_peak - start.host_rss)
 
 
 def module_weight_bytes(module: Any) -> int:

@@ -20,7 +20,15 @@ from accel.measure.speedup import (
 )
 from accel.profile import Profile
 from accel.report.format import fmt, percent, table_lines
-from accel.results import declared_tag, feature_options, is_noise_floor, not_run, parity_of, warm_median
+from accel.results import (
+    declared_tag,
+    feature_options,
+    is_noise_floor,
+    not_run,
+    parity_of,
+    peak_memory_bytes,
+    warm_median,
+)
 
 REPORT_FILE = "report.md"
 
@@ -63,11 +71,21 @@ def _status(r: dict[str, Any]) -> str:
     return "; ".join([status, *flags]).replace("|", "/")
 
 
+def cell_memory(record: dict[str, Any]) -> str:
+    """The cell's own memory in MiB (``peak_memory_bytes``); a parallel cell's sum followed by each rank's:
+    ``"812 (rank 0: 406, rank 1: 406)"``."""
+    text = _mib(peak_memory_bytes(record))
+    ranks = record.get("rank_memory") or []
+    if ranks:
+        text += " (" + ", ".join(f"rank {r['rank']}: {_mib(r.get('cell_memory_bytes'))}" for r in ranks) + ")"
+    return text
+
+
 def model_table(records: list[dict[str, Any]]) -> str:
     """The main markdown table of one model's cells."""
     header = (
         "variant", "features", "warm median (ms)", "CV", "speedup", "pairs", "cores busy beside", "cold (s)",
-        "peak RSS (MiB)", "SSIM ↑", "PSNR (dB) ↑", "max abs diff ↓", "evidence", "status",
+        "memory (MiB)", "SSIM ↑", "PSNR (dB) ↑", "max abs diff ↓", "evidence", "status",
     )  # fmt: skip
     align = ("left", "left", *("right",) * 10, "left", "left")
     rows = []
@@ -80,7 +98,7 @@ def model_table(records: list[dict[str, Any]]) -> str:
             (
                 r["variant"], ", ".join(sorted(feature_options(r))) or "–", _ms(warm.get("median")),
                 fmt(warm.get("cv"), 2), speedup, _pairs(r), _beside(r), fmt(r.get("cold_s"), 2),
-                _mib(r.get("peak_host_rss_bytes")), fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2),
+                cell_memory(r), fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2),
                 fmt(parity.get("max_abs_diff"), 4), evidence, _status(r),
             )
         )  # fmt: skip
@@ -309,7 +327,9 @@ def render(
     lines += [
         "Units: ms and s of wall time, synchronised with the device at both ends of a call; cores busy beside:",
         "CPU time other processes (and a virtual machine's host, as steal time) used during the timed window /",
-        "its wall time; RSS: peak resident",
+        "its wall time; memory: the cell's own peak (device allocated on a GPU, host RSS on a CPU) minus what the",
+        "process held at the cell's start (cell_memory_bytes), a parallel cell's summed over its ranks, each rank's",
+        "in brackets; RSS: peak resident",
         "memory of the process tree (the kernel's high-water mark: memory_method) while loading and during the",
         "timed runs; PSS:",
         "proportional set size at the end of the run; GFLOP / step: FlopCounterMode on the baseline's",

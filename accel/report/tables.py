@@ -266,12 +266,20 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
                 fmt(parity.get("ssim"), 4), fmt(parity.get("psnr"), 2), status,
             )
         )  # fmt: skip
+    # Records from before cell_memory_bytes (issue 40) hold the raw peak; the legend says which the table shows.
+    own = any(r.get("cell_memory_bytes") is not None for r in records if r["model"] == model)
+    measure = (
+        "the cell's own, its peak minus what the process held at its start (device allocated on a GPU, else host "
+        "RSS; a parallel cell's summed over its ranks), in "
+        if own
+        else "device allocated on a GPU, else host RSS, in "
+    )
     legend = (
         "Units: warm median latency per call in ms; speedup: interleaved with an unaccelerated reference, with "
         "its interval (`≈1.0x`: equivalent within the noise band; `≈1.0x?`: undecided, its interval includes 1.0; "
-        "`?`: unverified; `–`: timed sequentially, cell against cell, so not shown); peak memory: device "
-        "allocated on a GPU, else host RSS, in "
-        "MiB; memory reduction = baseline peak / variant peak (the same measure); status: the gate's verdict "
+        "`?`: unverified; `–`: timed sequentially, cell against cell, so not shown); peak memory: "
+        + measure
+        + "MiB; memory reduction = baseline peak / variant peak (the same measure); status: the gate's verdict "
         "(skipped: the cell did not run, or failed as its claim says, with the reason)."
     )
     lines = table_lines(header, ("left", *("center",) * 7), rows)

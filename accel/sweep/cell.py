@@ -115,7 +115,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     if spec.model.target in ENGINE_TARGETS:
         return measure_engine(spec)
     from accel.env import device_name
-    from accel.measure.memory import PeakMemory, module_weight_bytes
+    from accel.measure.memory import PeakMemory, module_weight_bytes, resident_at_start
     from accel.measure.timing import timed
     from accel.targets.build import make_target
 
@@ -142,6 +142,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             reason = f"{feature.name}: load-time options go through diffusers' from_pretrained: adapter target only"
             return {"status": "unsupported", "unsupported_scope": "model", "refused_by": "harness", "error": reason}
         load_kwargs.update(extra)
+    start = resident_at_start(target.device)  # what earlier cells in this process left is not this cell's
     load_times: list[float] = []
     note_phase("loading the pipeline")
     with PeakMemory(target.device) as load_memory, timed(target.device, load_times):
@@ -172,12 +173,12 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             status="unsupported", unsupported_scope=error.scope, refused_by=error.owner.value, error=str(error)
         )
         return result
-    result.update(_timed_runs(spec, target, applied))
+    result.update(_timed_runs(spec, target, applied, start))
     result["cold_s"] = result["load_s"] + result["first_call_s"]
     return result
 
 
-def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
+def _timed_runs(spec: CellSpec, target: Any, applied: Any, start: Any = None) -> dict[str, Any]:
     """With the features applied: warm up, measure (alone, with a stage pass between the headline passes,
     then interleaved with a reference), verify, remove; collect the record and save the outputs."""
     from accel.measure.contention import timing_window
@@ -214,6 +215,6 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any) -> dict[str, Any]:
         verdicts = applied.verdicts()
         note_phase("removing the features")
     note_phase("collecting the record (parity, outputs)")
-    result = collect_record(spec, target, first_call_s, alone, stages, verdicts, paired, capture)
+    result = collect_record(spec, target, first_call_s, alone, stages, verdicts, paired, capture, start)
     result["timing"].update(window)
     return result

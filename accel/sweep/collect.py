@@ -30,8 +30,10 @@ def collect_record(
     verdicts: dict[str, Any],
     paired: dict[str, Any] | None,
     capture: Any,
+    start: Any = None,
 ) -> dict[str, Any]:
-    """The cell's record from what was measured; the outputs saved for parity."""
+    """The cell's record from what was measured; the outputs saved for parity. ``start``: what the process held
+    when the cell started (``accel.measure.memory.Resident``), which the cell's own memory does not count."""
     from accel.env import recorded_cpu_peak
     from accel.measure.contention import execution_context
     from accel.measure.flops import device_peak
@@ -76,6 +78,12 @@ def collect_record(
         "evidence": {name: {"engaged": v.engaged, "summary": v.summary, **v.evidence} for name, v in verdicts.items()},
         "timing": timing,
     }
+    if start is not None:
+        from accel.measure.memory import FROM_CELL_START, own_peak
+
+        result["memory_at_start"] = start.to_dict()
+        result["cell_memory_bytes"] = own_peak(memory, start)
+        result["cell_memory_method"] = FROM_CELL_START
     arrays = dict(zip(sample_keys(spec.workload), passes[-1], strict=True))
     if paired is not None:
         estimate = paired["estimate"]

@@ -12,8 +12,9 @@ process on the sweep's host, Ray inside the cell's task. It
    exit, no record) fails the cell naming the rank, its signal and its phase, and the other ranks are
    killed at once; a rank still running ``FINISH_GRACE_S`` after another finished is killed too (it waits in
    a collective its peer will never join), so nothing hangs the sweep;
-4. returns rank 0's record, with every rank's outputs checked to be identical (a difference fails the cell)
-   and each rank's evidence (collectives, sequence split) under the parallel feature's evidence.
+4. returns rank 0's record, with every rank's outputs checked to be identical (a difference fails the cell),
+   each rank's evidence (collectives, sequence split) under the parallel feature's evidence, and the cell's
+   memory summed over the ranks, each rank's under ``rank_memory``.
 
 A failed multi-process cell that lost a rank to a signal is marked ``rerun_on_resume``: ``--resume`` measures
 it again (``accel.sweep.resume``), and only it.
@@ -210,6 +211,7 @@ def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
         for rank, r in enumerate(records)
     ]  # fmt: skip
     head.setdefault("timing", {}).update(ranks=len(records), collective_backend=backend, per_rank=per_rank)
+    _sum_memory(head, records)
     for rank, record in enumerate(records[1:], start=1):
         if record.get("status") != head.get("status"):
             error = f"rank {rank} ended {record.get('status')} ({record.get('error')}), rank 0 {head.get('status')}"
@@ -260,6 +262,22 @@ def _merge(records: list[dict[str, Any]], backend: str) -> dict[str, Any]:
         ]
         evidence["world_size"] = configs_world
     return head
+
+
+def _sum_memory(record: dict[str, Any], records: list[dict[str, Any]]) -> None:
+    """Every rank's memory under ``rank_memory`` and their sum as the cell's (``cell_memory_bytes``): each rank
+    is a process holding its own copy of what it loaded, so rank 0's alone understated the cell by the others."""
+    if any(r.get("cell_memory_bytes") is None for r in records):
+        return  # a rank that measured nothing: no sum to give
+    record["rank_memory"] = [
+        {
+            "rank": rank,
+            **{key: r.get(key) for key in ("cell_memory_bytes", "peak_host_rss_bytes", "peak_device_allocated_bytes")},
+        }
+        for rank, r in enumerate(records)
+    ]
+    record["cell_memory_bytes"] = sum(int(r["cell_memory_bytes"]) for r in records)
+    record["cell_memory_method"] = f"{record.get('cell_memory_method')}; summed over the {len(records)} ranks"
 
 
 def _configs(record: dict[str, Any]) -> dict[str, Any]:
