@@ -54,7 +54,7 @@ RATIOS = (("headline", "bare"), ("interleaved", "bare"), ("recorder", "headline"
 # One variant per evidence mechanism a variant's timed calls run and its bare call does not: name -> features.
 MECHANISMS: dict[str, dict[str, Any]] = {
     "compile-counters": {"compile": {"granularity": "regional"}},  # counted compiled entries, dynamo counters
-    "cache-work-counters": {"first_block_cache": {"threshold": 0.05}},  # WorkCounter: call hook, backend tallies
+    "cache-work-counters": {"first_block_cache": {"threshold": 0.05}},  # WorkCounter: hooks inside the blocks
     "attention-tallies": {"attention_backend": {"backend": "native"}},  # every backend function tallied
 }
 # What a mechanism's harness call may cost over its bare call (median of the paired ratios, issue 40).
@@ -160,8 +160,8 @@ def _interval(paired: list[float]) -> dict[str, float]:
 @contextlib.contextmanager
 def evidence_suspended(applied: Any) -> Iterator[None]:
     """Every evidence mechanism of ``applied``'s handles out of the call path inside the block, the features
-    themselves left in place; restored on leaving. The harness's forward hooks (work counters, denoiser call
-    counters, the parallel split recorder) are detached from their modules; diffusers' attention backend
+    themselves left in place; restored on leaving. The harness's forward hooks (a cache's work counters inside
+    the blocks, denoiser call counters, the parallel split recorder) are detached from their modules; diffusers' attention backend
     registry gets back the functions the first handle found there (before any tally wrapped them); a counted
     compiled entry is swapped for the compiled callable it wraps (``__wrapped__``); the native attention
     layers stop counting; collective wrappers give back the originals."""
@@ -171,7 +171,8 @@ def evidence_suspended(applied: Any) -> Iterator[None]:
     registry_done = False
     try:
         for handle in applied.handles:
-            hooks = [getattr(handle, "hook", None), *getattr(handle, "hooks", [])]
+            work = getattr(handle, "work", None)  # a cache's BlockWork: hooks on the blocks' inner submodules
+            hooks = [getattr(handle, "hook", None), *getattr(handle, "hooks", []), *getattr(work, "hooks", [])]
             for hook in hooks:
                 table = hook.hooks_dict_ref() if isinstance(hook, RemovableHandle) else None
                 if table is not None and hook.id in table:

@@ -190,9 +190,8 @@ def test_the_evidence_comes_back_after_a_bare_call():
     configs = validate_variant_features(MECHANISM_FEATURES["cache-work-counters"], "test")
     with apply(target.pipeline, *configs.values(), num_inference_steps=1, device="cpu", windows_on_calls=False) as on:
         hooks = script.installed_hooks(target.pipeline)
-        backends = dict(on.handles[0].registry._backends)
+        work_hooks = len(on.handles[0].work.hooks)  # the cache's counters inside the blocks
+        assert work_hooks > 0
         with script.evidence_suspended(on):
-            assert script.installed_hooks(target.pipeline) < hooks
-            assert on.handles[0].registry._backends != backends
+            assert script.installed_hooks(target.pipeline) <= hooks - work_hooks
         assert script.installed_hooks(target.pipeline) == hooks
-        assert on.handles[0].registry._backends == backends
