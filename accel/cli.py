@@ -126,7 +126,8 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
         typer.echo(f"note: {profile}: {notice}", err=True)
     for cell in cells:
         features = ", ".join(f"{k}={v}" for k, v in cell.features.items()) or "(none)"
-        typer.echo(f"{cell.key:45} {features}")
+        refused = _refused_here(cell)
+        typer.echo(f"{cell.key:45} {features}" + (f"  [refused here: {refused}]" if refused else ""))
     typer.echo(f"{len(cells)} cells: {len(loaded.models)} model(s) x {len(cells) // len(loaded.models)} configurations")
     result = loaded.variant_plan().pairwise  # planned once, when the profile was loaded
     if result is not None:
@@ -136,6 +137,20 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
         )
         for pair, reason in sorted(result.skipped_pairs.items(), key=lambda kv: sorted(kv[0])):
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
+
+
+def _refused_here(cell: Any) -> str | None:
+    """Why a feature of ``cell`` cannot run on this machine (its own ``probe``: device, installed packages), as
+    the sweep would record the cell unsupported; None when every feature can. A pipeline can still refuse."""
+    from accel.features import FEATURES
+    from accel.targets.adapter import resolve_device
+
+    device = resolve_device(cell.model.device)
+    for name, config in cell.configs.items():
+        support = FEATURES[name].probe(device, config)
+        if not support.supported:
+            return f"{name}: {support.reason}"
+    return None
 
 
 def _sampling_notice(profile: Any) -> str | None:

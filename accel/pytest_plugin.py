@@ -169,9 +169,13 @@ class AccelCells:
             if others:
                 self.config.hook.pytest_deselected(items=others)
                 items[:] = [item for item in items if isinstance(item, AccelItem)]
+        # The node id carries the profile's (or results') path: "FAILED profiles/ci.yaml::accel[sd15/vae-tile]",
+        # not "::accel[...]", so a failure names where its cell comes from (and -k selects it).
+        source = self.config.getoption("accel_profile") or self.config.getoption("accel_results")
         for model, variant in self.cell_keys():
+            name = f"accel[{model}/{variant}]"
             items.append(
-                AccelItem.from_parent(session, name=f"accel[{model}/{variant}]", cells=self, cell=(model, variant))
+                AccelItem.from_parent(session, name=name, nodeid=f"{source}::{name}", cells=self, cell=(model, variant))
             )
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:

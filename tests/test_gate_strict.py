@@ -58,9 +58,11 @@ def test_strict_passes_a_run_that_qualified_every_variant(tmp_path, monkeypatch,
 
 def test_the_plugins_strict_option_fails_the_session(pytester):
     (pytester.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in _all_skipped()))
-    plain = pytester.runpytest_subprocess("--accel-results", "results.jsonl")
+    plain = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "-v")
     assert plain.ret == 0
     plain.stdout.fnmatch_lines(["*omni-accel: nothing was qualified*"])
+    # node ids carry the file the cells come from (they were "::accel[...]" with no file part)
+    plain.stdout.fnmatch_lines(["results.jsonl::accel?flux/baseline? PASSED*"])
     strict = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "--accel-strict")
     assert strict.ret == 1
     strict.stdout.fnmatch_lines(["*omni-accel: FAILED: --strict: * variant cell(s) skipped*"])
