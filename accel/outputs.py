@@ -79,7 +79,7 @@ def why_protected(path: Path | str, protected: Protected) -> str | None:
     for parent in target.parents:  # any run directory's own data, whichever command writes (roofline --json)
         if (parent / "results.jsonl").is_file() or (parent / "profile.resolved.yaml").is_file():
             relative = target.relative_to(parent)
-            if str(relative) in RUN_FILES or (relative.parts[0] in RUN_FOLDERS and len(relative.parts) > 1):
+            if str(relative) in RUN_FILES or relative.parts[0] in RUN_FOLDERS:
                 return f"it is the run's {relative} (a run directory: {parent})"
     zoo = _zoo_root()
     if target == zoo or zoo in target.parents:
@@ -115,9 +115,15 @@ def check_run_dir(run_dir: Path, option: str, profile: Path | str | None, resume
     if run_dir.exists() and not run_dir.is_dir():
         raise ConfigError(f"{option} {run_dir}: refusing to write there: it is a file, not a run directory")
     check_outputs([(run_dir, option)], protected)
+    root = _resolved(run_dir)
     for name in (*RUN_FILES, *RUN_FOLDERS):
         if resume and name == "profile.resolved.yaml":
             continue
-        why = why_protected(run_dir / name, protected)
+        # The run's own files are the sweep's to write (a resumed run appends to its results.jsonl); one that is
+        # a link is judged where it leads (into another run, a checkpoint, the profile).
+        target = _resolved(run_dir / name)
+        why = protected.files.get(target)
+        if why is None and target != root / name:
+            why = why_protected(target, protected)
         if why:
             raise ConfigError(f"{option} {run_dir}: refusing to write {name} there: {why}; choose another directory")

@@ -150,3 +150,18 @@ def test_a_free_path_is_still_written(world, monkeypatch, capsys):
     )
     assert code in (0, 1) and "refusing" not in err, err
     assert out.read_text().startswith("<?xml") and (world / "run" / "gate.md").is_file()
+
+
+def test_a_run_directory_may_be_resumed_but_not_through_a_link_to_the_profile(world):
+    """The run's own files are the sweep's to write (resume appends to results.jsonl); a run file that is a link
+    is judged where it leads."""
+    from accel.errors import ConfigError
+    from accel.outputs import check_run_dir
+
+    run = world / "run"
+    check_run_dir(run, "--resume", run / "profile.resolved.yaml", resume=True)
+    check_run_dir(run, "--out", world / "profile.yaml")
+    (run / "report.md").unlink()
+    (run / "report.md").symlink_to(world / "profile.yaml")
+    with pytest.raises(ConfigError, match=r"--out .*run: refusing to write report\.md there: it is the profile"):
+        check_run_dir(run, "--out", world / "profile.yaml")
