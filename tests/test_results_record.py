@@ -263,6 +263,7 @@ def test_the_gate_reads_each_features_class_from_the_record_not_its_options(monk
         "PSNR dB, lossless (image, float32)",
     ]
 
+    monkeypatch.undo()  # check_record parses the options again (each must be known), then checks the classes
     with pytest.raises(ConfigError, match=r"r:2: feature_classes.cache_dit should be one of lossless, lossy, got 'x'"):
         check_record({**cache, "feature_classes": {"cache_dit": "x"}}, "r:2")
     with pytest.raises(ConfigError, match=r"r:3: feature_classes should name the same features as features"):
