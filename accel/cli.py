@@ -59,6 +59,7 @@ def sweep(
     import time
 
     from accel.errors import ConfigError
+    from accel.outputs import check_run_dir
     from accel.profile import default_profile_path, load_profile
     from accel.sweep.resume import RESOLVED_PROFILE_FILE
 
@@ -75,6 +76,7 @@ def sweep(
     loaded = load_profile(path)  # before the heavy imports: a bad profile is refused in well under a second
     _setup_logging(verbose)
     run_dir = resume or out or Path("runs") / f"{loaded.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_run_dir(run_dir, "--resume" if resume is not None else "--out", path, resume=resume is not None)
     from accel.sweep.runner import failed_baselines, failed_models, run_sweep
 
     result = run_sweep(
@@ -124,7 +126,8 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
         typer.echo(f"note: {profile}: {notice}", err=True)
     for cell in cells:
         features = ", ".join(f"{k}={v}" for k, v in cell.features.items()) or "(none)"
-        typer.echo(f"{cell.key:45} {features}")
+        refused = _refused_here(cell)
+        typer.echo(f"{cell.key:45} {features}" + (f"  [refused here: {refused}]" if refused else ""))
     typer.echo(f"{len(cells)} cells: {len(loaded.models)} model(s) x {len(cells) // len(loaded.models)} configurations")
     result = loaded.variant_plan().pairwise  # planned once, when the profile was loaded
     if result is not None:
@@ -134,6 +137,20 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
         )
         for pair, reason in sorted(result.skipped_pairs.items(), key=lambda kv: sorted(kv[0])):
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
+
+
+def _refused_here(cell: Any) -> str | None:
+    """Why a feature of ``cell`` cannot run on this machine (its own ``probe``: device, installed packages), as
+    the sweep would record the cell unsupported; None when every feature can. A pipeline can still refuse."""
+    from accel.features import FEATURES
+    from accel.targets.adapter import resolve_device
+
+    device = resolve_device(cell.model.device)
+    for name, config in cell.configs.items():
+        support = FEATURES[name].probe(device, config)
+        if not support.supported:
+            return f"{name}: {support.reason}"
+    return None
 
 
 def _sampling_notice(profile: Any) -> str | None:
@@ -164,6 +181,17 @@ def _refuse_directory(path: Path, option: str) -> None:
         raise ConfigError(f"{path}: {option}: is a directory; give the path of the file to write")
 
 
+def _check_outputs(outputs: list[tuple[Path, str]], run_dir: Path, inputs: dict[str, Path | None]) -> None:
+    """Refuse an output that resolves to the run's own files or an input (``accel.outputs``), before any work."""
+    from accel.outputs import Protected, check_outputs
+
+    protected = Protected()
+    for what, path in inputs.items():
+        protected.add_input(path, what)
+    protected.add_run(run_dir)
+    check_outputs(outputs, protected)
+
+
 def _write_output(path: Path, text: str, option: str, what: str) -> None:
     """Write a report file; a directory or an unwritable path is bad input (exit 2), not a traceback."""
     from accel.errors import ConfigError
@@ -183,6 +211,9 @@ def gate(
     claims: Path | None = typer.Option(None, "--claims", help="Default: feature_matrix/claims.yaml"),
     junit: Path | None = typer.Option(None, "--junit", help="JUnit XML; default: RUN_DIR/gate.junit.xml"),
     summary: Path | None = typer.Option(None, "--summary", help="Markdown summary; default: RUN_DIR/gate.md"),
+    strict: bool = typer.Option(
+        False, "--strict", help="Also fail (exit 1) when a variant was skipped or no variant was qualified."
+    ),
 ) -> None:
     """Check every cell: parity, engagement, claimed support, performance. Exit 1 when a gate fails."""
     from accel.gate import gate_records, junit_xml, load_gate_data, markdown_summary
@@ -190,6 +221,11 @@ def gate(
 
     run_dir = results if results.is_dir() else results.parent
     junit_path, summary_path = junit or run_dir / "gate.junit.xml", summary or run_dir / "gate.md"
+    _check_outputs(
+        [(junit_path, "--junit"), (summary_path, "--summary")],
+        run_dir,
+        {"the results": results, "the baseline": baseline, "the thresholds": thresholds, "the claims": claims},
+    )
     for path, option in ((junit_path, "--junit"), (summary_path, "--summary")):
         _refuse_directory(path, option)  # before any work: the gate writes nothing when one cannot be written
     records = _read_records(results)
@@ -201,12 +237,14 @@ def gate(
             f"{run_dir}: no profile.resolved.yaml beside the results: each speed claim is held to its noise "
             "floor's band and confidence only, not to what the run's profile asked (gate the run directory)"
         )
-    text = markdown_summary(report)
+    text = markdown_summary(report, strict=strict)
     _write_output(junit_path, junit_xml(report), "--junit", "the JUnit report")
     _write_output(summary_path, text, "--summary", "the summary")
     typer.echo(text)
     if report.exit_code:
         raise typer.Exit(report.exit_code)
+    if strict and report.strict_problem():
+        raise typer.Exit(1)
 
 
 @app.command()
@@ -228,9 +266,16 @@ def table(
     from accel.report.tables import render_tables
     from accel.sweep.runner import run_measure
 
+    run_dir = results if results.is_dir() else results.parent
+    inputs = {
+        "the results": results,
+        "the thresholds": thresholds,
+        "the claims": claims,
+        "the published claims": published,
+    }
+    _check_outputs([(path, "--inject") for path in inject], run_dir, inputs)
     texts = {path: read_injectable(path) for path in inject}  # checked before the run is read
     claimed = load_published_claims(published)
-    run_dir = results if results.is_dir() else results.parent
     data = load_gate_data(thresholds, claims)
     tables = render_tables(_read_records(results), data, run_measure(run_dir), claimed)
     if not inject:
@@ -433,6 +478,12 @@ def roofline(
     from accel.zoo import synthetic
 
     _setup_logging(False)
+    if json_out is not None:
+        from accel.outputs import Protected, check_outputs
+
+        protected = Protected()
+        protected.add_input(source, "the source")
+        check_outputs([(json_out, "--json")], protected)  # before the counting: nothing written when refused
     defaults = {}
     if synthetic.is_synthetic(source):
         defaults = synthetic.parse(source, "roofline").architecture.default_workload
@@ -448,7 +499,7 @@ def roofline(
     )
     typer.echo(format_text(result))
     if json_out is not None:
-        json_out.write_text(json.dumps(result.to_dict(), indent=2))
+        _write_output(json_out, json.dumps(result.to_dict(), indent=2), "--json", "the numbers")
 
 
 @app.command()
@@ -483,6 +534,12 @@ def diverge(
         from accel.errors import ConfigError
 
         raise ConfigError(f"{out}: --out: is a file; give a directory to write diverge.md, .png and .json in")
+    if out is not None:  # its three files may not land on the profile or inside a run, a checkpoint, the zoo
+        from accel.outputs import Protected, check_outputs
+
+        protected = Protected()
+        protected.add_input(profile, "the profile")
+        check_outputs([(out / name, "--out") for name in ("diverge.md", "diverge.png", "diverge.json")], protected)
     _setup_logging(verbose)
     from accel.diverge import diverge as run_diverge
     from accel.diverge.report import markdown, write
@@ -506,6 +563,11 @@ def main() -> None:
     except ImportError:  # pragma: no cover
         from click import exceptions as click_exceptions  # type: ignore[no-redef]  # the same module, older typer
 
+    # Quiet before any command imports a library: third-party import-time warnings (torchao's _C_mxfp8 load,
+    # a deprecated enum, transformers' torchvision notice) printed before our own first line buried it.
+    from accel.sweep.quiet import quiet_libraries
+
+    quiet_libraries(bool({"-v", "--verbose"} & set(sys.argv[1:])))
     try:
         result = app(standalone_mode=False)  # returns the code of a typer.Exit in this mode
         if isinstance(result, int) and result:

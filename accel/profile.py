@@ -45,6 +45,10 @@ if TYPE_CHECKING:
     from accel.features.variants import VariantPlan
 
 DEFAULT_PROFILE_NAME = "quickstart"
+# Names become file and folder names (a run directory, outputs/<model>/<variant>.npz, images/<model>/<variant>/,
+# figures/bars-<model>.png); most filesystems hold 255 bytes per name, and a 10,000-character model name
+# passed plan and killed the sweep with "File name too long". 100 leaves room for every prefix and suffix.
+MAX_NAME_LENGTH = 100
 # Frames a video model generates when the workload does not say (Wan wants 4k+1).
 DEFAULT_VIDEO_FRAMES = 5
 # torch.Generator.manual_seed takes 0 .. 2**64 - 1 (a negative seed wraps to the same generator as seed + 2**64).
@@ -401,6 +405,16 @@ class Combinations(StrictModel):
     features: dict[str, list[Any]] = Field(description="Feature name -> option values to combine.")
     prefix: str = Field(default="pairwise", description="Generated variants are named <prefix>-01, -02, ...")
 
+    @field_validator("prefix")
+    @classmethod
+    def _safe_prefix(cls, value: str) -> str:
+        # the generated names (<prefix>-01, up to -999) are names too: bounded as every variant's
+        if len(value) > MAX_NAME_LENGTH - 4:
+            raise ValueError(
+                name_length_problem(value).replace(f"at most {MAX_NAME_LENGTH}", f"at most {MAX_NAME_LENGTH - 4}")
+            )
+        return _safe_label(value)
+
 
 class Profile(StrictModel):
     """A whole sweep: models x (baseline + variants) on one workload."""
@@ -413,6 +427,11 @@ class Profile(StrictModel):
     combinations: Combinations | None = None
     measure: Measure = Field(default_factory=Measure)
     _variant_plan: VariantPlan | None = PrivateAttr(default=None)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, value: str) -> str:
+        return _safe_label(value)  # the default run directory is runs/<name>-<date>-<time>
 
     def model_copy(self, *, update: Any = None, deep: bool = False) -> Profile:
         """A copy whose variants are planned again (the plan is of this profile's variants, not the copy's)."""
@@ -537,10 +556,21 @@ def _safe_label(value: str) -> str:
     if not value or not set(value) <= allowed:
         # escaped: a NUL or a terminal escape in a name, echoed raw, cut or restyled the one-line error
         control = " holds a control character and" if has_controls(value) else ""
-        raise ValueError(
-            f"'{escape_controls(value)}'{control} must be non-empty and use only letters, digits, '-', '_', '.' and '+'"
-        )
+        shown = escape_controls(value if len(value) <= MAX_NAME_LENGTH else value[:40] + "...")
+        raise ValueError(f"'{shown}'{control} must be non-empty and use only letters, digits, '-', '_', '.' and '+'")
+    if len(value) > MAX_NAME_LENGTH or value in (".", ".."):
+        raise ValueError(name_length_problem(value))
     return value
+
+
+def name_length_problem(value: str) -> str:
+    """Why ``value`` cannot be a name: too long for the file names it becomes, or a directory's own name."""
+    if value in (".", ".."):
+        return f"'{value}' names a directory itself, not a file: choose a name with a letter or digit"
+    return (
+        f"'{value[:40]}...' is {len(value)} characters long: names become file and folder names "
+        f"(outputs/<model>/<variant>.npz, runs/<profile>-<date>-<time>/), at most {MAX_NAME_LENGTH} characters"
+    )
 
 
 def format_validation_error(source: str, error: ValidationError, model: Any = None) -> str:

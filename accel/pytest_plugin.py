@@ -34,6 +34,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--accel-claims", metavar="FILE", help="Claims YAML (default: feature_matrix/).")
     group.addoption("--accel-baseline", metavar="FILE", help="Performance baseline YAML.")
     group.addoption(
+        "--accel-strict",
+        action="store_true",
+        help="Fail the session when a variant was skipped or no variant was qualified (as `omni-accel gate --strict`).",
+    )
+    group.addoption(
         "--accel-only",
         action="store_true",
         help="Run the cells only: deselect every other test pytest collected (its testpaths, say).",
@@ -89,6 +94,10 @@ class AccelCells:
 
             self.profile_path = option("accel_profile")
             self.profile = load_profile(self.profile_path)
+            if option("accel_out"):
+                from accel.outputs import check_run_dir
+
+                check_run_dir(Path(option("accel_out")), "--accel-out", self.profile_path)
             self.run_dir = Path(option("accel_out") or tempfile.mkdtemp(prefix="omni-accel-"))
             measure = self.profile.measure
             self.run = RunMeasure(noise_band(measure.min_effect), measure.confidence)
@@ -133,13 +142,26 @@ class AccelCells:
         nothing itself."""
         if self.records is None:
             return
-        reason = self.judged().nothing_measured
+        reason = self._failure()
         if reason and session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
             session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
+    def _failure(self) -> str | None:
+        """Why the session fails although no item did: nothing measured, or (``--accel-strict``) a variant
+        skipped or none qualified."""
+        report = self.judged()
+        if report.nothing_measured:
+            return report.nothing_measured
+        return report.strict_problem() if self.config.getoption("accel_strict") else None
+
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.records is not None and self.judged().nothing_measured:
-            terminalreporter.write_line(f"omni-accel: FAILED: {self.judged().nothing_measured}", red=True)
+        if self.records is None:
+            return
+        failure = self._failure()
+        if failure:
+            terminalreporter.write_line(f"omni-accel: FAILED: {failure}", red=True)
+        elif self.judged().nothing_qualified():
+            terminalreporter.write_line(f"omni-accel: {self.judged().nothing_qualified()}", yellow=True)
 
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if self.config.getoption("accel_only"):
@@ -147,9 +169,13 @@ class AccelCells:
             if others:
                 self.config.hook.pytest_deselected(items=others)
                 items[:] = [item for item in items if isinstance(item, AccelItem)]
+        # The node id carries the profile's (or results') path: "FAILED profiles/ci.yaml::accel[sd15/vae-tile]",
+        # not "::accel[...]", so a failure names where its cell comes from (and -k selects it).
+        source = self.config.getoption("accel_profile") or self.config.getoption("accel_results")
         for model, variant in self.cell_keys():
+            name = f"accel[{model}/{variant}]"
             items.append(
-                AccelItem.from_parent(session, name=f"accel[{model}/{variant}]", cells=self, cell=(model, variant))
+                AccelItem.from_parent(session, name=name, nodeid=f"{source}::{name}", cells=self, cell=(model, variant))
             )
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:

@@ -353,10 +353,32 @@ def check_version(record: Any, where: str) -> None:
         )
 
 
+def _inside_run(value: Any) -> bool:
+    """A path relative to the run directory that stays inside it: not absolute, no '..', no NUL, not empty."""
+    import posixpath
+
+    if not isinstance(value, str) or not value or "\x00" in value or "\\" in value:
+        return False
+    return not posixpath.isabs(value) and ".." not in value.split("/")
+
+
+def _check_run_files(record: dict[str, Any], where: str) -> None:
+    """``outputs_file`` and ``images`` name files inside the run directory only (``outputs_file: /etc/passwd``
+    was read by the tables and the figures)."""
+    named = [("outputs_file", record.get("outputs_file"))] if record.get("outputs_file") is not None else []
+    named += [(f"images[{i}]", image) for i, image in enumerate(record.get("images") or [])]
+    for key, value in named:
+        if not _inside_run(value):
+            raise ConfigError(
+                f"{where}: '{key}' should be a path inside the run directory (relative, without '..'), got {value!r}"
+            )
+
+
 def check_record(record: Any, where: str) -> dict[str, Any]:
     """A record the gate, tables and resume can read; a ConfigError ``where: what is wrong`` otherwise."""
     from accel.features import FEATURES, parse_feature_options
     from accel.features.base import FeatureClass
+    from accel.profile import MAX_NAME_LENGTH, name_length_problem
 
     if not isinstance(record, dict):
         raise ConfigError(f"{where}: expected a JSON object (one cell's record), got {_json_type(record)}")
@@ -369,6 +391,8 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
             raise ConfigError(
                 f"{where}: '{key}' should be a name (letters, digits, '-', '_', '.', '+'), got {record[key]!r}"
             )
+        if len(record[key]) > MAX_NAME_LENGTH or record[key] in (".", ".."):
+            raise ConfigError(f"{where}: '{key}': {name_length_problem(record[key])}")
     if record["status"] not in STATUSES:
         raise ConfigError(f"{where}: 'status' should be one of {', '.join(STATUSES)}, got {record['status']!r}")
     if record.get("refused_by") is not None and record["refused_by"] not in OWNERS:
@@ -383,11 +407,12 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
     for name in feature_options(record):
         if name not in FEATURES:
             raise ConfigError(f"{where}: features: unknown feature {name!r}")
+    # Every record's options are parsed, whatever its version: recorded classes say lossless or lossy, not
+    # that the options are ones this omni-accel knows ('nonsense' as an attention backend is refused).
+    for name, raw in feature_options(record).items():
+        parse_feature_options(name, raw, f"{where}: features")
     recorded = record.get("feature_classes")
-    if recorded is None:  # before version 2: the options are all there is to tell a feature's class by
-        for name, raw in feature_options(record).items():
-            parse_feature_options(name, raw, f"{where}: features")
-    else:
+    if recorded is not None:
         if set(recorded) != set(feature_options(record)):
             raise ConfigError(
                 f"{where}: feature_classes should name the same features as features "
@@ -399,6 +424,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
                 raise ConfigError(
                     f"{where}: feature_classes.{name} should be one of {', '.join(classes)}, got {kind!r}"
                 )
+    _check_run_files(record, where)
     for name, evidence in (record.get("evidence") or {}).items():
         if not isinstance(evidence, dict):
             raise ConfigError(f"{where}: evidence.{name} should be an object, got {_json_type(evidence)}")

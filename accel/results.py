@@ -203,7 +203,9 @@ def load_results(path: str | Path) -> ResultsFile:
     if path.is_dir():
         path = path / RESULTS_FILE
     if not path.is_file():
-        raise ConfigError(f"{path}: results file not found")
+        from accel.yaml_bounds import why_not_a_file
+
+        raise ConfigError(why_not_a_file(path, "results"))
     try:
         data = path.read_bytes()
     except OSError as error:

@@ -19,6 +19,8 @@ Every error is a ``ConfigError`` of one line naming the file (and the key path o
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -201,6 +203,32 @@ def check_plain(data: Any, source: str, where: str = "", what: str = "a profile"
         )
 
 
+def why_not_a_file(path: Path, what: str) -> str:
+    """Why ``path`` is not a regular file to read, said for what it is: missing, a link loop, a link to nothing,
+    a character device (``/dev/null``), a FIFO, a socket; ``what`` names the file's kind ("profile")."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return f"{path}: is a symbolic link loop, not a {what} file (point the link at the file itself)"
+        if os.path.islink(path):
+            return f"{path}: is a symbolic link to {os.readlink(path)}, which does not exist: no {what} file there"
+        if error.errno == errno.ENOENT:
+            return f"{path}: {what} file not found"
+        return f"{path}: cannot read the {what} file: {error.strerror or error}"
+    kinds = {
+        stat.S_ISDIR: "a directory",
+        stat.S_ISCHR: "a character device",
+        stat.S_ISBLK: "a block device",
+        stat.S_ISFIFO: "a FIFO (named pipe)",
+        stat.S_ISSOCK: "a socket",
+    }
+    kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
+    return f"{path}: is {kind}, not a regular {what} file (give the file itself)"
+
+
 def load_yaml_file(
     path: Path, what: str, *, advice: str | None = None, mapping: bool = True, ranges_checked: bool = False
 ) -> Any:
@@ -213,7 +241,7 @@ def load_yaml_file(
     if path.is_dir():
         raise ConfigError(f"{path}: is a directory, not a {what} file (give the YAML file itself)")
     if not path.is_file():
-        raise ConfigError(f"{path}: {what} file not found")
+        raise ConfigError(why_not_a_file(path, what))
     try:
         size = path.stat().st_size
     except OSError as error:

@@ -161,10 +161,10 @@ def _interval(paired: list[float]) -> dict[str, float]:
 def evidence_suspended(applied: Any) -> Iterator[None]:
     """Every evidence mechanism of ``applied``'s handles out of the call path inside the block, the features
     themselves left in place; restored on leaving. The harness's forward hooks (a cache's work counters inside
-    the blocks, denoiser call counters, the parallel split recorder) are detached from their modules; diffusers' attention backend
-    registry gets back the functions the first handle found there (before any tally wrapped them); a counted
-    compiled entry is swapped for the compiled callable it wraps (``__wrapped__``); the native attention
-    layers stop counting; collective wrappers give back the originals."""
+    the blocks, denoiser call counters, the parallel split recorder) are detached from their modules; diffusers'
+    attention backend registry gets back the functions the first handle found there (before any tally wrapped
+    them); a counted compiled entry is swapped for the compiled callable it wraps (``__wrapped__``); the native
+    attention layers stop counting; collective wrappers give back the originals."""
     from torch.utils.hooks import RemovableHandle
 
     undo: list[Callable[[], None]] = []

@@ -44,6 +44,9 @@ def test_summary_counts_count_each_outcome_and_each_skip_kind():
 
 def test_markdown_summary_is_every_section_in_order():
     assert markdown_summary(_report()).split("\n") == MARKDOWN
+    strict = markdown_summary(_report(), strict=True).split("\n")
+    assert strict[4] == "**FAILED (--strict: 4 variant cell(s) skipped (m1/compile, m2/cache, m2/compile, m2/quant))**"
+    assert strict[:4] + strict[5:] == MARKDOWN[:4] + MARKDOWN[5:]
 
 
 def test_markdown_summary_of_a_report_with_nothing_but_passes_has_no_sections():
@@ -63,6 +66,8 @@ MARKDOWN = [
     "",
     "1 passed, 1 failed, 4 skipped (1 not run: unsupported in this environment; 1 not run: unsupported on the "
     "model; 1 failed as claimed unsupported)",
+    "",
+    "**nothing was qualified: none of the 5 variant cell(s) passed** (`--strict` fails such a run)",
     "",
     "## Failures",
     "",

@@ -41,6 +41,7 @@ LAYERS = {
     "native": 4,
     "env": 4,
     "measure": 3,
+    "outputs": 3,
     "zoo": 2,
     "errors": 1,
     "cpu_time": 1,

@@ -26,12 +26,17 @@ def summary_counts(report: GateReport) -> str:
     return f"{counts[PASS]} passed, {counts[FAIL]} failed, {counts[SKIP]} skipped{detail}"
 
 
-def markdown_summary(report: GateReport) -> str:
+def markdown_summary(report: GateReport, strict: bool = False) -> str:
     """A markdown summary: counts, each failure with its numbers, each skipped cell with its reason, notices
-    about the gate's inputs, then findings."""
+    about the gate's inputs, then findings. It says plainly when no variant was qualified, and with ``strict``
+    (``gate --strict``) why the run fails although no cell did."""
     lines = ["# omni-accel gate", "", summary_counts(report), ""]
     if report.nothing_measured:
         lines += [f"**FAILED: {report.nothing_measured}**", ""]
+    elif strict and report.strict_problem():
+        lines += [f"**FAILED ({report.strict_problem()})**", ""]
+    elif report.nothing_qualified():
+        lines += [f"**{report.nothing_qualified()}** (`--strict` fails such a run)", ""]
     if report.failed:
         lines += ["## Failures", ""]
         for verdict in report.failed:

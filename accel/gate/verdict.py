@@ -95,8 +95,33 @@ class GateReport:
     def exit_code(self) -> int:
         return 1 if self.failed or self.nothing_measured else 0
 
+    @property
+    def qualified(self) -> list[CellVerdict]:
+        """The variants that passed (never the baseline or its noise-floor re-run): what the run qualified."""
+        return [v for v in self.verdicts if v.outcome == PASS and v.variant not in REFERENCE_VARIANTS]
+
+    def nothing_qualified(self) -> str | None:
+        """A plain line when no variant passed (only references passed, or nothing ran), else None."""
+        if self.qualified:
+            return None
+        variants = [v for v in self.verdicts if v.variant not in REFERENCE_VARIANTS]
+        if not variants:
+            return "nothing was qualified: the results hold no variant, only the baseline"
+        return f"nothing was qualified: none of the {len(variants)} variant cell(s) passed"
+
+    def strict_problem(self) -> str | None:
+        """Why ``gate --strict`` fails a run the plain gate passes: a variant was skipped, or nothing was
+        qualified; None when neither."""
+        skipped = [v.key for v in self.skipped if v.variant not in REFERENCE_VARIANTS]
+        if skipped:
+            shown = ", ".join(skipped[:5]) + (", ..." if len(skipped) > 5 else "")
+            return f"--strict: {len(skipped)} variant cell(s) skipped ({shown})"
+        nothing = self.nothing_qualified()
+        return f"--strict: {nothing}" if nothing else None
+
 
 BASELINE = "baseline"
+REFERENCE_VARIANTS = (BASELINE, "noise-floor")  # reserved names (accel.profile.Variant)
 
 
 def is_reference(record: dict[str, Any]) -> bool:

@@ -55,7 +55,11 @@ def read_injectable(path: Path) -> str:
     if path.is_dir():
         raise ConfigError(f"{path}: --inject: is a directory; give the markdown file to fill")
     if not path.is_file():
-        raise ConfigError(f"{path}: file to inject into not found")
+        from accel.yaml_bounds import why_not_a_file
+
+        raise ConfigError(
+            why_not_a_file(path, "--inject").replace("--inject file not found", "file to inject into not found")
+        )
     # A binary file (or another encoding) is refused before anything is written; it was a UnicodeDecodeError.
     return read_utf8_text(path, "the file to inject into", "--inject fills markdown files, UTF-8 text", ConfigError)
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from accel.errors import ConfigError, did_you_mean
 
+SAFETENSORS_MAX_HEADER = 100_000_000  # bytes; safetensors refuses a larger header
 WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".msgpack")
 # Component classes that carry no weights and no config.json of their own.
 WEIGHTLESS_SUFFIXES = ("Tokenizer", "TokenizerFast", "Scheduler", "Processor", "FeatureExtractor")
@@ -67,6 +68,15 @@ def check_safetensors(path: Path) -> None:
         if len(prefix) < 8:
             raise ConfigError(f"{path}: truncated weight file ({size} bytes; no safetensors header)")
         (header_length,) = struct.unpack("<Q", prefix)
+        first = handle.read(1)
+        # A safetensors header is JSON ("{") of at most 100 MB (the format's own limit): random bytes or another
+        # format read as a 20-digit length said "truncated", and told the user to download it again.
+        if first != b"{" or header_length > SAFETENSORS_MAX_HEADER:
+            raise ConfigError(
+                f"{path}: not a safetensors file ({size} bytes; it does not start with a safetensors header): "
+                "replace it with the checkpoint's own file"
+            )
+        handle.seek(8)
         if header_length > size - 8:
             raise ConfigError(
                 f"{path}: truncated weight file ({size} bytes; its header alone should take {header_length})"

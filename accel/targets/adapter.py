@@ -66,6 +66,10 @@ def resolve_source(spec: ModelSpec, where: str = "models") -> str:
         return str(zoo.build(spec.source))
     path = Path(spec.source).expanduser()
     if path.exists():
+        if (path / "model_index.json").exists() and not (path / "model_index.json").is_file():
+            from accel.yaml_bounds import why_not_a_file
+
+            raise ConfigError(f"{where}.source: {why_not_a_file(path / 'model_index.json', 'model_index.json')}")
         if not (path / "model_index.json").is_file():
             raise ConfigError(f"{where}.source: '{spec.source}' has no model_index.json; not a diffusers checkpoint")
         return str(path.resolve())

@@ -1,0 +1,129 @@
+"""Where a command may write: one rule for every output path (``gate --junit/--summary``, ``table --inject``,
+``sweep --out``, ``roofline --json``, the pytest plugin's ``--accel-out``).
+
+An output path may not resolve (through links, ``Path.resolve``) to an input of the command, to a file or
+folder a run owns (``results.jsonl``, ``results.parquet``, ``outputs/``, ``images/``, ``profile.resolved.yaml``,
+``environment.json``...), to the profile being run, or to anything inside a checkpoint directory (a folder
+holding ``model_index.json``) or the zoo cache. The check runs before anything is written, and a refusal is one
+line naming the option, the path and why (exit 2): ``gate RUN --junit RUN/results.jsonl`` used to write its XML
+over the records it judged.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from accel.errors import ConfigError
+
+# Files and folders a sweep writes into its run directory (accel.sweep.runner, accel.report): the run's data.
+RUN_FILES = (
+    "results.jsonl",
+    "results.parquet",
+    "profile.resolved.yaml",
+    "environment.json",
+    "cells.planned.json",
+    "report.md",
+    ".omni-accel.lock",
+)
+RUN_FOLDERS = ("outputs", "images", "figures")
+CHECKPOINT_MARKER = "model_index.json"
+
+
+def _resolved(path: Path | str) -> Path:
+    """``path`` made absolute through every link; a link loop resolves as far as it goes (never raises)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError):  # a symlink loop (RuntimeError before Python 3.13)
+        return Path(os.path.abspath(Path(path).expanduser()))
+
+
+@dataclass
+class Protected:
+    """What a command's outputs may not resolve to: ``files`` (resolved path -> why) and ``folders`` (resolved
+    folder -> why: nothing inside it may be written)."""
+
+    files: dict[Path, str] = field(default_factory=dict)
+    folders: dict[Path, str] = field(default_factory=dict)
+
+    def add_input(self, path: Path | str | None, what: str) -> None:
+        """Protect one input of the command (``what``: "the results", "the claims file", ...)."""
+        if path is not None:
+            self.files.setdefault(_resolved(path), f"it is {what}, an input of this command")
+
+    def add_run(self, run_dir: Path | str) -> None:
+        """Protect every file and folder a run directory owns (``RUN_FILES``, ``RUN_FOLDERS``)."""
+        root = _resolved(run_dir)
+        for name in RUN_FILES:
+            self.files.setdefault(root / name, f"it is the run's {name}")
+        for name in RUN_FOLDERS:
+            self.folders.setdefault(root / name, f"it is inside the run's {name}/")
+
+
+def _zoo_root() -> Path:
+    from accel.zoo import zoo_root
+
+    return _resolved(zoo_root())
+
+
+def why_protected(path: Path | str, protected: Protected) -> str | None:
+    """Why writing ``path`` would destroy something (see the module docstring), or None when it may be written."""
+    target = _resolved(path)
+    if target in protected.files:
+        return protected.files[target]
+    for folder, why in protected.folders.items():
+        if target == folder or folder in target.parents:
+            return why
+    for parent in target.parents:  # any run directory's own data, whichever command writes (roofline --json)
+        if (parent / "results.jsonl").is_file() or (parent / "profile.resolved.yaml").is_file():
+            relative = target.relative_to(parent)
+            if str(relative) in RUN_FILES or relative.parts[0] in RUN_FOLDERS:
+                return f"it is the run's {relative} (a run directory: {parent})"
+    zoo = _zoo_root()
+    if target == zoo or zoo in target.parents:
+        return f"it is inside the zoo cache ({zoo}), which holds the zoo's checkpoints"
+    for parent in [target, *target.parents]:
+        if (parent / CHECKPOINT_MARKER).is_file():
+            return f"it is inside the checkpoint directory {parent} (it holds {CHECKPOINT_MARKER})"
+    return None
+
+
+def check_outputs(outputs: Iterable[tuple[Path | None, str]], protected: Protected) -> None:
+    """Refuse, before anything is written, an output (path, option) that resolves to something ``protected``
+    holds, or two options naming one file: a ConfigError naming the option, the path and why."""
+    seen: dict[Path, str] = {}
+    for path, option in outputs:
+        if path is None:
+            continue
+        why = why_protected(path, protected)
+        if why:
+            raise ConfigError(f"{option} {path}: refusing to write there: {why}; choose another path")
+        target = _resolved(path)
+        if target in seen:
+            raise ConfigError(f"{option} {path}: {seen[target]} writes the same file; give each its own path")
+        seen[target] = option
+
+
+def check_run_dir(run_dir: Path, option: str, profile: Path | str | None, resume: bool = False) -> None:
+    """A sweep's run directory: it may not be a file, and none of the files the sweep writes there may resolve
+    to the profile being run or into a checkpoint or the zoo cache. A resumed run keeps its
+    profile.resolved.yaml (it is read, never rewritten), so that file may be the profile."""
+    protected = Protected()
+    protected.add_input(profile, "the profile being run")
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ConfigError(f"{option} {run_dir}: refusing to write there: it is a file, not a run directory")
+    check_outputs([(run_dir, option)], protected)
+    root = _resolved(run_dir)
+    for name in (*RUN_FILES, *RUN_FOLDERS):
+        if resume and name == "profile.resolved.yaml":
+            continue
+        # The run's own files are the sweep's to write (a resumed run appends to its results.jsonl); one that is
+        # a link is judged where it leads (into another run, a checkpoint, the profile).
+        target = _resolved(run_dir / name)
+        why = protected.files.get(target)
+        if why is None and target != root / name:
+            why = why_protected(target, protected)
+        if why:
+            raise ConfigError(f"{option} {run_dir}: refusing to write {name} there: {why}; choose another directory")

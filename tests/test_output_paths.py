@@ -1,0 +1,167 @@
+"""No command writes over a file the run owns, an input, the profile or a checkpoint, whatever path it is given
+(issue 41: ``gate RUN --junit RUN/results.jsonl`` wrote its XML over the records it judged).
+
+Each output option is tried with each such path, directly and through a symlink; the command exits 2 with one
+line naming the option and the path, and every byte under the test's directory is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import invoke, small_profile
+
+COMMITTED = Path(__file__).resolve().parents[1] / "reports" / "quickstart"
+
+
+def _tree(root: Path) -> dict[str, str]:
+    """Every file under ``root`` (links not followed) -> its sha256: what must be byte-identical."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file() and not p.is_symlink()
+    }
+
+
+@pytest.fixture
+def world(tmp_path, monkeypatch):
+    """A run (the committed quickstart with an outputs/ file), a profile, a checkpoint and a zoo cache."""
+    run = tmp_path / "run"
+    shutil.copytree(COMMITTED, run)
+    (run / "outputs" / "mini-flux").mkdir(parents=True)
+    (run / "outputs" / "mini-flux" / "baseline.npz").write_bytes(b"outputs")
+    checkpoint = tmp_path / "checkpoint"
+    (checkpoint / "vae").mkdir(parents=True)
+    (checkpoint / "model_index.json").write_text("{}")
+    (checkpoint / "vae" / "config.json").write_text("{}")
+    zoo = tmp_path / "zoo"
+    (zoo / "tiny-flux-0").mkdir(parents=True)
+    (zoo / "tiny-flux-0" / "model_index.json").write_text("{}")
+    monkeypatch.setenv("OMNI_ACCEL_ZOO_DIR", str(zoo))
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(yaml.safe_dump(small_profile()))
+    claims = tmp_path / "claims.yaml"
+    shutil.copy(Path(__file__).resolve().parents[1] / "feature_matrix" / "claims.yaml", claims)
+    return tmp_path
+
+
+# What a run owns, the inputs, a checkpoint and the zoo cache, relative to the world.
+PROTECTED = [
+    "run/results.jsonl",
+    "run/results.parquet",
+    "run/profile.resolved.yaml",
+    "run/environment.json",
+    "run/cells.planned.json",
+    "run/report.md",
+    "run/outputs/mini-flux/baseline.npz",
+    "run/outputs/mini-flux/new.npz",
+    "run/images/mini-flux/baseline/p0_s0_n0.png",
+    "run/figures/bars-mini-flux.png",
+    "checkpoint/model_index.json",
+    "checkpoint/vae/config.json",
+    "checkpoint/new.txt",
+    "zoo/tiny-flux-0/model_index.json",
+    "zoo/gate.md",
+    "claims.yaml",
+]
+
+
+def _refused(monkeypatch, capsys, world: Path, args: list[str], option: str, target: str) -> None:
+    before = _tree(world)
+    code, out, err = invoke(monkeypatch, capsys, *args)
+    assert code == 2, (args, out, err)
+    assert err.count("\n") == 1 and err.startswith(f"error: {option} ") and "refusing to write" in err, err
+    assert target in err and "Traceback" not in err
+    assert _tree(world) == before, f"{args} changed files"
+
+
+def _cases(world: Path, relative: str) -> list[str]:
+    """The protected path itself, and a symlink to it beside the world (resolved through the link)."""
+    target = world / relative
+    link = world / f"link-{relative.replace('/', '-')}"
+    link.symlink_to(target)
+    return [str(target), str(link)]
+
+
+@pytest.mark.parametrize("relative", PROTECTED)
+@pytest.mark.parametrize("option", ["--junit", "--summary"])
+def test_the_gate_never_writes_over_what_it_judges(world, monkeypatch, capsys, relative, option):
+    for path in _cases(world, relative):
+        args = ["gate", str(world / "run"), "--claims", str(world / "claims.yaml"), option, path]
+        _refused(monkeypatch, capsys, world, args, option, path)
+
+
+@pytest.mark.parametrize("relative", PROTECTED)
+def test_table_inject_never_writes_over_what_it_reads(world, monkeypatch, capsys, relative):
+    if not (world / relative).exists():
+        (world / relative).parent.mkdir(parents=True, exist_ok=True)
+        (world / relative).write_text("<!-- omni-accel:begin support -->\n<!-- omni-accel:end support -->\n")
+    for path in _cases(world, relative):
+        args = ["table", str(world / "run"), "--claims", str(world / "claims.yaml"), "--inject", path]
+        _refused(monkeypatch, capsys, world, args, "--inject", path)
+
+
+@pytest.mark.parametrize("relative", PROTECTED)
+def test_roofline_json_never_writes_over_a_run_or_a_checkpoint(world, monkeypatch, capsys, relative):
+    if relative == "claims.yaml":
+        pytest.skip("roofline reads no claims file")
+    for path in _cases(world, relative):
+        _refused(monkeypatch, capsys, world, ["roofline", "synthetic:flux.1-dev", "--json", path], "--json", path)
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["profile.yaml", "checkpoint", "checkpoint/vae", "checkpoint/new-run", "zoo", "zoo/new-run", "run/outputs"],
+)
+def test_sweep_out_never_writes_over_the_profile_a_checkpoint_or_a_run(world, monkeypatch, capsys, relative):
+    for path in _cases(world, relative):
+        _refused(monkeypatch, capsys, world, ["sweep", str(world / "profile.yaml"), "--out", path], "--out", path)
+
+
+def test_sweep_out_never_writes_a_run_file_over_the_profile(world, monkeypatch, capsys):
+    """The profile is named like a file the sweep writes (report.md) in the directory it writes to."""
+    target = world / "sweep-here"
+    target.mkdir()
+    shutil.copy(world / "profile.yaml", target / "report.md")
+    before = _tree(world)
+    code, _, err = invoke(monkeypatch, capsys, "sweep", str(target / "report.md"), "--out", str(target))
+    assert code == 2 and "refusing to write report.md there: it is the profile being run" in err, err
+    assert _tree(world) == before
+
+
+def test_two_options_naming_one_file_are_refused(world, monkeypatch, capsys):
+    same = str(world / "gate-both.txt")
+    before = _tree(world)
+    code, _, err = invoke(monkeypatch, capsys, "gate", str(world / "run"), "--junit", same, "--summary", same)
+    assert code == 2 and "--summary" in err and "--junit writes the same file" in err, err
+    assert _tree(world) == before
+
+
+def test_a_free_path_is_still_written(world, monkeypatch, capsys):
+    """The rule refuses only what it must: the gate's own default files and a path beside the run are written."""
+    out = world / "elsewhere" / "gate.xml"
+    out.parent.mkdir()
+    code, _, err = invoke(
+        monkeypatch, capsys, "gate", str(world / "run"), "--claims", str(world / "claims.yaml"), "--junit", str(out)
+    )
+    assert code in (0, 1) and "refusing" not in err, err
+    assert out.read_text().startswith("<?xml") and (world / "run" / "gate.md").is_file()
+
+
+def test_a_run_directory_may_be_resumed_but_not_through_a_link_to_the_profile(world):
+    """The run's own files are the sweep's to write (resume appends to results.jsonl); a run file that is a link
+    is judged where it leads."""
+    from accel.errors import ConfigError
+    from accel.outputs import check_run_dir
+
+    run = world / "run"
+    check_run_dir(run, "--resume", run / "profile.resolved.yaml", resume=True)
+    check_run_dir(run, "--out", world / "profile.yaml")
+    (run / "report.md").unlink()
+    (run / "report.md").symlink_to(world / "profile.yaml")
+    with pytest.raises(ConfigError, match=r"--out .*run: refusing to write report\.md there: it is the profile"):
+        check_run_dir(run, "--out", world / "profile.yaml")
