@@ -83,6 +83,13 @@ class WorkCounter(Handle):
     def _count_call(self, *args: Any) -> None:
         self.calls.add()
 
+    def computed_total(self) -> int:
+        """Attention computations dispatched so far (a running count: read it outside traced code, and compare
+        two readings; ``accel.diverge.curve`` reads it around each denoiser call of an untimed call)."""
+        if self.native_layers:
+            return sum(sum(layer.calls.values()) for layer in self.native_layers)
+        return self.computed.value
+
     def skipped_fractions(self) -> list[float]:
         """Per run: the share of attention computations a full forward would make that were skipped."""
         fractions = []
