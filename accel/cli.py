@@ -502,6 +502,25 @@ def roofline(
         _write_output(json_out, json.dumps(result.to_dict(), indent=2), "--json", "the numbers")
 
 
+def _sensitivity(profile: Any, model: str, variant: str | None, json_out: bool) -> None:
+    import dataclasses
+    import json
+
+    from accel.diverge.run import sensitivity
+    from accel.diverge.sensitivity import leave_unquantized, sensitivity_markdown
+    from accel.errors import ConfigError
+
+    if variant is None:
+        raise ConfigError("--sensitivity: name the quantization variant with --variant VARIANT")
+    rows, method = sensitivity(profile, model, variant)
+    if json_out:
+        exclude = [row.layer for row in leave_unquantized(rows)]
+        layers = [dataclasses.asdict(row) for row in rows]
+        typer.echo(json.dumps({"method": method, "layers": layers, "exclude": exclude}, indent=2))
+    else:
+        typer.echo(sensitivity_markdown(rows, method))
+
+
 @app.command()
 def diverge(
     profile: Path = typer.Argument(..., help="Profile YAML naming the model(s) and the variant."),
@@ -521,10 +540,17 @@ def diverge(
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Also write diverge.md, diverge.png (rel-L2 per step) and diverge.json here."
     ),
+    sensitivity: bool = typer.Option(
+        False,
+        "--sensitivity",
+        help="With --variant naming a quantization variant: the per-layer sensitivity table (each Linear layer "
+        "alone quantized) and the layers to leave unquantized, as the feature's `exclude` option.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Where two runs of the workload's first request part: the first stage, step, block and submodule beyond
-    tolerance. Exit 0 within tolerance, 1 diverged (the place in one line), 2 bad input."""
+    tolerance. Exit 0 within tolerance, 1 diverged (the place in one line), 2 bad input. With --sensitivity:
+    the quantization sensitivity table instead (exit 0)."""
     import json
 
     from accel.profile import load_profile
@@ -541,6 +567,9 @@ def diverge(
         protected.add_input(profile, "the profile")
         check_outputs([(out / name, "--out") for name in ("diverge.md", "diverge.png", "diverge.json")], protected)
     _setup_logging(verbose)
+    if sensitivity:
+        _sensitivity(loaded, model, variant, json_out)
+        return
     from accel.diverge import diverge as run_diverge
     from accel.diverge.report import markdown, write
 

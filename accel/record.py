@@ -149,6 +149,14 @@ class Parity(TypedDict, total=False):
     ]
     outputs_file: Annotated[str, "the cell's outputs (.npz, float32), relative to the run directory"]
     images: Annotated[list[str], "the PNG images saved from its outputs, relative to the run directory"]
+    steps_file: Annotated[
+        str, "baseline and lossy variants: the latents after every step of one untimed call (.npz), relative"
+    ]
+    step_error: Annotated[
+        dict[str, Any],
+        "lossy variants: rel_l2 per step against the baseline's latents, skipped_steps (a cache's), "
+        "first_differing_step",
+    ]
 
 
 class Roofline(TypedDict, total=False):

@@ -130,6 +130,11 @@ def outputs_path(run_dir: str | Path, model: str, variant: str) -> Path:
     return Path(run_dir) / "outputs" / model / f"{variant}.npz"
 
 
+def steps_path(run_dir: str | Path, model: str, variant: str) -> Path:
+    """Where a cell's per-step latents (one untimed call, ``accel.diverge.curve``) are kept in a run directory."""
+    return Path(run_dir) / "steps" / model / f"{variant}.npz"
+
+
 class ResultsLog:
     """Append-only JSONL results file; each ``append`` is durable when it returns."""
 

@@ -113,6 +113,42 @@ def _load(spec: ModelSpec, label: str, configs: dict[str, Any] | None, steps: in
     return side
 
 
+def _variant_configs(profile: Profile, model: str, variant: str) -> dict[str, Any]:
+    plan = profile.variant_plan().variants
+    names = [v.name for v in plan]
+    chosen = next((v for v in plan if v.name == variant), None)
+    if chosen is None:
+        raise ConfigError(
+            f"--variant: '{variant}' is not a variant of the profile.{did_you_mean(variant, names)} "
+            f"Variants: {', '.join(names) or '(none)'}"
+        )
+    if chosen.models is not None and model not in chosen.models:
+        raise ConfigError(f"--variant: '{variant}' runs on {', '.join(chosen.models)} only, not on '{model}'")
+    return dict(chosen.configs)
+
+
+def sensitivity(profile: Profile | str | Path, model: str, variant: str) -> tuple[list[Any], str]:
+    """The per-layer quantization sensitivity table (``accel.diverge.sensitivity``) of ``model`` for the
+    quantization method and components of ``variant``, on the workload's first request: (rows, method).
+
+    Raises ``ConfigError`` when ``variant`` has no ``quantization`` feature or the model is unknown."""
+    from accel.diverge.sensitivity import layer_sensitivity
+    from accel.sweep.spec import build_requests
+
+    loaded = profile if isinstance(profile, Profile) else load_profile(profile)
+    spec = _model(loaded, model, "--model")
+    configs = _variant_configs(loaded, model, variant)
+    quant = configs.get("quantization")
+    if quant is None:
+        raise ConfigError(
+            f"--sensitivity: variant '{variant}' has no quantization feature ({', '.join(configs) or 'none'}); "
+            "name a variant with `quantization:` (its method and components are the ones measured)"
+        )
+    request = build_requests(loaded.workload_for(spec))[0]
+    side = _load(spec, model, None, request.steps)
+    return layer_sensitivity(side.target, request, quant.method, tuple(quant.components)), quant.method
+
+
 def diverge(
     profile: Profile | str | Path,
     model: str,
@@ -138,17 +174,7 @@ def diverge(
     spec_a = _model(loaded, model, "--model")
     configs: dict[str, Any] | None = None
     if variant is not None:
-        plan = loaded.variant_plan().variants
-        names = [v.name for v in plan]
-        chosen = next((v for v in plan if v.name == variant), None)
-        if chosen is None:
-            raise ConfigError(
-                f"--variant: '{variant}' is not a variant of the profile.{did_you_mean(variant, names)} "
-                f"Variants: {', '.join(names) or '(none)'}"
-            )
-        if chosen.models is not None and model not in chosen.models:
-            raise ConfigError(f"--variant: '{variant}' runs on {', '.join(chosen.models)} only, not on '{model}'")
-        spec_b, configs, label_b = spec_a, dict(chosen.configs), f"{model}/{variant}"
+        spec_b, configs, label_b = spec_a, _variant_configs(loaded, model, variant), f"{model}/{variant}"
     else:
         assert against is not None
         spec_b, label_b = _model(loaded, against, "--against"), against

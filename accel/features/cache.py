@@ -60,6 +60,15 @@ class WorkCounter(Handle):
     def end_run(self) -> None:
         self.current["work"] = self.work.end()
 
+    def computed_total(self, component: str) -> int:
+        """Work units ``component`` computed so far (a running count: read it outside traced code and compare two
+        readings; ``accel.diverge.curve`` reads it around each denoiser call of an untimed call)."""
+        return sum(self.work.read().get(component, {}).get("units", {}).values())
+
+    def units_per_call(self, component: str) -> int:
+        """The work units one full call of ``component`` computes (each counted unit once)."""
+        return len(self.work.read().get(component, {}).get("units", {}))
+
     def remove(self) -> None:
         self.work.remove()
         if self.undo is not None:

@@ -82,6 +82,12 @@ class QuantizationConfig(FeatureConfig):
     at_load: bool = Field(
         default=False, description="Quantize while loading (PipelineQuantizationConfig) instead of after."
     )
+    exclude: tuple[str, ...] = Field(
+        default=(),
+        description="Linear layers to leave unquantized, by dotted name inside their component (e.g. "
+        "'proj_out', 'single_transformer_blocks.3.proj_out'): the sensitivity table of `omni-accel diverge "
+        "--sensitivity` names the ones that cost the most quality. Excluded layers are not counted as eligible.",
+    )
     min_quantized_share: float = Field(
         default=1.0,
         gt=0,
@@ -122,9 +128,10 @@ def _shape_rule(method: str, weight: Any) -> str:
 class _TorchaoSkips:
     """Collects torchao's "Skipping ..." log lines during ``quantize_``, attributed to the layer being visited."""
 
-    def __init__(self) -> None:
+    def __init__(self, exclude: tuple[str, ...] = ()) -> None:
         import logging
 
+        self.exclude = set(exclude)
         self.layer = ""
         self.reasons: dict[str, str] = {}
         self.logger = logging.getLogger("torchao")
@@ -141,7 +148,7 @@ class _TorchaoSkips:
     def filter_fn(self, module: Any, name: str) -> bool:
         from torchao.quantization.quant_api import _is_linear
 
-        if _is_linear(module, name):
+        if _is_linear(module, name) and name not in self.exclude:
             self.layer = name
             return True
         return False
@@ -155,6 +162,28 @@ class _TorchaoSkips:
     def __exit__(self, *exc: Any) -> None:
         self.logger.removeHandler(self.handler)
         self.logger.setLevel(self.level)
+
+
+def _check_excluded(pipeline: Any, options: QuantizationConfig) -> None:
+    """Refuse an ``exclude`` name that is no linear layer of any quantized component (a typo would quietly
+    quantize the layer it meant to keep)."""
+    import torch
+
+    from accel.errors import ConfigError
+
+    components = quantized_components(pipeline, options)
+    known = {
+        name
+        for component in components
+        for name, m in getattr(pipeline, component).named_modules()
+        if isinstance(m, torch.nn.Linear)
+    }
+    unknown = [name for name in options.exclude if name not in known]
+    if unknown:
+        raise ConfigError(
+            f"quantization.exclude: {', '.join(unknown)} is no linear layer of {', '.join(components)}; "
+            "give dotted names inside the component, as the sensitivity table prints them (e.g. 'proj_out')"
+        )
 
 
 def _weight_bytes(module: Any) -> int:
@@ -297,13 +326,17 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         # Before loading the pipeline's denoisers are not known: every name one may have (diffusers quantizes the
         # components the mapping names and skips the names the pipeline lacks).
         names = options.components or DENOISER_COMPONENTS
-        mapping: dict[str, Any] = {c: TorchAoConfig(torchao_config(options.method)) for c in names}
+        exclude = list(options.exclude) or None
+        mapping: dict[str, Any] = {
+            c: TorchAoConfig(torchao_config(options.method), modules_to_not_convert=exclude) for c in names
+        }
         return {"quantization_config": PipelineQuantizationConfig(quant_mapping=mapping)}
 
     def apply(self, pipeline: Any, options: QuantizationConfig, context: RunContext) -> _QuantHandle:
         import torch
         from torchao.quantization import quantize_
 
+        _check_excluded(pipeline, options)  # before anything is quantized
         census: dict[str, Any] = {}
         originals: dict[str, dict[str, Any]] = {}
         eligible: dict[str, dict[str, Any]] = {}
@@ -321,14 +354,18 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
                     for name, m in module.named_modules()
                     if isinstance(m, torch.nn.Linear)
                 }
-                names = list(_eligible_linears(module))
-                with _TorchaoSkips() as skips:
+                names = [name for name in _eligible_linears(module) if name not in options.exclude]
+                with _TorchaoSkips(options.exclude) as skips:
                     quantize_(module, torchao_config(options.method), filter_fn=skips.filter_fn)
                 reasons = skips.reasons
                 # Looked up after quantize_: a config may replace a layer's module, not only its weight.
                 eligible[component] = {name: module.get_submodule(name) for name in names}
             else:
-                eligible[component] = {name: m for name, m in module.named_modules() if isinstance(m, torch.nn.Linear)}
+                eligible[component] = {
+                    name: m
+                    for name, m in module.named_modules()
+                    if isinstance(m, torch.nn.Linear) and name not in options.exclude
+                }
             linears = eligible[component]
             census[component] = {
                 "eligible_linears": len(linears),

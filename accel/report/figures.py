@@ -1,5 +1,6 @@
-"""Figures of a run: image grids per prompt, speedup-vs-quality scatter with the Pareto front, and
-latency/memory bars. Written under ``RUN_DIR/figures/`` and embedded in ``report.md``."""
+"""Figures of a run: image grids per prompt, speedup-vs-quality scatter with the Pareto front, latency/memory
+bars and lossy variants' drift per step (``accel.report.drift``). Written under ``RUN_DIR/figures/`` and
+embedded in ``report.md``."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from accel.measure.speedup import FASTER, SLOWER, format_speedup
+from accel.report.drift import drift_figure
 from accel.report.format import fmt
 from accel.results import is_noise_floor, parity_of, peak_memory_bytes
 
@@ -302,6 +304,9 @@ def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str])
         bars = latency_memory_bars(run_dir, records, model)
         if bars:
             figures[model].append(str(bars.relative_to(run_dir)))
+        drift = drift_figure(run_dir, records, model)
+        if drift:
+            figures[model].append(str(drift.relative_to(run_dir)))
     if not (run_dir / "outputs").is_dir():  # a run directory copied without its outputs: charts only
         return figures
     for model, grid in image_grids(run_dir, records, keys):

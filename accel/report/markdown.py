@@ -19,6 +19,7 @@ from accel.measure.speedup import (
     variant_first_look,
 )
 from accel.profile import Profile
+from accel.report.drift import drift_table
 from accel.report.format import fmt, percent, table_lines
 from accel.results import (
     declared_tag,
@@ -322,6 +323,7 @@ def render(
             "### Compute and memory",
             "",
             compute_table(measured),
+            *drift_table(measured, model),
             *[f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get(model, [])],
         ]
     lines += [

@@ -25,10 +25,10 @@ from typing import Any
 
 from accel.errors import AccelError, ModelUnavailable
 from accel.measure.timing import torch_threads
-from accel.results import SCHEMA_VERSION
+from accel.results import SCHEMA_VERSION, steps_path
 from accel.sweep.collect import collect_record
 from accel.sweep.engine_cell import ENGINE_TARGETS, measure_engine
-from accel.sweep.spec import BASELINE, INTERLEAVED, CellSpec
+from accel.sweep.spec import BASELINE, CELL_FILES, INTERLEAVED, CellSpec, npz_bytes
 
 # Exported as this module's own name: the rank-seeds fault (``accel.sweep.ranks``) replaces it here, where
 # ``_timed_runs`` looks it up.
@@ -178,6 +178,17 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     return result
 
 
+def wants_step_latents(spec: CellSpec) -> bool:
+    """Whether the cell captures its per-step latents: the baseline, and every variant with a lossy feature
+    (its drift curve against the baseline in the report)."""
+    from accel.features import FEATURES
+    from accel.features.base import FeatureClass
+
+    if spec.variant == BASELINE:
+        return True
+    return any(FEATURES[name].feature_class_for(config) == FeatureClass.LOSSY for name, config in spec.configs.items())
+
+
 def _timed_runs(spec: CellSpec, target: Any, applied: Any, start: Any = None) -> dict[str, Any]:
     """With the features applied: warm up, measure (alone, with a stage pass between the headline passes,
     then interleaved with a reference), verify, remove; collect the record and save the outputs."""
@@ -213,8 +224,18 @@ def _timed_runs(spec: CellSpec, target: Any, applied: Any, start: Any = None) ->
         # Judged over every call that produced a number (headline, stage pass, interleaved pairs): a cache that
         # stopped caching or a recompile during the pairs that give the speedup shows here.
         verdicts = applied.verdicts()
+        steps = None
+        if wants_step_latents(spec):  # after the verdicts: this extra call is neither timed nor judged
+            from accel.diverge.curve import step_latents
+
+            note_phase("the per-step latents (one untimed call, for the drift curve)")
+            steps = step_latents(target, applied, requests[0])
         note_phase("removing the features")
     note_phase("collecting the record (parity, outputs)")
     result = collect_record(spec, target, first_call_s, alone, stages, verdicts, paired, capture, start)
+    if steps is not None:
+        path = steps_path("", spec.model.name, spec.variant)
+        result["steps_file"] = str(path)
+        result[CELL_FILES][str(path)] = npz_bytes(steps)
     result["timing"].update(window)
     return result

@@ -159,3 +159,21 @@ def attach_roofline(record: dict[str, Any], baseline: dict[str, Any] | None) -> 
     result["flops_per_step"] = flops_per_step
     result["flops_per_call"] = flops_per_step * steps
     record["roofline"] = result
+
+
+def attach_step_error(record: dict[str, Any], baseline: dict[str, Any] | None, run_dir: Path) -> None:
+    """Add ``step_error`` (per-step relative L2 against the baseline's latents, the skipped steps, the first
+    step beyond zero) to a variant's record that has a ``steps_file``; a note when the baseline has none."""
+    if not record.get("steps_file") or record.get("variant") == (baseline or {}).get("variant"):
+        return
+    if baseline is None or not baseline.get("steps_file"):
+        record.setdefault("notes", []).append("no baseline step latents: the per-step error curve is unavailable")
+        return
+    from accel.diverge.curve import LATENTS_KEY, SKIPPED_KEY, error_curve
+
+    with np.load(Path(run_dir) / baseline["steps_file"]) as ref, np.load(Path(run_dir) / record["steps_file"]) as own:
+        curve = error_curve(ref[LATENTS_KEY], own[LATENTS_KEY])
+        skipped = [int(s) for s in own[SKIPPED_KEY]]
+        exact = [bool(np.array_equal(a, b)) for a, b in zip(ref[LATENTS_KEY], own[LATENTS_KEY], strict=False)]
+    first = next((i for i, same in enumerate(exact) if not same), None)
+    record["step_error"] = {"rel_l2": curve, "skipped_steps": skipped, "first_differing_step": first}

@@ -27,7 +27,13 @@ from accel.profile import Profile
 from accel.results import NOISE_FLOOR_ROLE, RESULTS_FILE, ResultsLog, not_run, write_table
 from accel.sweep.adherence import attach_adherence
 from accel.sweep.checks import check_inputs, local_sources_resolved, prepare_run_dir
-from accel.sweep.compare import attach_parity, attach_reference_parity, attach_roofline, attach_speedup
+from accel.sweep.compare import (
+    attach_parity,
+    attach_reference_parity,
+    attach_roofline,
+    attach_speedup,
+    attach_step_error,
+)
 from accel.sweep.resume import (
     PLANNED_CELLS_FILE,
     RESOLVED_PROFILE_FILE,
@@ -407,6 +413,7 @@ def _run_sweep(
             )
             attach_adherence(record, cell.model, cell.workload, baselines.get(cell.model.name), run_dir, keys)
             attach_roofline(record, baselines.get(cell.model.name))
+            attach_step_error(record, baselines.get(cell.model.name), run_dir)
             judge_measured_cell(record)  # the gate's judgements, made once, before the record is written
             if cell.variant == BASELINE and profile.measure.reference_model:
                 attach_reference_parity(record, profile.measure.reference_model, run_dir, keys)

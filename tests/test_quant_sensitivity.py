@@ -1,0 +1,91 @@
+"""Quantization sensitivity (``accel.diverge.sensitivity``) and the quantization feature's ``exclude`` option:
+excluded layers stay in float and are not counted as eligible, an unknown name is refused, the table ranks the
+layers by their error alone and leaves the pipeline as it was, and its top layers left unquantized bring the
+output closer to the baseline than its bottom ones do."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+from features_helpers import REQUEST, loaded
+
+from accel import apply
+from accel.diverge.capture import Capture
+from accel.diverge.compare import metrics
+from accel.diverge.sensitivity import layer_sensitivity, leave_unquantized, sensitivity_markdown
+from accel.errors import ConfigError
+from accel.features import FEATURES
+from accel.features.quant import _is_quantized
+
+CALL = dataclasses.replace(REQUEST, steps=3)
+
+
+def _config(exclude=()):
+    return FEATURES["quantization"].parse_options({"method": "int8wo", "exclude": list(exclude)})
+
+
+@pytest.fixture(scope="module")
+def flux():
+    return loaded("tiny-flux")
+
+
+def test_excluded_layers_stay_float_and_are_not_counted(flux):
+    transformer = flux.pipeline.transformer
+    with apply(flux.pipeline, _config(["proj_out", "transformer_blocks.0.ff.net.2"]), num_inference_steps=3) as a:
+        flux.generate(CALL)
+        verdict = a.verdicts()["quantization"]
+        assert not _is_quantized(transformer.proj_out.weight)
+        assert not _is_quantized(transformer.transformer_blocks[0].ff.net[2].weight)
+        assert _is_quantized(transformer.transformer_blocks[0].ff.net[0].proj.weight)
+    assert verdict.engaged and verdict.evidence["quantized_share_per_run"] == [1.0], verdict
+
+
+def test_an_unknown_excluded_name_is_refused_before_anything_is_quantized(flux):
+    with pytest.raises(ConfigError, match="no linear layer of transformer"):
+        apply(flux.pipeline, _config(["proj_outt"]), num_inference_steps=3)
+    assert not any(_is_quantized(p) for p in flux.pipeline.transformer.parameters())
+
+
+def _final_latents(target) -> torch.Tensor:
+    with Capture(target.pipeline) as trace:
+        target.generate(CALL)
+    return trace.steps[-1].prev_sample
+
+
+def test_the_table_ranks_layers_and_its_top_layers_matter_more_than_its_bottom_ones(flux):
+    before = flux.generate(CALL)
+    rows = layer_sensitivity(flux, CALL, "int8wo")
+    after = flux.generate(CALL)
+    assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)), "the pipeline was not restored"
+    assert not any(_is_quantized(p) for p in flux.pipeline.transformer.parameters())
+    linears = [n for n, m in flux.pipeline.transformer.named_modules() if isinstance(m, torch.nn.Linear)]
+    assert sorted(r.layer for r in rows) == sorted(linears)
+    errors = [r.rel_l2 for r in rows]
+    assert errors == sorted(errors, reverse=True) and errors[0] > 0
+    keep = leave_unquantized(rows)
+    assert sum(r.rel_l2 for r in keep) >= 0.5 * sum(errors) > sum(r.rel_l2 for r in keep[:-1])
+    assert f"exclude: [{', '.join(repr(r.layer) for r in keep)}]" in sensitivity_markdown(rows, "int8wo")
+
+    reference = _final_latents(flux)
+    k = 3
+    distances = {}
+    for label, exclude in (("top", rows[:k]), ("bottom", rows[-k:]), ("none", [])):
+        with apply(flux.pipeline, _config([r.layer for r in exclude]), num_inference_steps=CALL.steps):
+            distances[label] = metrics(reference, _final_latents(flux)).rel_l2
+    assert distances["top"] < distances["bottom"], distances
+    assert distances["top"] < distances["none"], distances
+
+
+def test_the_cli_refuses_sensitivity_without_a_quantization_variant(monkeypatch, capsys, write_profile):
+    from conftest import invoke, small_profile
+
+    path = write_profile(small_profile(["tiny-flux"], [{"name": "tea", "features": {"tea_cache": 0.4}}]))
+    code, _, err = invoke(monkeypatch, capsys, "diverge", str(path), "--model", "tiny-flux", "--sensitivity")
+    assert code == 2 and "--variant" in err, err
+    code, _, err = invoke(
+        monkeypatch, capsys, "diverge", str(path), "--model", "tiny-flux", "--variant", "tea", "--sensitivity"
+    )
+    assert code == 2 and "has no quantization feature" in err, err
