@@ -239,6 +239,11 @@ def test_skipped_work_verdict_counts_work_per_denoiser_and_keeps_the_evidence():
     twice = verdict(_work(2, [4, 0]), _work(2, [4, 1]))
     assert twice.engaged and twice.evidence["skipped_work_per_run"] == [{"transformer": 0.5}, {"transformer": 0.25}]
     assert verdict(_work(2, [2, 2])).summary == "mag_cache enabled but a run computed every step (0 cached)"
+    # A unit skipped on every timed call still counts when an earlier call (warm-up) computed it: seen on the native
+    # FLUX pipeline, whose FirstBlockCache skipped the tail blocks on every timed call.
+    warm = _work(2, [2, 0])
+    warm["transformer"]["used"] = ["blocks.0.attn", "blocks.1.attn"]
+    assert verdict(warm).evidence["skipped_work_per_run"] == [{"transformer": 0.5}]
     nothing = verdict(_work(0, []))
     assert not nothing.engaged and nothing.summary.startswith("harness: mag_cache: no attention or feed-forward")
 

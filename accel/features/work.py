@@ -120,8 +120,13 @@ class BlockWork:
         self.start = self.read()
 
     def end(self) -> dict[str, dict[str, Any]]:
-        """The run's counts since ``begin``."""
-        return run_delta(self.start, self.read())
+        """The run's counts since ``begin``, and per denoiser the units called at least once since the counters were
+        made (``used``: warm-up calls included, whose first computes every unit the model uses)."""
+        now = self.read()
+        delta = run_delta(self.start, now)
+        for component, counts in now.items():
+            delta[component]["used"] = [name for name, n in counts["units"].items() if n]
+        return delta
 
     def remove(self) -> None:
         for hook in self.hooks:
@@ -146,12 +151,18 @@ def run_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]
 def work_done(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, tuple[int, int]]]:
     """Per run, per denoiser: (unit computations made, unit computations a full run would make).
 
-    A full run computes every unit once per denoiser call. Units no run called are not the model's work here
-    (left out); a unit called more often than its denoiser (twice per forward) counts as fully computed.
+    A full run computes every unit once per denoiser call. Units never called since the counters were made (``used``;
+    else: by no run) are not the model's work here (left out); a unit called more often than its denoiser (twice
+    per forward) counts as fully computed. A unit a cache skipped on every timed call still counts: the first call
+    after the cache was applied (a warm-up) computed it.
     """
     components = list(runs[0]) if runs else []
     used = {
-        c: [name for name in runs[0][c]["units"] if any(run.get(c, {}).get("units", {}).get(name) for run in runs)]
+        c: [
+            name
+            for name in runs[0][c]["units"]
+            if any(name in run.get(c, {}).get("used", ()) or run.get(c, {}).get("units", {}).get(name) for run in runs)
+        ]
         for c in components
     }
     return [
