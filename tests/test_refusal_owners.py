@@ -119,19 +119,20 @@ def test_harness_first_block_cache_where_the_library_runs_it():
     assert support.supported or support.owner in (Owner.HARNESS, Owner.DEVICE), support
 
 
-def test_harness_a_second_denoiser_a_first_denoiser_feature_leaves_untouched():
-    """tiny-wan22 denoises with ``transformer`` and ``transformer_2``; diffusers' ``enable_cache`` runs on each,
-    so a cache that reaches only the first is omni-accel's gap."""
-    from diffusers.hooks import FirstBlockCacheConfig
-
+def test_harness_a_second_denoiser_a_first_denoiser_feature_leaves_untouched(monkeypatch):
+    """tiny-wan22 denoises with ``transformer`` and ``transformer_2``. The caches now reach both (each model's own
+    ``enable_cache``: tests/test_cache_work.py); context parallelism still reaches the first only, though
+    diffusers could split the second as well (it declares a ``_cp_plan``): omni-accel's gap, labelled so."""
     from accel import apply
+    from accel.features.base import Support
 
     target = loaded("tiny-wan22")
-    second = target.pipeline.transformer_2
-    second.enable_cache(FirstBlockCacheConfig(threshold=0.5))
-    second.disable_cache()
+    assert getattr(target.pipeline.transformer_2, "_cp_plan", None), "the library's plan reaches transformer_2"
+    feature = FEATURES["context_parallel"]
+    # Its own check wants two initialised ranks; taken as passed, the reach check is what refuses.
+    monkeypatch.setattr(type(feature), "check", lambda self, pipeline, device, options: Support.yes())
     with pytest.raises(FeatureUnavailable) as refused:
-        apply(target.pipeline, FEATURES["first_block_cache"].parse_options(0.5), num_inference_steps=4)
+        apply(target.pipeline, feature.parse_options({"ulysses": 2, "anything": True}), num_inference_steps=4)
     assert refused.value.owner is Owner.HARNESS and "transformer_2 would run untouched" in str(refused.value)
 
 
