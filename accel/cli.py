@@ -433,8 +433,16 @@ def zoo_path(
 
 
 @app.command()
-def features() -> None:
-    """List every feature and option with its class and whether it can run on this machine."""
+def features(
+    source: str | None = typer.Argument(
+        None,
+        help="A zoo name (tiny-flux, ...) or a local checkpoint directory: which features can run on its pipeline, "
+        "and who refuses the others. Default: every feature on this machine, no pipeline.",
+    ),
+    as_json: bool = typer.Option(False, "--json", help="With SOURCE: print the verdicts as JSON."),
+) -> None:
+    """List every feature and option with its class and whether it can run on this machine, or on SOURCE's
+    pipeline (loaded once on the CPU; nothing applied)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
@@ -443,6 +451,11 @@ def features() -> None:
     from accel.targets.adapter import resolve_device
 
     device = resolve_device("auto")
+    if source is not None:
+        _features_on_source(source, device, as_json)
+        return
+    if as_json:
+        raise typer.BadParameter("--json needs a SOURCE (omni-accel features tiny-flux --json)")
     table = Table("feature", "family", "class", "option", f"on this machine ({device})", "options")
     for feature in FEATURES.values():
         all_options = ", ".join(feature.config_cls.model_fields) or "–"
@@ -456,6 +469,44 @@ def features() -> None:
             table.add_row(*(escape(str(cell)) for cell in row))  # "pip install 'omni-accel[gpu]'" is not markup
     Console(width=220).print(table)
     typer.echo("A pipeline can still refuse a feature here (no VAE, no _repeated_blocks, ...): sweeps report why.")
+    typer.echo("Pass a SOURCE (omni-accel features tiny-flux) to ask its pipeline.")
+
+
+def _features_on_source(source: str, device: str, as_json: bool) -> None:
+    """``features SOURCE``: load SOURCE's pipeline on the CPU, as a sweep's adapter target does, and print each
+    feature's verdict on it (``accel.features.survey``); a bad source is the sweep's one-line error."""
+    import json
+
+    import diffusers  # noqa: F401 - imported before quieting, so its progress bars are told (quiet_libraries)
+    from rich.console import Console
+    from rich.markup import escape
+    from rich.table import Table
+
+    from accel.features import FEATURES
+    from accel.features.survey import survey
+    from accel.profile import ModelSpec
+    from accel.targets.adapter import AdapterTarget, resolve_source
+
+    _setup_logging(False)
+    import string
+
+    allowed = set(string.ascii_letters + string.digits + "-_.+")  # a model name (ModelSpec): the last path part
+    label = "".join(c if c in allowed else "-" for c in source.strip("/").rsplit("/", 1)[-1])[:40].strip(".")
+    spec = ModelSpec(name=label or "source", source=source, device="cpu")
+    resolve_source(spec, "features")  # a bad source: the sweep's one-line error, named after this command
+    pipeline = AdapterTarget(spec).load()
+    rows = survey(pipeline, device, FEATURES)
+    name = type(pipeline).__name__
+    if as_json:
+        payload = {"source": source, "pipeline": name, "device": device, "features": [r.as_dict() for r in rows]}
+        typer.echo(json.dumps(payload, indent=2))
+        return
+    table = Table("feature", "options", f"verdict ({name}, {device})", "reason")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in (row.feature, row.options, row.verdict, row.reason)))
+    Console(width=220).print(table)
+    runs = sum(row.owner is None for row in rows)
+    typer.echo(f"{runs} of {len(rows)} feature options can run on {source} ({name}) on {device}; nothing was applied.")
 
 
 @app.command()
