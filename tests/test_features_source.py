@@ -4,12 +4,16 @@ others (library, model, device, harness), asked of each feature without applying
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from conftest import invoke
 
 import accel.targets.adapter
 from accel.features import FEATURES
+from accel.features.base import Feature, FeatureClass, FeatureConfig, Owner, Stage, Support
+from accel.features.survey import survey
 
 
 def verdicts(monkeypatch, capsys, source: str) -> dict[tuple[str, str], dict]:
@@ -32,6 +36,8 @@ def test_tiny_flux_compiles_regionally_and_refuses_sequential_offload_on_the_cpu
     offload = rows[("enable_sequential_cpu_offload", "(defaults)")]
     assert (offload["verdict"], offload["owner"]) == ("refused by device", "device")
     assert "needs an accelerator" in offload["reason"]
+    # diffusers refuses tensor parallelism on a CPU before any pipeline is asked (the probe's refusal).
+    assert rows[("tensor_parallel", "(defaults)")]["owner"] == "library"
     # Outside the ranks the sweep starts, context parallelism is not refused: the rows say how many it needs.
     parallel = rows[("context_parallel", "(defaults)")]
     assert parallel["verdict"] == "can run" and "in 2 ranks" in parallel["reason"], parallel
@@ -77,3 +83,55 @@ def test_a_bad_source_is_one_line_and_exit_2(monkeypatch, capsys, tmp_path, sour
 def test_json_without_a_source_is_a_usage_error(monkeypatch, capsys):
     code, out, err = invoke(monkeypatch, capsys, "features", "--json")
     assert code == 2 and out == "" and "--json needs a SOURCE" in err
+
+
+class _Options(FeatureConfig):
+    pass
+
+
+class _Stub(Feature[_Options, Any]):
+    """A feature whose probe and check answer as told, recording the dtype its probe was given."""
+
+    family = "stub"
+    feature_class = FeatureClass.LOSSLESS
+    stage = Stage.CACHE
+    config_cls = _Options
+    description = "a stub"
+
+    def __init__(self, name: str, probe: Support, check: Support) -> None:
+        self.name = name  # type: ignore[misc]
+        self.answers = (probe, check)
+        self.dtypes: list[str | None] = []
+
+    def probe(self, device: str, options: _Options, dtype: str | None = None) -> Support:
+        self.dtypes.append(dtype)
+        return self.answers[0]
+
+    def check(self, pipeline: Any, device: str, options: _Options) -> Support:
+        return self.answers[1]
+
+    def apply(self, pipeline: Any, options: _Options, context: Any) -> Any:
+        raise AssertionError("survey applies nothing")
+
+    def verify(self, handle: Any) -> Any:
+        raise AssertionError("survey applies nothing")
+
+
+def test_survey_asks_probe_with_the_pipelines_dtype_then_check_and_names_an_unnamed_owner_by_scope():
+    import torch
+
+    pipeline = SimpleNamespace(transformer=torch.nn.Linear(2, 2).to(torch.bfloat16))
+    stubs = {
+        "kernel": _Stub("kernel", Support.no("no kernel for it"), Support.yes()),
+        "blocks": _Stub("blocks", Support.yes(), Support.no("no blocks to cache")),
+        "library": _Stub("library", Support.yes(), Support.no("the library refuses", Owner.LIBRARY)),
+        "fine": _Stub("fine", Support.yes(), Support.yes()),
+    }
+    rows = {row.feature: row for row in survey(pipeline, "cpu", stubs)}
+    assert [(rows[n].verdict, rows[n].owner, rows[n].reason) for n in stubs] == [
+        ("refused by device", "device", "no kernel for it"),  # a probe's refusal naming no owner: the device's
+        ("refused by model", "model", "no blocks to cache"),  # a check's: the model's
+        ("refused by library", "library", "the library refuses"),
+        ("can run", None, ""),
+    ]
+    assert all(stub.dtypes == ["bfloat16"] for stub in stubs.values())
