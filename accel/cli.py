@@ -436,8 +436,9 @@ def zoo_path(
 def features(
     source: str | None = typer.Argument(
         None,
-        help="A zoo name (tiny-flux, ...) or a local checkpoint directory: which features can run on its pipeline, "
-        "and who refuses the others. Default: every feature on this machine, no pipeline.",
+        help="A zoo name (tiny-flux, ...), a local checkpoint directory or a synthetic: source (built on the meta "
+        "device, shapes only): which features can run on its pipeline, and who refuses the others. Default: every "
+        "feature on this machine, no pipeline.",
     ),
     as_json: bool = typer.Option(False, "--json", help="With SOURCE: print the verdicts as JSON."),
 ) -> None:
@@ -486,6 +487,7 @@ def _features_on_source(source: str, device: str, as_json: bool) -> None:
     from accel.features.survey import survey
     from accel.profile import ModelSpec
     from accel.targets.adapter import AdapterTarget, resolve_source
+    from accel.zoo import synthetic
 
     _setup_logging(False)
     import string
@@ -494,7 +496,10 @@ def _features_on_source(source: str, device: str, as_json: bool) -> None:
     label = "".join(c if c in allowed else "-" for c in source.strip("/").rsplit("/", 1)[-1])[:40].strip(".")
     spec = ModelSpec(name=label or "source", source=source, device="cpu")
     resolve_source(spec, "features")  # a bad source: the sweep's one-line error, named after this command
-    pipeline = AdapterTarget(spec).load()
+    if synthetic.is_synthetic(source):  # published shapes: tens of GB of random weights; the checks read shapes
+        pipeline = synthetic.build_pipeline(source, "meta", spec.dtype)
+    else:
+        pipeline = AdapterTarget(spec).load()
     rows = survey(pipeline, device, FEATURES)
     name = type(pipeline).__name__
     if as_json:

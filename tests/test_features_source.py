@@ -135,3 +135,15 @@ def test_survey_asks_probe_with_the_pipelines_dtype_then_check_and_names_an_unna
         ("can run", None, ""),
     ]
     assert all(stub.dtypes == ["bfloat16"] for stub in stubs.values())
+
+
+def test_a_synthetic_source_is_judged_on_its_shapes_without_weights(monkeypatch, capsys):
+    import accel.zoo.synthetic
+
+    built = []
+    real = accel.zoo.synthetic.build_pipeline
+    monkeypatch.setattr(accel.zoo.synthetic, "build_pipeline", lambda *args: built.append(args[1]) or real(*args))
+    rows = verdicts(monkeypatch, capsys, "synthetic:flux.1-dev?depth=1")
+    assert built == ["meta"]  # FLUX.1-dev's published widths: no random weights allocated
+    assert rows[("compile", "granularity=regional")]["verdict"] == "can run"
+    assert rows[("faster_cache", "(defaults)")]["verdict"] == "refused by library"
