@@ -477,6 +477,7 @@ def _features_on_source(source: str, device: str, as_json: bool) -> None:
     """``features SOURCE``: load SOURCE's pipeline on the CPU, as a sweep's adapter target does, and print each
     feature's verdict on it (``accel.features.survey``); a bad source is the sweep's one-line error."""
     import json
+    import string
 
     import diffusers  # noqa: F401 - imported before quieting, so its progress bars are told (quiet_libraries)
     from rich.console import Console
@@ -490,8 +491,6 @@ def _features_on_source(source: str, device: str, as_json: bool) -> None:
     from accel.zoo import synthetic
 
     _setup_logging(False)
-    import string
-
     allowed = set(string.ascii_letters + string.digits + "-_.+")  # a model name (ModelSpec): the last path part
     label = "".join(c if c in allowed else "-" for c in source.strip("/").rsplit("/", 1)[-1])[:40].strip(".")
     spec = ModelSpec(name=label or "source", source=source, device="cpu")
