@@ -77,7 +77,9 @@ def test_unknown_config_and_repeated_feature_are_config_errors():
 
 def test_a_feature_the_pipeline_cannot_run_is_refused_with_its_reason_and_scope():
     target = loaded("tiny-wan")
-    with pytest.raises(FeatureUnavailable, match="tea_cache: tea_cache hooks FLUX-style transformers") as raised:
+    with pytest.raises(
+        FeatureUnavailable, match="tea_cache: harness: tea_cache's hooks compute the modulated input of FLUX-style"
+    ) as raised:
         apply(target.pipeline, VaeSlicingConfig(), TeaCacheConfig(), num_inference_steps=STEPS)
     assert raised.value.scope == "model" and raised.value.feature == "tea_cache"
     assert not target.pipeline.vae.use_slicing
