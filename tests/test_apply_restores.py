@@ -56,19 +56,21 @@ def compatible(names: list[str]) -> bool:
 
 
 def leftovers(pipeline: Any) -> dict[str, Any]:
-    """What libraries install on a pipeline: per module, its hook registry, accelerate hook and torch hooks."""
+    """What libraries install on a pipeline: per module, its hook registry, accelerate hook, torch hooks and an
+    instance-level ``forward``; on the pipeline, its class and offload attributes."""
     state: dict[str, Any] = {"class": type(pipeline)}
     state.update({name: repr(getattr(pipeline, name, None)) for name in OFFLOAD_ATTRIBUTES})
     for component, root in pipeline.components.items():
         if isinstance(root, torch.nn.Module):
             for name, module in root.named_modules():
+                instance_forward = module.__dict__.get("forward")
                 found = (
                     getattr(module, "_diffusers_hook", None) is not None,
                     hasattr(module, "_hf_hook"),
                     len(module._forward_pre_hooks) + len(module._forward_hooks),
-                    module.forward.__func__ if hasattr(module.forward, "__func__") else module.forward,
+                    instance_forward,  # an instance-level forward shadows the class's: the next feature patches it
                 )
-                if any(found[:3]):
+                if any(found):
                     state[f"{component}.{name}"] = found
     return state
 
