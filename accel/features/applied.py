@@ -12,9 +12,10 @@ In the style of torchao's ``quantize_(model, config)`` and diffusers' hooks, the
 The feature is found by the config's type; the features are applied in the order of their stage; a
 combination ``feature_matrix/rules.yaml`` forbids, and a feature this pipeline or device cannot run, are
 rejected before anything is applied. Leaving the block (or ``applied.remove()``) removes every feature in
-reverse order. Each call of the pipeline is one evidence window (``begin_run``/``end_run`` of every
-handle) unless the caller opens one itself with ``applied.window()`` (the sweep's cell does, to keep the
-evidence reads outside its timer).
+reverse order, then deletes what the libraries' removal leaves behind (``accel.features.restore``): the
+pipeline is the untouched one, bit for bit. Each call of the pipeline is one evidence window
+(``begin_run``/``end_run`` of every handle) unless the caller opens one itself with ``applied.window()``
+(the sweep's cell does, to keep the evidence reads outside its timer).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from accel.features.base import (
     untouched_denoisers_refusal,
 )
 from accel.features.registry import FEATURES
+from accel.features.restore import PipelineState
 from accel.features.rules import check_conflicts
 
 
@@ -69,6 +71,7 @@ class Applied:
         self._original_class: type | None = None
         self._window_open = False
         self._removed = False
+        self._before = PipelineState(pipeline)  # what the libraries' own removal leaves behind is deleted again
 
     @property
     def features(self) -> list[AnyFeature]:
@@ -137,6 +140,7 @@ class Applied:
                 handle.remove()
             except Exception as error:  # remove the others before reporting the first failure
                 errors.append(error)
+        self._before.restore()
         if errors:
             raise errors[0]
 
