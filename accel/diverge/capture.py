@@ -18,8 +18,9 @@ from typing import Any
 import torch
 
 from accel.diverge.compare import tensors_of
+from accel.features.base import denoisers as denoisers  # the harness's one list of denoiser components
 
-DENOISER_NAMES = ("transformer", "transformer_2", "unet")
+_NOTHING = object()  # an attribute the instance did not hold itself
 
 
 def _detached(value: Any) -> Any:
@@ -74,16 +75,6 @@ class Trace:
         return [call for call in self.calls if call.step == step]
 
 
-def denoisers(pipeline: Any) -> dict[str, torch.nn.Module]:
-    """The pipeline's denoiser modules by attribute name (``transformer``, ``transformer_2``, ``unet``)."""
-    found = {}
-    for name in DENOISER_NAMES:
-        module = getattr(pipeline, name, None)
-        if isinstance(module, torch.nn.Module):
-            found[name] = module
-    return found
-
-
 def text_encoders(pipeline: Any) -> dict[str, torch.nn.Module]:
     """The pipeline's text encoders (``text_encoder``, ``text_encoder_2``, ...) by name."""
     components = getattr(pipeline, "components", {}) or {}
@@ -122,7 +113,8 @@ class Capture:
         self.pipeline = pipeline
         self.trace = Trace()
         self._handles: list[Any] = []
-        self._patched: list[tuple[Any, str]] = []
+        # (owner, attribute, what the instance held itself before, or _NOTHING): put back on exit.
+        self._patched: list[tuple[Any, str, Any]] = []
         self.scheduler_step: Any = None  # the step the call ran (for replay)
         self.vae_decode: Any = None
 
@@ -143,8 +135,11 @@ class Capture:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         for handle in self._handles:
             handle.remove()
-        for owner, attribute in self._patched:
-            delattr(owner, attribute)  # the instance attribute goes; the class's method shows again
+        for owner, attribute, own in reversed(self._patched):
+            if own is _NOTHING:
+                delattr(owner, attribute)  # the instance attribute goes; the class's method shows again
+            else:  # a fault or a feature had set it on the instance already: it comes back
+                setattr(owner, attribute, own)
         scheduler = getattr(self.pipeline, "scheduler", None)
         if scheduler is not None:
             self.trace.timesteps = _detached(getattr(scheduler, "timesteps", None))
@@ -171,11 +166,11 @@ class Capture:
         return hook
 
     def _patch(self, owner: Any, attribute: str, replacement: Any) -> Any:
-        if attribute in vars(owner):
-            raise RuntimeError(f"{type(owner).__name__}.{attribute} is already patched on the instance")
+        """Set ``replacement`` on the instance (over what it held itself, if anything: a fault's or a feature's
+        wrapper, which the replacement is expected to call); returns what was called before."""
         original = getattr(owner, attribute)
+        self._patched.append((owner, attribute, vars(owner).get(attribute, _NOTHING)))
         setattr(owner, attribute, replacement)
-        self._patched.append((owner, attribute))
         return original
 
     def _wrap_step(self, scheduler: Any) -> None:
@@ -199,21 +194,7 @@ class Capture:
             )
             return out
 
-        # A fault or a feature may have set ``step`` on the instance already: wrap that, and put it back.
-        if "step" in vars(scheduler):
-            vars(scheduler)["step"] = step
-            self._restore_instance(scheduler, "step", original)
-        else:
-            self._patch(scheduler, "step", step)
-
-    def _restore_instance(self, owner: Any, attribute: str, original: Any) -> None:
-        handles = self._handles
-
-        class Restore:
-            def remove(self) -> None:
-                setattr(owner, attribute, original)
-
-        handles.append(Restore())
+        self._patch(scheduler, "step", step)  # over a fault's or a feature's own wrapper, put back on exit
 
     def _wrap_decode(self, vae: Any) -> None:
         original = vae.decode
@@ -225,8 +206,4 @@ class Capture:
             self.trace.decodes.append((_detached(z), _detached(tensors_of(out)[0])))
             return out
 
-        if "decode" in vars(vae):
-            vars(vae)["decode"] = decode
-            self._restore_instance(vae, "decode", original)
-        else:
-            self._patch(vae, "decode", decode)
+        self._patch(vae, "decode", decode)
