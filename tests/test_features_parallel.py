@@ -16,6 +16,7 @@ from conftest import small_profile
 
 from accel.errors import ConfigError
 from accel.features import validate_variant_features
+from accel.features.base import Owner
 from accel.features.parallel import ContextParallelConfig, launch_refusal, variant_world_size
 from accel.profile import parse_profile
 from accel.results import peak_memory_bytes, read_results
@@ -50,11 +51,12 @@ def _no_launch(monkeypatch) -> None:
 def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path):
     from accel.gate import load_gate_data, required_parity
 
-    models = ["tiny-flux", "tiny-wan", "tiny-qwen-image"]
+    # tiny-wan22 denoises with transformer and transformer_2: Ulysses splits both (each its own _cp_plan).
+    models = ["tiny-flux", "tiny-wan", "tiny-wan22", "tiny-qwen-image"]
     # Qwen-Image's prompt tokens (joint attention) need not divide by the degree: "anything" pads them.
     variants = [
-        {**ULYSSES, "models": models[:2]},
-        {"name": "cp-any", "features": {"context_parallel": {"ulysses": 2, "anything": True}}, "models": models[2:]},
+        {**ULYSSES, "models": models[:3]},
+        {"name": "cp-any", "features": {"context_parallel": {"ulysses": 2, "anything": True}}, "models": models[3:]},
     ]
     result = run_sweep(parse_profile(_profile(models, variants)), "p.yaml", tmp_path, show_progress=False)
     data = load_gate_data()
@@ -88,6 +90,12 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
             exchanged = rank["collectives_last_run"]["all_to_all_single"]
             assert exchanged["calls"] > 0 and exchanged["bytes"] > 0, (model, rank)
             assert rank["attention_collectives_last_run"]["all_to_all_single"] > 0, (model, rank)
+            # Per denoiser: every denoiser that ran called the all-to-all from its own attention.
+            called = rank["denoiser_calls_last_run"]
+            by_denoiser = rank["attention_collectives_by_denoiser_last_run"]
+            expected = ["transformer", "transformer_2"] if model == "tiny-wan22" else ["transformer"]
+            assert sorted(name for name, calls in called.items() if calls) == expected, (model, called)
+            assert all(by_denoiser[name]["all_to_all_single"] > 0 for name in expected), (model, by_denoiser)
             tokens = rank["tokens_last_run"]
             assert tokens["rank"] == [tokens["gathered"][0] // 2], (model, tokens)
 
@@ -174,6 +182,59 @@ def test_engagement_needs_the_collective_the_mode_calls_in_the_attention():
     assert not _verify(_cp_handle(runs, ulysses), ("all_gather_tensor", "all_to_all_single")).engaged
     verdict = _verify(_cp_handle([exchanged], ulysses), ("all_to_all_single",))
     assert verdict.engaged and verdict.evidence["attention_collectives_per_run"] == [{"all_to_all_single": 4}]
+
+
+def test_a_second_denoiser_whose_attention_ran_unsplit_is_partial_not_engaged():
+    """Wan 2.2: Ulysses must split ``transformer_2``'s attention too; the all-to-all of the first denoiser alone
+    (every call still has one) is "partial", naming the denoiser that ran unsplit."""
+    from accel.features.parallel import ContextParallelConfig, _verify, required_collectives
+
+    ulysses = required_collectives(ContextParallelConfig(ulysses=2))
+    exchanged = {"all_to_all_single": {"calls": 8, "bytes": 512}}
+    first_only = {
+        "collectives": exchanged,
+        "attention_collectives": {"all_to_all_single": 8},
+        "attention_collectives_by_denoiser": {"transformer": {"all_to_all_single": 8}},
+        "denoiser_calls": {"transformer": 1, "transformer_2": 1},
+    }
+    verdict = _verify(_cp_handle([first_only], ulysses), ("all_to_all_single",))
+    assert not verdict.engaged and verdict.evidence["untouched_denoiser_calls"] == {"transformer_2": 1}
+    assert verdict.summary.startswith("partial: a denoiser ran without all_to_all_single in its attention "
+                                      "(transformer_2 on 1 calls)"), verdict.summary  # fmt: skip
+    both = {
+        **first_only,
+        "attention_collectives_by_denoiser": {n: {"all_to_all_single": 4} for n in ("transformer", "transformer_2")},
+    }
+    verdict = _verify(_cp_handle([both], ulysses), ("all_to_all_single",))
+    assert verdict.engaged, verdict.summary
+    assert verdict.evidence["attention_collectives_by_denoiser_per_run"] == [both["attention_collectives_by_denoiser"]]
+    # A denoiser not called in a run (the switch not reached) needs no all-to-all there.
+    idle = {**first_only, "denoiser_calls": {"transformer": 1, "transformer_2": 0}}
+    assert _verify(_cp_handle([idle], ulysses), ("all_to_all_single",)).engaged
+
+
+def test_context_parallel_reaches_both_denoisers_of_wan22_and_checks_each():
+    """diffusers declares a ``_cp_plan`` on Wan's transformer, so both of tiny-wan22's denoisers can be split: no
+    reach refusal, and the per-model checks name the denoiser they refuse."""
+    from features_helpers import loaded
+
+    from accel.features import FEATURES
+    from accel.features.base import untouched_denoisers_refusal
+
+    pipeline = loaded("tiny-wan22").pipeline
+    feature = FEATURES["context_parallel"]
+    options = ContextParallelConfig(ulysses=2)
+    assert untouched_denoisers_refusal(feature, pipeline, options) is None
+    assert feature.denoisers_reached(pipeline, options) == {"transformer", "transformer_2"}
+    plan = type(pipeline.transformer_2)._cp_plan
+    try:  # the second denoiser without a plan: refused by the library, the denoiser named
+        pipeline.transformer_2._cp_plan = None
+        refused = feature.check(pipeline, "cpu", options)
+    finally:
+        del pipeline.transformer_2._cp_plan
+    assert pipeline.transformer_2._cp_plan is plan
+    assert not refused.supported and refused.owner is Owner.LIBRARY
+    assert refused.reason.startswith("transformer_2 (WanTransformer3DModel) has no _cp_plan"), refused.reason
 
 
 def test_a_collective_is_the_attentions_only_when_the_attention_called_it():

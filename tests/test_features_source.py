@@ -43,6 +43,18 @@ def test_tiny_flux_compiles_regionally_and_refuses_sequential_offload_on_the_cpu
     assert parallel["verdict"] == "can run" and "in 2 ranks" in parallel["reason"], parallel
 
 
+def test_tiny_wan22_a_first_denoiser_feature_is_the_harness_gap_of_its_second_denoiser(monkeypatch, capsys):
+    """A feature that reaches the first denoiser only (the built-ins reach both now: narrowed here) is refused
+    by the harness on tiny-wan22, naming the denoiser it would leave untouched."""
+    from accel.features.base import Reach
+
+    monkeypatch.setattr(type(FEATURES["first_block_cache"]), "reach", Reach.FIRST_DENOISER)
+    rows = verdicts(monkeypatch, capsys, "tiny-wan22")
+    cache = rows[("first_block_cache", "(defaults)")]
+    assert cache["verdict"] == "refused by harness", cache
+    assert "transformer_2 would run untouched" in cache["reason"]
+
+
 def test_tiny_sd15_is_judged_on_its_unet(monkeypatch, capsys):
     rows = verdicts(monkeypatch, capsys, "tiny-sd15")
     assert rows[("compile", "granularity=regional")]["verdict"] == "can run"
@@ -52,11 +64,10 @@ def test_tiny_sd15_is_judged_on_its_unet(monkeypatch, capsys):
     assert parallel["owner"] == "harness" and "StableDiffusionPipeline" in parallel["reason"], parallel
 
 
-def test_tiny_wan22_context_parallel_is_the_harness_gap_of_its_second_denoiser(monkeypatch, capsys):
+def test_tiny_wan22_context_parallel_reaches_its_second_denoiser(monkeypatch, capsys):
     rows = verdicts(monkeypatch, capsys, "tiny-wan22")
-    parallel = rows[("context_parallel", "(defaults)")]
-    assert parallel["verdict"] == "refused by harness", parallel
-    assert "transformer_2 would run untouched" in parallel["reason"]
+    parallel = rows[("context_parallel", "(defaults)")]  # each denoiser split through its own _cp_plan
+    assert parallel["verdict"] == "can run" and "in 2 ranks" in parallel["reason"], parallel
     # A cache reaches both denoisers: the reach check refuses only what would leave one untouched.
     assert rows[("first_block_cache", "(defaults)")]["verdict"] == "can run"
 

@@ -120,19 +120,24 @@ def test_harness_first_block_cache_where_the_library_runs_it():
 
 
 def test_harness_a_second_denoiser_a_first_denoiser_feature_leaves_untouched(monkeypatch):
-    """tiny-wan22 denoises with ``transformer`` and ``transformer_2``. The caches now reach both (each model's own
-    ``enable_cache``: tests/test_cache_work.py); context parallelism still reaches the first only, though
-    diffusers could split the second as well (it declares a ``_cp_plan``): omni-accel's gap, labelled so."""
+    """tiny-wan22 denoises with ``transformer`` and ``transformer_2``. diffusers' cache runs on the second
+    (``enable_cache`` on ``transformer_2``, called here); a feature that reached the first denoiser only would
+    leave it untouched: omni-accel's gap, labelled so (the built-ins reach both now: caches through each model's
+    cache context, context parallelism through each model's ``_cp_plan``)."""
+    from diffusers.hooks import FirstBlockCacheConfig
+
     from accel import apply
-    from accel.features.base import Support
+    from accel.features.base import Reach
 
     target = loaded("tiny-wan22")
-    assert getattr(target.pipeline.transformer_2, "_cp_plan", None), "the library's plan reaches transformer_2"
-    feature = FEATURES["context_parallel"]
-    # Its own check wants two initialised ranks; taken as passed, the reach check is what refuses.
-    monkeypatch.setattr(type(feature), "check", lambda self, pipeline, device, options: Support.yes())
+    second = target.pipeline.transformer_2
+    second.enable_cache(FirstBlockCacheConfig(threshold=0.5))  # the library call succeeds on transformer_2
+    second.disable_cache()
+    assert getattr(second, "_cp_plan", None), "diffusers' context-parallel plan reaches transformer_2 too"
+    feature = FEATURES["first_block_cache"]
+    monkeypatch.setattr(type(feature), "reach", Reach.FIRST_DENOISER)  # the harness narrowed to the first
     with pytest.raises(FeatureUnavailable) as refused:
-        apply(target.pipeline, feature.parse_options({"ulysses": 2, "anything": True}), num_inference_steps=4)
+        apply(target.pipeline, feature.parse_options(0.5), num_inference_steps=4)
     assert refused.value.owner is Owner.HARNESS and "transformer_2 would run untouched" in str(refused.value)
 
 

@@ -45,6 +45,7 @@ from accel.features.base import (
     Stage,
     Support,
     Verdict,
+    denoisers,
 )
 from accel.features.uneven_gather import GLOO_UNEVEN_GATHER_NOTE, EvenSplitRequired, UnevenGatherOnGloo
 
@@ -185,6 +186,12 @@ def context_parallel_group(transformer: Any) -> Any:
     return None
 
 
+def _split_models(pipeline: Any) -> dict[str, Any]:
+    """The denoisers context parallelism splits: the pipeline's transformers (Wan 2.2's ``transformer`` and
+    ``transformer_2``), by component name; a UNet has no diffusers context-parallel plan to apply."""
+    return {name: model for name, model in denoisers(pipeline).items() if name != "unet"}
+
+
 def _in_ranks(world_size: int) -> Support:
     import torch
 
@@ -270,6 +277,10 @@ class _Collectives:
 
         self.calls: dict[str, list[int]] = {}  # name -> [calls, bytes]
         self.in_attention: dict[str, int] = {}  # name -> calls made from the attention (ATTENTION_SITES)
+        # The denoiser running now (set by ParallelHandle's hooks around each denoiser's call), and the attention's
+        # collectives by the denoiser that called them: denoiser -> name -> calls.
+        self.denoiser: str | None = None
+        self.in_attention_by_denoiser: dict[str, dict[str, int]] = {}
         self.originals: list[tuple[Any, str, Any]] = []
         for module, names, prefix in ((funcol, FUNCTIONAL_COLLECTIVES, ""), (dist, C10D_COLLECTIVES, "c10d.")):
             for name in names:
@@ -287,6 +298,9 @@ class _Collectives:
             caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
             if caller.endswith(ATTENTION_SITES):
                 self.in_attention[name] = self.in_attention.get(name, 0) + 1
+                if self.denoiser is not None:
+                    mine = self.in_attention_by_denoiser.setdefault(self.denoiser, {})
+                    mine[name] = mine.get(name, 0) + 1
             return function(*args, **kwargs)
 
         return counted
@@ -301,6 +315,12 @@ class _Collectives:
         """The collectives the attention called since the last ``take_attention``: name -> calls."""
         taken = dict(sorted(self.in_attention.items()))
         self.in_attention = {}
+        return taken
+
+    def take_attention_by_denoiser(self) -> dict[str, dict[str, int]]:
+        """The attention's collectives since the last call, by the denoiser whose call made them."""
+        taken = {name: dict(sorted(calls.items())) for name, calls in sorted(self.in_attention_by_denoiser.items())}
+        self.in_attention_by_denoiser = {}
         return taken
 
     def remove(self) -> None:
@@ -345,13 +365,15 @@ def cpu_device_count_shim(device: str) -> Iterator[bool]:
 
 
 class ParallelHandle(Handle):
-    """diffusers' parallel hooks on the transformer, the collective counters and the split recorder."""
+    """diffusers' parallel hooks on each denoiser it splits (``models``: Wan 2.2's ``transformer`` and
+    ``transformer_2``; the first alone where given one), the collective counters and the split recorder."""
 
-    def __init__(self, transformer: Any, kind: str, world_size: int) -> None:
+    def __init__(self, transformer: Any, kind: str, world_size: int, models: dict[str, Any] | None = None) -> None:
         super().__init__()
         import torch.distributed as dist
 
         self.transformer = transformer
+        self.models: dict[str, Any] = models if models is not None else {"transformer": transformer}
         self.kind = kind
         self.world_size = world_size
         self.rank = dist.get_rank()
@@ -365,14 +387,26 @@ class ParallelHandle(Handle):
         # proj_out is where every _cp_plan of diffusers 0.42 gathers the sequence (ContextParallelOutput): its
         # input is this rank's share, its output (after diffusers' gather hook) the whole sequence.
         self.hooks: list[Any] = []
-        proj_out = getattr(transformer, "proj_out", None)
-        if proj_out is not None:
-            self.hooks.append(proj_out.register_forward_pre_hook(self._note_local))
-            self.hooks.append(proj_out.register_forward_hook(self._note_gathered))
-        self.cp_plan: Any = None
+        for name, model in self.models.items():
+            proj_out = getattr(model, "proj_out", None)
+            if proj_out is not None:
+                self.hooks.append(proj_out.register_forward_pre_hook(self._note_local))
+                self.hooks.append(proj_out.register_forward_hook(self._note_gathered))
+            # Which denoiser's call a collective came from, and how often each denoiser was called.
+            self.hooks.append(model.register_forward_pre_hook(functools.partial(self._enter, name)))
+            self.hooks.append(model.register_forward_hook(self._leave, always_call=True))
+        self.denoiser_calls: dict[str, int] = dict.fromkeys(self.models, 0)
+        self.cp_plans: dict[str, Any] = {}  # denoiser -> the _cp_plan whose hooks diffusers installed on it
         self.native = False  # a native transformer (accel.native.context_parallel), not diffusers' hooks
         # mode -> the collectives its attention must call in every timed call (required_collectives)
         self.required: dict[str, tuple[str, ...]] = {}
+
+    def _enter(self, name: str, module: Any, args: tuple[Any, ...]) -> None:
+        self.collectives.denoiser = name
+        self.denoiser_calls[name] += 1
+
+    def _leave(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        self.collectives.denoiser = None
 
     def _note_local(self, module: Any, args: tuple[Any, ...]) -> None:
         tokens = _tokens(args)
@@ -388,12 +422,16 @@ class ParallelHandle(Handle):
         super().begin_run()
         self.collectives.take()
         self.collectives.take_attention()
+        self.collectives.take_attention_by_denoiser()
+        self.denoiser_calls = dict.fromkeys(self.models, 0)
         self.local_tokens.clear()
         self.gathered_tokens.clear()
 
     def end_run(self) -> None:
         self.current["collectives"] = self.collectives.take()
         self.current["attention_collectives"] = self.collectives.take_attention()
+        self.current["attention_collectives_by_denoiser"] = self.collectives.take_attention_by_denoiser()
+        self.current["denoiser_calls"] = dict(self.denoiser_calls)
         # Said only where a share was padded: with "anything" and even shares nothing was (64x64 FLUX: 8 + 8).
         self.padded_gather = self.uneven_gather is not None and self.uneven_gather.uneven_gathers > 0
         self.current["tokens"] = {"rank": sorted(set(self.local_tokens)), "gathered": sorted(set(self.gathered_tokens))}
@@ -412,16 +450,18 @@ class ParallelHandle(Handle):
 
             disable_native_context_parallel(self.transformer)
             return
-        if self.cp_plan is not None:
-            from diffusers.hooks.context_parallel import remove_context_parallel
+        from diffusers.hooks.context_parallel import remove_context_parallel
 
-            remove_context_parallel(self.transformer, self.cp_plan)
-            for module in self.transformer.modules():
-                processor = getattr(module, "processor", None)
-                if processor is not None and hasattr(processor, "_parallel_config"):
-                    processor._parallel_config = None
-        if hasattr(self.transformer, "_parallel_config"):
-            self.transformer._parallel_config = None
+        for name, model in self.models.items():
+            plan = self.cp_plans.pop(name, None)
+            if plan is not None:
+                remove_context_parallel(model, plan)
+                for module in model.modules():
+                    processor = getattr(module, "processor", None)
+                    if processor is not None and hasattr(processor, "_parallel_config"):
+                        processor._parallel_config = None
+            if hasattr(model, "_parallel_config"):
+                model._parallel_config = None
 
 
 def required_collectives(options: ContextParallelConfig) -> dict[str, tuple[str, ...]]:
@@ -440,9 +480,22 @@ def required_collectives(options: ContextParallelConfig) -> dict[str, tuple[str,
     return required
 
 
+def _unsplit_denoisers(runs: list[dict[str, Any]], names_needed: tuple[str, ...]) -> dict[str, int]:
+    """Denoisers called in a run whose attention called none of ``names_needed`` in it: their calls, summed (runs
+    without per-denoiser counts, as a handle of one transformer before them, say nothing)."""
+    untouched: dict[str, int] = {}
+    for run in runs:
+        by_denoiser = run.get("attention_collectives_by_denoiser", {})
+        for name, calls in run.get("denoiser_calls", {}).items():
+            if calls and not any(by_denoiser.get(name, {}).get(n, 0) for n in names_needed):
+                untouched[name] = untouched.get(name, 0) + calls
+    return untouched
+
+
 def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
     """Engaged when a ``wanted`` collective ran in every timed call and each mode in ``handle.required`` had its
-    own collective called by the attention in every timed call."""
+    own collective called by the attention in every timed call, from every denoiser that ran in it (a second
+    denoiser whose attention ran unsplit is "partial", not engaged)."""
     per_run = [run.get("collectives", {}) for run in handle.runs]
     tokens = [run.get("tokens", {}) for run in handle.runs]
     evidence: dict[str, Any] = {
@@ -450,6 +503,10 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
         "world_size": handle.world_size,
         "collectives_per_run": per_run,
         "attention_collectives_per_run": [run.get("attention_collectives", {}) for run in handle.runs],
+        "attention_collectives_by_denoiser_per_run": [
+            run.get("attention_collectives_by_denoiser", {}) for run in handle.runs
+        ],
+        "denoiser_calls_per_run": [run.get("denoiser_calls", {}) for run in handle.runs],
         "tokens_per_run": tokens,
         "cpu_device_count_shim": CPU_SHIM_NOTE if handle.cpu_shim else None,
         "gloo_uneven_gather": GLOO_UNEVEN_GATHER_NOTE if handle.padded_gather else None,
@@ -473,6 +530,15 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
                 "output gather) does not split the attention",
                 evidence,
             )
+        untouched = _unsplit_denoisers(handle.runs, names_needed)
+        if untouched:  # a denoiser (Wan 2.2's transformer_2) ran with its attention unsplit
+            unsplit = ", ".join(f"{name} on {calls} calls" for name, calls in untouched.items())
+            return Verdict(
+                False,
+                f"partial: a denoiser ran without {' or '.join(names_needed)} in its attention ({unsplit}); {mode} "
+                "split the others only",
+                {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
+            )
     split = tokens[-1]
     names = " + ".join(f"{c['calls']} {name}" for name, c in per_run[-1].items() if c["calls"])
     summary = f"{handle.kind} over {handle.world_size} ranks: {names} per call"
@@ -485,7 +551,7 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
     """Split the transformer's sequence over ranks: Ulysses (all-to-all) and/or Ring attention (diffusers)."""
 
     name = "context_parallel"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER  # Wan 2.2's transformer_2 too: diffusers' plan is per model
     family = "parallel"
     feature_class = FeatureClass.LOSSLESS  # reduction order only: judged at the dtype's lossless thresholds
     stage = Stage.PARALLEL
@@ -540,27 +606,37 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
                 f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism",
                 Owner.HARNESS,
             )
-        if getattr(transformer, "_cp_plan", None) is None:
-            return Support.no(
-                f"{type(transformer).__name__} has no _cp_plan (diffusers' context-parallel plan); diffusers' "
-                "enable_parallelism: \"`cp_plan` must be provided either as an argument or set in the model's "
-                '`_cp_plan` attribute."',
-                Owner.LIBRARY,
+        models = _split_models(pipeline)
+        for name, model in models.items():
+            # Each denoiser the feature splits (Wan 2.2's transformer_2 too), named where there are several.
+            where = f"{name} ({type(model).__name__})" if len(models) > 1 else type(model).__name__
+            if not hasattr(model, "enable_parallelism"):
+                return Support.no(f"{where} is not a diffusers model with enable_parallelism", Owner.HARNESS)
+            if getattr(model, "_cp_plan", None) is None:
+                return Support.no(
+                    f"{where} has no _cp_plan (diffusers' context-parallel plan); diffusers' "
+                    "enable_parallelism: \"`cp_plan` must be provided either as an argument or set in the model's "
+                    '`_cp_plan` attribute."',
+                    Owner.LIBRARY,
+                )
+            refusal = ulysses_heads_refusal(model, options.ulysses, options.anything) or ulysses_mask_refusal(
+                model, options.ulysses
             )
-        refusal = ulysses_heads_refusal(transformer, options.ulysses, options.anything) or ulysses_mask_refusal(
-            transformer, options.ulysses
-        )
-        return Support.no(refusal, Owner.LIBRARY) if refusal else _in_ranks(self.world_size(options))
+            if refusal:
+                return Support.no(refusal if len(models) == 1 else f"{name}: {refusal}", Owner.LIBRARY)
+        return _in_ranks(self.world_size(options))
 
     def apply(self, pipeline: Any, options: ContextParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import ContextParallelConfig as DiffusersContextParallelConfig
 
         transformer = pipeline.transformer
         kind = " x ".join(f"{name} {degree}" for name, degree in (("ulysses", options.ulysses), ("ring", options.ring)))
-        handle = ParallelHandle(transformer, kind, self.world_size(options))
+        models = _split_models(pipeline)
+        handle = ParallelHandle(transformer, kind, self.world_size(options), models)
         handle.required = required_collectives(options)
         try:
-            config = DiffusersContextParallelConfig(
+            make_config = functools.partial(
+                DiffusersContextParallelConfig,
                 ulysses_degree=options.ulysses,
                 ring_degree=options.ring,
                 ulysses_anything=options.anything and options.ulysses > 1,
@@ -575,12 +651,14 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
                 from accel.native.context_parallel import enable_native_context_parallel
 
                 handle.native = True  # before enabling: a failure halfway is undone by remove()
-                enable_native_context_parallel(transformer, config, context.device)
+                enable_native_context_parallel(transformer, make_config(), context.device)
+                handle.cp_plans["transformer"] = transformer._cp_plan
             else:
-                with cpu_device_count_shim(context.device) as shimmed:
-                    transformer.enable_parallelism(config=config)
-                handle.cpu_shim = shimmed
-            handle.cp_plan = transformer._cp_plan
+                for name, model in models.items():  # each denoiser its own config: diffusers sets one up per model
+                    with cpu_device_count_shim(context.device) as shimmed:
+                        model.enable_parallelism(config=make_config())
+                    handle.cp_plans[name] = model._cp_plan
+                    handle.cpu_shim = handle.cpu_shim or shimmed
         except BaseException:
             handle.remove()
             raise
