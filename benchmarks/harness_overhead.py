@@ -21,7 +21,10 @@ call (``timed.measure_alone``, as above) against the same variant's bare call: `
 pipeline with the features in place but every evidence mechanism suspended around it (``evidence_suspended``:
 the harness's forward hooks detached, the counting wrappers of the attention backends, compiled entries and
 collectives swapped for what they wrap), checked after every bare call: no evidence counter moved. The
-collective wrappers need ranks (a collective on one rank is not what a cell times) and have no variant here.
+collective wrappers' variant is a two-rank Ulysses cell (``context_parallel``: a collective on one rank is not
+what a cell times): the script starts itself once per rank (``--rank-job``, joined by a ``torch.distributed``
+file store: gloo on the CPU, NCCL on CUDA with rank r on GPU r), every rank runs the same alternating bare and
+harness calls (their collectives meet), and rank 0's samples are the ones printed.
 
 Each round runs every configuration once, in a rotating order, so drift and background load hit them alike.
 Prints each configuration's median, then per-round paired ratios (headline / bare is the one the README
@@ -31,7 +34,7 @@ call (20 steps, 64x64, 2 images per prompt, ``max_sequence_length`` 32).
 
     python benchmarks/harness_overhead.py [--source mini-flux|tiny-flux|DIR] [--device auto] [--rounds 15]
         [--steps 20] [--size 64] [--images 2] [--threads 1] [--mechanisms all|none|NAME ...]
-        [--compile-backend inductor]
+        [--compile-backend inductor] [--rank-timeout 600]
 """
 
 from __future__ import annotations
@@ -43,6 +46,9 @@ import os
 import platform
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -56,6 +62,7 @@ MECHANISMS: dict[str, dict[str, Any]] = {
     "compile-counters": {"compile": {"granularity": "regional"}},  # counted compiled entries, dynamo counters
     "cache-work-counters": {"first_block_cache": {"threshold": 0.05}},  # WorkCounter: hooks inside the blocks
     "attention-tallies": {"attention_backend": {"backend": "native"}},  # every backend function tallied
+    "collective-wrappers": {"context_parallel": {"ulysses": 2}},  # counted collectives, per-denoiser attribution
 }
 # What a mechanism's harness call may cost over its bare call (median of the paired ratios, issue 40).
 LIMIT = 1.02
@@ -266,9 +273,24 @@ def measure_variant(spec: Any, target: Any, applied: Any, request: Any, rounds: 
     return {"samples": samples, "evidence_moved": moved, "ratio": _interval(paired)}
 
 
-def run_mechanism(spec: Any, features: dict[str, Any], rounds: int, warmup: int = 2) -> dict[str, Any]:
+def run_mechanism(
+    spec: Any, features: dict[str, Any], rounds: int, warmup: int = 2, rank_timeout_s: float = 600.0
+) -> dict[str, Any]:
     """``measure_variant`` on a freshly loaded pipeline with ``features`` applied as a cell applies them (the
-    evidence windows opened by the harness calls, not on every pipeline call); removed after."""
+    evidence windows opened by the harness calls, not on every pipeline call); removed after. A parallel
+    feature's variant runs in its ranks (``run_in_ranks``): rank 0's result."""
+    from accel.features import validate_variant_features
+    from accel.features.parallel import variant_world_size
+
+    configs = validate_variant_features(features, "harness_overhead.MECHANISMS")
+    world = variant_world_size(configs)
+    if world > 1:
+        return run_in_ranks(spec, features, world, rounds, warmup, rank_timeout_s)
+    return _run_here(spec, features, rounds, warmup)
+
+
+def _run_here(spec: Any, features: dict[str, Any], rounds: int, warmup: int) -> dict[str, Any]:
+    """``run_mechanism`` in this process (one rank of a parallel variant, or a variant of one process)."""
     from accel.features import apply, validate_variant_features
     from accel.sweep.spec import build_requests
     from accel.targets.build import make_target
@@ -286,6 +308,95 @@ def run_mechanism(spec: Any, features: dict[str, Any], rounds: int, warmup: int 
         result["engaged"] = {name: verdict.engaged for name, verdict in applied.verdicts().items()}
     result["hooks_after_remove"] = installed_hooks(target.pipeline)
     return result
+
+
+def run_in_ranks(
+    spec: Any, features: dict[str, Any], world: int, rounds: int, warmup: int, timeout_s: float
+) -> dict[str, Any]:
+    """``features`` (a parallel variant) measured in ``world`` ranks, each this script started with ``--rank-job``
+    (a JSON file: the cell, the features, its rank and the process group's file store); rank 0's result, with
+    every rank's evidence flags (a bare call of any rank that moved evidence shows). A rank that fails or
+    outlives ``timeout_s`` ends the others and raises with its output."""
+    import torch
+
+    from accel.targets.adapter import resolve_source
+
+    resolve_source(spec.model)  # a zoo checkpoint built here once, not by every rank at the same time
+    with tempfile.TemporaryDirectory(prefix="overhead-ranks-") as scratch:
+        job = {
+            "source": spec.model.source, "device": spec.model.device, "steps": spec.workload.steps,
+            "size": spec.workload.height, "images": spec.workload.num_images_per_prompt, "features": features,
+            "rounds": rounds, "warmup": warmup, "world": world, "store": os.path.join(scratch, "store"),
+            "threads": torch.get_num_threads(), "timeout_s": timeout_s,
+        }  # fmt: skip
+        ranks = []
+        for rank in range(world):
+            path = os.path.join(scratch, f"rank{rank}.json")
+            with open(path, "w") as handle:
+                json.dump({**job, "rank": rank, "result": path + ".out"}, handle)
+            command = [sys.executable, os.path.abspath(__file__), "--rank-job", path]
+            log = open(os.path.join(scratch, f"rank{rank}.log"), "w")  # noqa: SIM115 (closed below)
+            ranks.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT), log, path))
+        deadline = time.monotonic() + timeout_s
+        try:
+            while any(process.poll() is None for process, _, _ in ranks):
+                failed = [r for r, (process, _, _) in enumerate(ranks) if process.poll() not in (None, 0)]
+                if failed or time.monotonic() > deadline:
+                    break
+                time.sleep(0.1)
+        finally:
+            for process, log, _ in ranks:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+                log.close()
+        results = []
+        for rank, (process, _, path) in enumerate(ranks):
+            if process.returncode != 0 or not os.path.exists(path + ".out"):
+                with open(os.path.join(scratch, f"rank{rank}.log")) as handle:
+                    tail = handle.read()[-3000:]
+                raise SystemExit(
+                    f"{json.dumps(features)}: rank {rank} of {world} exited {process.returncode} (a rank still "
+                    f"running after {timeout_s:.0f} s is ended: raise --rank-timeout); its output:\n{tail}"
+                )
+            with open(path + ".out") as handle:
+                results.append(json.load(handle))
+    head = results[0]
+    head["evidence_moved_per_rank"] = [r["evidence_moved"] for r in results]
+    # A bare call moved evidence if it did on any rank; a harness call moved it only if it did on every rank.
+    calls = range(len(head["evidence_moved"]["bare"]))
+    head["evidence_moved"] = {
+        "bare": [any(r["evidence_moved"]["bare"][i] for r in results) for i in calls],
+        "harness": [all(r["evidence_moved"]["harness"][i] for r in results) for i in calls],
+    }
+    return head
+
+
+def rank_job(path: str) -> None:
+    """One rank of ``run_in_ranks``: join the process group, run the variant here, write the result (JSON)."""
+    import datetime
+
+    import torch
+
+    with open(path) as handle:
+        job = json.load(handle)
+    quiet_libraries()
+    torch.set_num_threads(job["threads"])
+    backend = "gloo" if job["device"] == "cpu" or not torch.cuda.is_available() else "nccl"
+    if backend == "nccl":
+        torch.cuda.set_device(job["rank"])
+    store = torch.distributed.FileStore(job["store"], job["world"])  # type: ignore[attr-defined]
+    torch.distributed.init_process_group(
+        backend, store=store, rank=job["rank"], world_size=job["world"],
+        timeout=datetime.timedelta(seconds=job["timeout_s"]),
+    )  # fmt: skip
+    try:
+        spec = baseline_cell(job["source"], job["device"], job["steps"], job["size"], job["images"])
+        result = _run_here(spec, job["features"], job["rounds"], job["warmup"])
+    finally:
+        torch.distributed.destroy_process_group()
+    with open(job["result"], "w") as handle:
+        json.dump(result, handle)
 
 
 def machine() -> str:
@@ -337,7 +448,14 @@ def main() -> None:
     parser.add_argument(
         "--compile-backend", default="inductor", help="torch.compile backend of the compile-counters variant"
     )
+    parser.add_argument(
+        "--rank-timeout", type=float, default=600.0, help="seconds the ranks of a parallel variant may run (600)"
+    )
+    parser.add_argument("--rank-job", help=argparse.SUPPRESS)  # one rank of a parallel variant (run_in_ranks)
     args = parser.parse_args()
+    if args.rank_job:
+        rank_job(args.rank_job)
+        return
     mechanisms = list(MECHANISMS) if args.mechanisms == ["all"] else [m for m in args.mechanisms if m != "none"]
     unknown = sorted(set(mechanisms) - set(MECHANISMS))
     if unknown:
@@ -383,7 +501,7 @@ def main() -> None:
         features = MECHANISMS[name]
         if "compile" in features:
             features = {**features, "compile": {**features["compile"], "backend": args.compile_backend}}
-        found = run_mechanism(spec, features, args.rounds)
+        found = run_mechanism(spec, features, args.rounds, rank_timeout_s=args.rank_timeout)
         if any(found["evidence_moved"]["bare"]) or not all(found["evidence_moved"]["harness"]):
             raise SystemExit(
                 f"{name}: evidence moved in a bare call or not in a harness call: {found['evidence_moved']}"

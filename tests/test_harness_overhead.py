@@ -154,6 +154,8 @@ MECHANISM_FEATURES = {
     "compile-counters": {"compile": {"granularity": "regional", "backend": "eager"}},
     "cache-work-counters": {"first_block_cache": {"threshold": 0.05}},
     "attention-tallies": {"attention_backend": {"backend": "native"}},
+    # Two ranks (the script starts itself per rank): the collectives counted, swapped for the originals when bare.
+    "collective-wrappers": {"context_parallel": {"ulysses": 2}},
 }
 
 
@@ -177,6 +179,9 @@ def test_a_variants_bare_call_runs_none_of_its_evidence_and_its_harness_call_all
     ratio = result["ratio"]
     assert ratio["low"] <= ratio["median"] <= ratio["high"]
     assert result["hooks_after_remove"] == 0
+    if mechanism == "collective-wrappers":  # every rank's bare calls ran no wrapper, its harness calls all
+        assert result["evidence_moved_per_rank"] == [result["evidence_moved"]] * 2, result["evidence_moved_per_rank"]
+        assert result["engaged"] == {"context_parallel": True}
 
 
 def test_the_evidence_comes_back_after_a_bare_call():
