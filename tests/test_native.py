@@ -242,3 +242,27 @@ def test_compile_with_native_attention_backend_keeps_one_graph_per_block_and_cou
     layers = len(pipeline.transformer.transformer_blocks) + len(pipeline.transformer.single_transformer_blocks)
     # 2 steps per call, one attention per block: every dispatch counted, none to another backend.
     assert attention["dispatched_per_run"] == [{"_native_math": 2 * layers}] * 2, attention
+
+
+@pytest.mark.parametrize("source", ["tiny-flux", "tiny-qwen-image"])
+def test_a_cache_on_a_native_pipeline_starts_every_call_afresh(source):
+    """First Block Cache keeps a residual between steps; diffusers' pipelines reset it after each call
+    (``maybe_free_model_hooks``). The native pipelines do too: a second call with the same seed is bit-identical
+    to the first, while the cache skipped block work in both (native FLUX skipped more on the second call and
+    its image moved by 0.06 before the reset)."""
+    import numpy as np
+
+    from accel import apply
+    from accel.features import validate_variant_features
+
+    target = NativeTarget(ModelSpec(name="n", source=source, target="native"))
+    target.load()
+    request = Request("a red fox in the snow", 0, steps=8, height=64, width=64, guidance_scale=3.5)
+    configs = validate_variant_features({"first_block_cache": 0.5}, "test")
+    with apply(target.pipeline, *configs.values(), num_inference_steps=8, device="cpu") as applied:
+        first, second = (np.asarray(target.generate(request)[0]) for _ in range(2))
+        verdict = applied.verdicts()["first_block_cache"]
+    skipped = verdict.evidence["skipped_work_per_run"]
+    assert len(skipped) == 2 and all(run["transformer"] > 0 for run in skipped), skipped
+    assert skipped[0] == skipped[1], skipped  # the same steps cached in both calls
+    np.testing.assert_array_equal(second, first)

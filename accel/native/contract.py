@@ -273,9 +273,26 @@ class NativePipeline(torch.nn.Module):
             noise: torch.Tensor = transformer(**inputs)
         return noise
 
+    def reset_stateful_caches(self) -> None:
+        """Reset the state diffusers' stateful hooks keep on every component (a cache's last residual, its step
+        count), as diffusers' pipelines do at the end of each call (``maybe_free_model_hooks``): without it
+        First Block Cache compares a call's first step with the previous call's last, and the same seed gives
+        another image on the second call."""
+        for component in self.components.values():
+            reset = getattr(component, "_reset_stateful_cache", None)
+            if reset is not None:
+                reset()
+
     @torch.no_grad()
     def forward(self, request: Any) -> torch.Tensor:
-        """Run the stages; ``stage_times`` holds each stage's synchronised seconds and the step times."""
+        """Run the stages; ``stage_times`` holds each stage's synchronised seconds and the step times. Every
+        call starts from the caches' reset state (``reset_stateful_caches`` after each, as diffusers does)."""
+        try:
+            return self._forward(request)
+        finally:
+            self.reset_stateful_caches()
+
+    def _forward(self, request: Any) -> torch.Tensor:
         device = str(self.execution_device)
         marks = []
 
