@@ -34,10 +34,23 @@ def record(model: str, variant: str, features: dict[str, Any], status: str = "ok
                 speedup=ratio,
                 speedup_ci=values.pop("speedup_ci", _claim(ratio)),
                 memory_reduction=values.pop("memory_reduction", 1.0),
-                parity={"ssim": ssim, "psnr": psnr, "max_abs_diff": 0.0, "bit_identical": math.isinf(psnr)},
+                parity={
+                    "ssim": ssim,
+                    "psnr": psnr,
+                    "max_abs_diff": values.pop("max_abs_diff", implied_max_abs_diff(psnr)),
+                    "bit_identical": math.isinf(psnr),
+                },
             )
     base.update(values)
     return base
+
+
+def implied_max_abs_diff(psnr: float) -> float:
+    """The smallest largest difference a PSNR (images in [0, 1]) allows: 0.0 only where the outputs are identical
+    (PSNR infinite), else the root-mean-square difference (a difference equal everywhere), at most 1. A record
+    with SSIM 0.71 and a max abs diff of 0.0 contradicts itself, and a check reading max_abs_diff on such data
+    cannot fail."""
+    return 0.0 if math.isinf(psnr) else min(1.0, 10 ** (-psnr / 20))
 
 
 # Every synthetic speedup is measured to +-5% and judged against a noise band of +-7% (measure.min_effect 0.07).

@@ -1047,6 +1047,27 @@ def test_a_cache_whose_output_is_bit_identical_to_the_baseline_is_engaged_withou
     assert changed.no_effect == [] and _cell(next(r for r in results() if r["variant"] == "tea"), changed)[0] != "⚪"
 
 
+def test_synthetic_parity_is_self_consistent_so_a_max_abs_diff_check_can_fail():
+    """The synthetic records' parity agrees with itself: max_abs_diff 0.0 only where the output is bit-identical
+    (PSNR infinite), else at least the root-mean-square difference the PSNR implies. A record from before
+    ``bit_identical`` is judged by its max_abs_diff: a lossy cache there keeps its effect, an unchanged one has none."""
+    import math
+
+    from accel.gate.judge import unchanged_output
+
+    measured = [r for r in results() if "parity" in r]
+    assert any(not r["parity"]["bit_identical"] for r in measured)
+    for cell in measured:
+        parity = cell["parity"]
+        assert (parity["max_abs_diff"] == 0.0) == parity["bit_identical"] == math.isinf(parity["psnr"]), cell
+        if not parity["bit_identical"]:
+            assert parity["max_abs_diff"] >= 10 ** (-parity["psnr"] / 20) * (1 - 1e-12), cell
+    for variant, changed in (("tea", True), ("noise-floor", False)):
+        cell = next(r for r in results() if r["model"] == "flux" and r["variant"] == variant)
+        del cell["parity"]["bit_identical"]  # an older record: max_abs_diff alone says whether anything changed
+        assert unchanged_output(cell) is not changed, cell["parity"]
+
+
 def test_a_cache_reporting_cached_steps_that_skipped_no_work_is_engaged_without_effect():
     from synthetic import record
 
