@@ -1068,6 +1068,19 @@ def test_synthetic_parity_is_self_consistent_so_a_max_abs_diff_check_can_fail():
         assert unchanged_output(cell) is not changed, cell["parity"]
 
 
+def test_an_out_of_parity_cell_says_what_the_library_does_that_changes_the_output():
+    """VAE tiling out of parity: the footnote beside ⚠ carries the feature's parity_note (diffusers' tile
+    geometry), so a reader sees the library's algorithm on this model, not a harness fault."""
+    from accel.report.tables import _cell
+
+    note = "diffusers' AutoencoderKL.tiled_decode decodes 32-px tiles (4 latents) every 24 px, each alone"
+    records = results()
+    tiling = next(r for r in records if r["model"] == "flux" and r["variant"] == "tiling")
+    tiling["evidence"]["vae_use_tiling"]["parity_note"] = note
+    mark, footnote = _cell(tiling, _verdict("flux/tiling", records))
+    assert mark == "⚠" and footnote.startswith("tiling: engaged but SSIM 0.330") and footnote.endswith(f"; {note}")
+
+
 def test_a_cache_reporting_cached_steps_that_skipped_no_work_is_engaged_without_effect():
     from synthetic import record
 

@@ -104,7 +104,13 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
         measured = f"SSIM {fmt(parity.get('ssim'), 3)}, PSNR {fmt(parity.get('psnr'), 1)} dB"
         if any(c.name.startswith("output stability") and not c.ok for c in verdict.checks):
             measured += ", outputs differ between timed passes"
-        return "⚠", f"{variant}: engaged but {measured}{claimed}"
+        # What the library does that changes the output (a feature's parity_note: VAE tiling's tile geometry).
+        why = [
+            e["parity_note"]
+            for e in (record.get("evidence") or {}).values()
+            if isinstance(e, dict) and e.get("parity_note")
+        ]
+        return "⚠", f"{variant}: engaged but {measured}{claimed}" + (f"; {'; '.join(why)}" if why else "")
     if record["status"] == "ok":
         return "❌", f"{variant}: " + "; ".join(verdict.message().splitlines())
     owner = refused_by(record)
