@@ -1,17 +1,22 @@
 """TeaCache (``tea_cache``): skip the transformer blocks on steps whose input barely changed. Lossy.
 
-Not in diffusers, so implemented here as torch hooks. Each transformer call computes the timestep-
-modulated input of the first block; the relative L1 change from the previous call, rescaled by a
-per-model polynomial fitted by the TeaCache authors, accumulates until it passes ``rel_l1_thresh``.
-Below it, the blocks are skipped and the residual they added on the last computed step is reused.
-The first and last steps of a run are always computed, and the state starts fresh with every run.
+Not in diffusers, so implemented here as torch hooks, on every denoiser (Wan 2.2's two each with their own
+polynomial). Each transformer call computes its family's modulated input (``accel.features.teacache_inputs``:
+FLUX, HunyuanVideo, Mochi, LTX-Video, Wan, CogVideoX, as TeaCache's authors do per family); the relative L1 change
+from the previous call of the same stream, rescaled by a per-model polynomial, accumulates until it passes
+``rel_l1_thresh``. Below it, the blocks are skipped and the residual they added on the last computed call is
+reused. Steps are counted by one clock shared by the denoisers (a new timestep value is a new step); calls of one
+step with the same timestep (CFG branches called separately) are streams deciding apart, as the authors keep
+Wan's even and odd calls apart. The first call of each stream and the last step are always computed, and the
+state starts fresh with every run.
 
-Coefficients: the sets TeaCache's authors publish per family (ali-vilab/TeaCache on GitHub, TeaCache4<Model>/*.py),
-kept as data with the file of each in ``feature_matrix/teacache_coefficients.yaml`` (FLUX's are the values vLLM-Omni
-ships too). A family without a published set needs calibration (the harness's gap, not the model's); a family with
-one whose input the hooks here do not compute yet (they compute FLUX's modulated input) is refused as the harness's
-gap, naming the published set. Evidence: the steps cached on each run, counted by the hook itself, and the block
-work the harness counted (``accel.features.work``): cached steps that skipped nothing are "engaged, no effect".
+Coefficients, per denoiser: the user's ``coefficients``, else the polynomial fitted by ``omni-accel calibrate``
+(``calibration: PATH``), else the set TeaCache's authors publish for the family (ali-vilab/TeaCache on GitHub,
+TeaCache4<Model>/*.py, kept as data with the file of each in ``feature_matrix/teacache_coefficients.yaml``). A
+family the hooks reach without any needs calibration (the model's refusal); a family whose input the hooks
+cannot compute is the harness's gap. Evidence: the steps cached on each run, counted by the hook itself, and the
+block work the harness counted (``accel.features.work``): cached steps that skipped nothing are "engaged, no
+effect".
 """
 
 from __future__ import annotations
@@ -285,10 +290,11 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
             name = type(transformer).__name__
             published = published_sets().get(name)
             if layout_for(transformer) is None:
+                families = ", ".join(sorted({layout.family for layout in LAYOUTS.values()}))
                 known = "; TeaCache's authors publish coefficients for it" if published is not None else ""
                 return Support.no(
                     f"harness: tea_cache's hooks cannot compute the modulated input of {name} ({component}); "
-                    f"they compute it for {', '.join(sorted({layout.family for layout in LAYOUTS.values()}))}" + known,
+                    f"they compute it for {families}{known}",
                     Owner.HARNESS,
                 )
             if coefficients_for(component, transformer, options) is None:
