@@ -166,3 +166,44 @@ def test_a_calibration_file_round_trips_and_a_missing_one_says_how_to_make_it(tm
     (tmp_path / "bad.yaml").write_text("model: m\n")
     with pytest.raises(ConfigError, match="not a calibration file"):
         load_calibration(str(tmp_path / "bad.yaml"))
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[1]
+
+
+def test_calibrate_prints_the_fit_quality_and_each_signal_range(monkeypatch, capsys):
+    """The command's output for the committed tiny-wan22 calibration (the measurement itself: test_calibrate_models)."""
+    from conftest import invoke
+
+    import accel.calibrate
+
+    committed = load_calibration(str(ROOT / "calibration" / "tiny-wan22.yaml"))
+    monkeypatch.setattr(accel.calibrate, "calibrate", lambda profile, model, out: committed)
+    code, out, _ = invoke(monkeypatch, capsys, "calibrate", "p.yaml", "--model", "tiny-wan22")
+    assert code == 0, out
+    for name, section in committed.denoisers.items():
+        fit = section.tea_cache
+        assert f"{name} (WanTransformer3DModel):" in out
+        assert f"tea_cache: degree {fit.degree} on {fit.points} points, R² {fit.r2:.4f}, residual rms" in out
+        assert f"residual diff {section.cache_dit.observed.line()}" in out
+    assert out.rstrip().endswith("calibration: calibration/tiny-wan22.yaml")
+
+
+def test_plan_flags_an_inert_threshold_before_anything_runs(monkeypatch, capsys, tmp_path):
+    from conftest import invoke
+
+    path = ROOT / "calibration" / "tiny-wan22.yaml"
+    largest = max(s.cache_dit.observed.max for s in load_calibration(str(path)).denoisers.values())
+    profile = tmp_path / "p.yaml"
+    variant = "  - {{name: {}, features: {{cache_dit: {{residual_diff_threshold: {}, calibration: {}}}}}}}\n"
+    profile.write_text(
+        "models: [{name: tiny-wan22, source: tiny-wan22, device: cpu}]\n"
+        "workload: {prompts: [a fox], steps: 8, num_frames: 5}\n"
+        "variants:\n" + variant.format("inert", largest * 1.5, path) + variant.format("fine", largest * 0.9, path)
+    )
+    code, out, err = invoke(monkeypatch, capsys, "plan", str(profile))
+    assert code == 0, err
+    inert = next(line for line in out.splitlines() if "inert" in line and "cache_dit" in line)
+    assert f"[refused here: cache_dit: inert: residual_diff_threshold {largest * 1.5:g} above every observed" in inert
+    fine = next(line for line in out.splitlines() if f"residual_diff_threshold': {largest * 0.9}" in line)
+    assert "refused here" not in fine

@@ -74,6 +74,19 @@ def test_tea_cache_takes_user_coefficients_for_any_transformer_it_can_hook():
     assert verdict.engaged and verdict.summary.endswith("coefficients: user-supplied"), verdict.summary
 
 
+def test_tea_cache_runs_wan_with_the_set_its_authors_publish():
+    """The hooks compute Wan's modulated input (its timestep embedding): Wan 2.1's published set is taken, not
+    refused as the harness's gap (main before issue 44) nor as needing calibration."""
+    from accel.features.teacache import coefficients_for
+
+    target = loaded("tiny-wan")
+    feature = FEATURES["tea_cache"]
+    options = feature.parse_options(0.4)
+    assert feature.check(target.pipeline, "cpu", options).supported
+    _, source, file = coefficients_for("transformer", target.pipeline.transformer, options)
+    assert source == "published for Wan2.1-T2V-1.3B (ali-vilab/TeaCache)" and "TeaCache4Wan2.1" in file
+
+
 def test_tea_cache_says_which_published_coefficients_it_uses():
     verdict, _ = _run(loaded("tiny-flux"), "tea_cache", 0.4)
     assert verdict.summary.endswith("coefficients: published for FLUX.1 (ali-vilab/TeaCache)"), verdict.summary
