@@ -139,6 +139,39 @@ def plan(profile: Path = typer.Argument(..., help="Profile YAML.")) -> None:
             typer.echo(f"skipped pair {' + '.join(sorted(pair))}: {reason}")
 
 
+@app.command()
+def calibrate(
+    profile: Path = typer.Argument(..., help="Profile YAML: the model and the workload (prompts, seeds, steps)."),
+    model: str = typer.Option(..., "--model", help="The name of one of the profile's models."),
+    out: Path | None = typer.Option(None, "--out", help="Calibration YAML; default: calibration/<model>.yaml"),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
+) -> None:
+    """Calibrate the caches on MODEL: TeaCache's polynomial, MagCache's ratios, every threshold's signal range."""
+    from accel.calibrate import calibrate as run_calibration
+
+    _setup_logging(verbose)
+    calibration = run_calibration(profile, model, out)
+    for name, section in calibration.denoisers.items():
+        typer.echo(f"{name} ({section.transformer_class}):")
+        fit = section.tea_cache
+        if fit is not None:
+            typer.echo(
+                f"  tea_cache: degree {fit.degree} on {fit.points} points, R² {fit.r2:.4f}, residual rms "
+                f"{fit.residual_rms:.3g} (max {fit.residual_max:.3g}); rescaled change {fit.rescaled_change.line()}"
+            )
+        if section.mag_cache is not None:
+            typer.echo(
+                f"  mag_cache: {len(section.mag_cache.mag_ratios)} ratios from {section.mag_cache.runs} runs; "
+                f"|1 - ratio| {section.mag_cache.error.line()}"
+            )
+        for feature, signal in (("first_block_cache", section.first_block_cache), ("cache_dit", section.cache_dit)):
+            if signal is not None:
+                typer.echo(f"  {feature}: {signal.signal} {signal.observed.line()}")
+        for feature, reason in section.not_calibrated.items():
+            typer.echo(f"  {feature}: not calibrated: {reason}")
+    typer.echo(f"calibration: {calibration.command.rsplit('--out ', 1)[-1]}")
+
+
 def _refused_here(cell: Any) -> str | None:
     """Why a feature of ``cell`` cannot run on this machine (its own ``probe``: device, installed packages), as
     the sweep would record the cell unsupported; None when every feature can. A pipeline can still refuse."""
@@ -150,7 +183,23 @@ def _refused_here(cell: Any) -> str | None:
         support = FEATURES[name].probe(device, config)
         if not support.supported:
             return f"{name}: {support.reason}"
+        inert = _inert(name, config)
+        if inert:
+            return f"{name}: {inert}"
     return None
+
+
+def _inert(name: str, config: Any) -> str | None:
+    """The inert verdict of a cache threshold against the calibration its options name (None: in range, or no
+    calibration): what the cell's check refuses before anything is timed."""
+    from accel.calibrate import THRESHOLD_OPTIONS, threshold_status
+
+    path = getattr(config, "calibration", None)
+    if path is None or name not in THRESHOLD_OPTIONS:
+        return None
+    mag = {key: getattr(config, key) for key in ("max_skip_steps", "retention_ratio") if hasattr(config, key)}
+    status = threshold_status(path, name, float(getattr(config, THRESHOLD_OPTIONS[name])), **mag)
+    return status.verdict if status.inert else None
 
 
 def _sampling_notice(profile: Any) -> str | None:

@@ -76,9 +76,9 @@ def test_unknown_config_and_repeated_feature_are_config_errors():
 
 
 def test_a_feature_the_pipeline_cannot_run_is_refused_with_its_reason_and_scope():
-    target = loaded("tiny-wan")
+    target = loaded("tiny-qwen-image")
     with pytest.raises(
-        FeatureUnavailable, match="tea_cache: harness: tea_cache's hooks compute the modulated input of FLUX-style"
+        FeatureUnavailable, match="tea_cache: harness: tea_cache's hooks cannot compute the modulated input of Qwen"
     ) as raised:
         apply(target.pipeline, VaeSlicingConfig(), TeaCacheConfig(), num_inference_steps=STEPS)
     assert raised.value.scope == "model" and raised.value.feature == "tea_cache"

@@ -69,9 +69,9 @@ def test_compile_removed_from_the_second_denoiser_is_partial_not_engaged(wan22):
 @pytest.mark.parametrize(
     "name, raw",
     [
-        # The other caches, the attention backend and layerwise offload reach both (below). TeaCache's own check
-        # refuses Wan's transformer first (its hooks are FLUX's): taken as passed here, the reach check is next.
-        ("tea_cache", 0.4),
+        # The caches, the attention backend and layerwise offload reach both (below). Context parallelism's own
+        # check wants ranks: taken as passed here, the reach check is next.
+        ("context_parallel", {"ulysses": 2}),
     ],
 )
 def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_untouched(
@@ -202,7 +202,7 @@ def test_every_built_in_denoiser_feature_declares_its_reach():
 
 def test_a_one_denoiser_pipeline_is_not_refused():
     target = loaded("tiny-flux")
-    for name in ("tea_cache", "first_block_cache", "attention_backend"):
+    for name in ("context_parallel", "first_block_cache", "attention_backend"):
         feature = FEATURES[name]
         assert untouched_denoisers_refusal(feature, target.pipeline, feature.parse_options(None)) is None
 

@@ -66,13 +66,25 @@ def test_tea_cache_takes_user_coefficients_for_any_transformer_it_can_hook():
     feature = FEATURES["tea_cache"]
     refused = feature.check(target.pipeline, "cpu", feature.parse_options(0.4))
     assert not refused.supported
-    assert refused.reason.startswith(
-        "harness: needs calibration: TeaCache's authors publish no coefficients for MyFluxLikeTransformer"
-    )
-    assert "give it as coefficients: [...]" in refused.reason
+    assert refused.reason.startswith("needs calibration: omni-accel calibrate PROFILE --model MODEL")
+    assert "TeaCache's authors publish no coefficients for MyFluxLikeTransformer" in refused.reason
+    assert "give coefficients: [...]" in refused.reason
     flux = list(published_sets()["FluxTransformer2DModel"].coefficients)
     verdict, _ = _run(target, "tea_cache", {"rel_l1_thresh": 0.4, "coefficients": flux})
     assert verdict.engaged and verdict.summary.endswith("coefficients: user-supplied"), verdict.summary
+
+
+def test_tea_cache_runs_wan_with_the_set_its_authors_publish():
+    """The hooks compute Wan's modulated input (its timestep embedding): Wan 2.1's published set is taken, not
+    refused as the harness's gap (main before issue 44) nor as needing calibration."""
+    from accel.features.teacache import coefficients_for
+
+    target = loaded("tiny-wan")
+    feature = FEATURES["tea_cache"]
+    options = feature.parse_options(0.4)
+    assert feature.check(target.pipeline, "cpu", options).supported
+    _, source, file = coefficients_for("transformer", target.pipeline.transformer, options)
+    assert source == "published for Wan2.1-T2V-1.3B (ali-vilab/TeaCache)" and "TeaCache4Wan2.1" in file
 
 
 def test_tea_cache_says_which_published_coefficients_it_uses():
@@ -139,9 +151,8 @@ def test_apply_orders_offload_after_cache_dit_so_both_engage():
 @pytest.mark.parametrize(
     ("model", "name", "reason"),
     [
-        # TeaCache's authors publish Wan 2.1's coefficients: the refusal is the harness's hooks, naming the set.
-        ("tiny-wan", "tea_cache", "harness: tea_cache's hooks compute the modulated input of FLUX-style"),
-        ("tiny-wan", "tea_cache", "publish coefficients for WanTransformer3DModel (Wan2.1-T2V-1.3B: "),
+        # The hooks compute no modulated input for Qwen-Image's MMDiT: the harness's gap, not a calibration's.
+        ("tiny-qwen-image", "tea_cache", "harness: tea_cache's hooks cannot compute the modulated input of Qwen"),
         ("tiny-qwen-image", "mag_cache", "MagCache ratios are published for Flux only"),
         # Wan calls the transformer once per CFG branch: FasterCache's [uncond, cond] halves would be two samples.
         ("tiny-wan", "faster_cache", "WanPipeline runs the unconditional branch as a separate transformer call"),

@@ -282,7 +282,11 @@ def test_cache_dit_needs_a_cached_step_on_every_run():
 
 def test_tea_cache_needs_a_cached_step_on_every_run():
     def verdict(*runs):
-        handle = _handle([{"cached_steps": steps, "work": _work(4, [2])} for steps in runs], coefficients_source="x")
+        handle = _handle(
+            [{"cached_steps": steps, "work": _work(4, [2])} for steps in runs],
+            coefficients_source={"transformer": "x"},
+            coefficients_files={},
+        )
         return _verify("tea_cache", handle)
 
     assert verdict([1, 2], [3]).engaged

@@ -55,6 +55,19 @@ class CacheDitConfig(FeatureConfig):
     steps_mask: Literal["slow", "medium", "fast", "ultra"] | None = Field(
         default=None, description="SCM step-computation mask policy; faster policies compute fewer steps."
     )
+    calibration: str | None = Field(
+        default=None,
+        description="A calibration file (omni-accel calibrate): a residual_diff_threshold outside its observed "
+        "residual diffs is refused as inert before anything is timed.",
+    )
+
+
+def _diff_values(diffs: dict[str, Any] | None) -> list[float]:
+    """The residual differences of one ``cache_dit.summary`` stats entry (a value or a list per step)."""
+    values: list[float] = []
+    for value in (diffs or {}).values():
+        values += [float(v) for v in value] if isinstance(value, list | tuple) else [float(value)]
+    return values
 
 
 class _CacheDitHandle(Handle):
@@ -117,6 +130,10 @@ class _CacheDitHandle(Handle):
         stats = cache_dit.summary(target, logging=False)
         self.current["cached_steps"] = [list(s.cached_steps or []) for s in stats]
         self.current["cfg_cached_steps"] = [list(s.cfg_cached_steps or []) for s in stats]
+        # The signal its threshold is compared with, per denoiser (both CFG branches): what calibration reads.
+        self.current["residual_diffs"] = [
+            _diff_values(s.residual_diffs) + _diff_values(s.cfg_residual_diffs) for s in stats
+        ]
 
     def remove(self) -> None:
         import cache_dit
@@ -176,13 +193,19 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
             pipeline
         ):
             return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}", Owner.LIBRARY)
+        if options.calibration is not None:
+            from accel.calibrate.check import calibration_refusal
+
+            refusal = calibration_refusal(self.name, pipeline, options)
+            if refusal is not None:
+                return refusal
         return Support.yes()
 
     def apply(self, pipeline: Any, options: CacheDitConfig, context: RunContext) -> _CacheDitHandle:
         import cache_dit
         from cache_dit import DBCacheConfig, TaylorSeerCalibratorConfig
 
-        kwargs = options.model_dump(exclude={"taylorseer", "taylorseer_order", "steps_mask"})
+        kwargs = options.model_dump(exclude={"taylorseer", "taylorseer_order", "steps_mask", "calibration"})
         if options.steps_mask is not None:
             kwargs["steps_computation_mask"] = cache_dit.steps_mask(
                 mask_policy=options.steps_mask, total_steps=context.steps

@@ -14,6 +14,7 @@ from typing import Any
 
 from pydantic import Field
 
+from accel.errors import ConfigError
 from accel.features.base import (
     LOSSY_LIMITS,
     ConfigT,
@@ -72,6 +73,12 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
                     "attention or feed-forward submodule inside its block lists",
                     Owner.HARNESS,
                 )
+        if getattr(options, "calibration", None) is not None:
+            from accel.calibrate.check import calibration_refusal
+
+            refusal = calibration_refusal(self.name, pipeline, options)
+            if refusal is not None:
+                return refusal
         return Support.yes()
 
     def check_model(self, pipeline: Any, model: Any, options: ConfigT) -> Support:
@@ -107,6 +114,11 @@ class FirstBlockCacheConfig(FeatureConfig):
     """Options of ``first_block_cache``."""
 
     threshold: float = Field(default=0.05, gt=0, description="Reuse when the first block changed less; higher: faster.")
+    calibration: str | None = Field(
+        default=None,
+        description="A calibration file (omni-accel calibrate): a threshold outside its observed range is refused "
+        "as inert before anything is timed.",
+    )
 
 
 class FirstBlockCache(_DiffusersHookFeature[FirstBlockCacheConfig]):
@@ -175,6 +187,24 @@ class MagCacheConfig(FeatureConfig):
     max_skip_steps: int = Field(default=3, ge=1, description="Consecutive skips allowed.")
     retention_ratio: float = Field(default=0.2, ge=0, le=1, description="Share of first steps always computed.")
     mag_ratios: list[float] | None = Field(default=None, description="Per-step magnitude ratios (calibrated).")
+    calibration: str | None = Field(
+        default=None,
+        description="A calibration file (omni-accel calibrate): its ratios per denoiser (mag_ratios wins); a "
+        "threshold that would skip no step on them is refused as inert before anything is timed.",
+    )
+
+
+def _calibrated_ratios(pipeline: Any, model: Any, options: MagCacheConfig) -> tuple[list[float], int] | None:
+    """The calibration's ratios for ``model`` and the denoiser's steps per run they were taken at (None: none)."""
+    if options.calibration is None:
+        return None
+    from accel.calibrate.store import load_calibration
+
+    name = next(n for n, m in denoisers(pipeline).items() if m is model)
+    section = load_calibration(options.calibration).denoisers.get(name)
+    if section is None or section.mag_cache is None:
+        return None
+    return list(section.mag_cache.mag_ratios), section.mag_cache.steps
 
 
 class MagCache(_DiffusersHookFeature[MagCacheConfig]):
@@ -186,15 +216,21 @@ class MagCache(_DiffusersHookFeature[MagCacheConfig]):
 
     def check_model(self, pipeline: Any, model: Any, options: MagCacheConfig) -> Support:
         support = super().check_model(pipeline, model, options)
-        if (
-            support.supported
-            and options.mag_ratios is None
-            and type(model).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer")
-        ):
+        if not support.supported or options.mag_ratios is not None:
+            return support
+        if options.calibration is not None:
+            if _calibrated_ratios(pipeline, model, options) is None:
+                return Support.no(
+                    f"calibration {options.calibration} holds no MagCache ratios for {type(model).__name__}: "
+                    "recalibrate this model with omni-accel calibrate",
+                    Owner.MODEL,
+                )
+            return support
+        if type(model).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer"):
             return Support.no(
-                f"MagCache ratios are published for Flux only (found {type(model).__name__}); "
-                "pass mag_ratios calibrated for this model",
-                Owner.HARNESS,
+                f"needs calibration: omni-accel calibrate PROFILE --model MODEL, then calibration: PATH (MagCache "
+                f"ratios are published for Flux only, found {type(model).__name__}); or pass mag_ratios",
+                Owner.MODEL,
             )
         return support
 
@@ -203,11 +239,26 @@ class MagCache(_DiffusersHookFeature[MagCacheConfig]):
         from diffusers.hooks.mag_cache import FLUX_MAG_RATIOS
 
         ratios = options.mag_ratios if options.mag_ratios is not None else FLUX_MAG_RATIOS
+        steps = context.steps
+        calibrated = _calibrated_ratios(pipeline, model, options) if options.mag_ratios is None else None
+        if calibrated is not None:
+            ratios, own_steps = calibrated
+            if len(denoisers(pipeline)) > 1:  # each denoiser counts its own steps (its state resets after them)
+                from accel.calibrate.store import load_calibration
+
+                at = load_calibration(str(options.calibration)).steps
+                if at != context.steps:
+                    raise ConfigError(
+                        f"mag_cache: calibration {options.calibration} was taken at {at} steps, this run has "
+                        f"{context.steps}; a pipeline with two denoisers splits the steps between them: calibrate "
+                        "at the steps you run"
+                    )
+                steps = own_steps
         return DiffusersMagCacheConfig(
             threshold=options.threshold,
             max_skip_steps=options.max_skip_steps,
             retention_ratio=options.retention_ratio,
-            num_inference_steps=context.steps,
+            num_inference_steps=steps,
             mag_ratios=ratios,
         )
 

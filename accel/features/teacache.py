@@ -1,17 +1,22 @@
 """TeaCache (``tea_cache``): skip the transformer blocks on steps whose input barely changed. Lossy.
 
-Not in diffusers, so implemented here as torch hooks. Each transformer call computes the timestep-
-modulated input of the first block; the relative L1 change from the previous call, rescaled by a
-per-model polynomial fitted by the TeaCache authors, accumulates until it passes ``rel_l1_thresh``.
-Below it, the blocks are skipped and the residual they added on the last computed step is reused.
-The first and last steps of a run are always computed, and the state starts fresh with every run.
+Not in diffusers, so implemented here as torch hooks, on every denoiser (Wan 2.2's two each with their own
+polynomial). Each transformer call computes its family's modulated input (``accel.features.teacache_inputs``:
+FLUX, HunyuanVideo, Mochi, LTX-Video, Wan, CogVideoX, as TeaCache's authors do per family); the relative L1 change
+from the previous call of the same stream, rescaled by a per-model polynomial, accumulates until it passes
+``rel_l1_thresh``. Below it, the blocks are skipped and the residual they added on the last computed call is
+reused. Steps are counted by one clock shared by the denoisers (a new timestep value is a new step); calls of one
+step with the same timestep (CFG branches called separately) are streams deciding apart, as the authors keep
+Wan's even and odd calls apart. The first call of each stream and the last step are always computed, and the
+state starts fresh with every run.
 
-Coefficients: the sets TeaCache's authors publish per family (ali-vilab/TeaCache on GitHub, TeaCache4<Model>/*.py),
-kept as data with the file of each in ``feature_matrix/teacache_coefficients.yaml`` (FLUX's are the values vLLM-Omni
-ships too). A family without a published set needs calibration (the harness's gap, not the model's); a family with
-one whose input the hooks here do not compute yet (they compute FLUX's modulated input) is refused as the harness's
-gap, naming the published set. Evidence: the steps cached on each run, counted by the hook itself, and the block
-work the harness counted (``accel.features.work``): cached steps that skipped nothing are "engaged, no effect".
+Coefficients, per denoiser: the user's ``coefficients``, else the polynomial fitted by ``omni-accel calibrate``
+(``calibration: PATH``), else the set TeaCache's authors publish for the family (ali-vilab/TeaCache on GitHub,
+TeaCache4<Model>/*.py, kept as data with the file of each in ``feature_matrix/teacache_coefficients.yaml``). A
+family the hooks reach without any needs calibration (the model's refusal); a family whose input the hooks
+cannot compute is the harness's gap. Evidence: the steps cached on each run, counted by the hook itself, and the
+block work the harness counted (``accel.features.work``): cached steps that skipped nothing are "engaged, no
+effect".
 """
 
 from __future__ import annotations
@@ -37,13 +42,13 @@ from accel.features.base import (
     Stage,
     Support,
     Verdict,
+    denoisers,
 )
 from accel.features.cache import SKIPS_WORK, skipped_work_verdict
+from accel.features.teacache_inputs import LAYOUTS, Layout, ReuseResidual, layout_for
 from accel.features.work import BlockWork
 
 COEFFICIENTS_FILE = "teacache_coefficients.yaml"
-# What the hooks touch: any transformer with these (FLUX's layout) can run TeaCache given coefficients.
-HOOK_POINTS = ("x_embedder", "time_text_embed", "transformer_blocks", "single_transformer_blocks")
 
 
 @dataclass(frozen=True)
@@ -82,57 +87,103 @@ class TeaCacheConfig(FeatureConfig):
     coefficients: list[float] | None = Field(
         default=None,
         min_length=2,
-        description="Rescaling polynomial, highest power first; default: the published set for the transformer.",
+        description="Rescaling polynomial for every denoiser, highest power first; default: the calibration's, "
+        "else the published set for the transformer.",
+    )
+    calibration: str | None = Field(
+        default=None,
+        description="A calibration file (omni-accel calibrate): its fitted polynomial per denoiser.",
     )
 
 
-class _ReuseResidual(torch.nn.Module):
-    """Stands in for the skipped blocks: adds the cached residual to the image stream."""
+def _rel_l1(current: torch.Tensor, previous: torch.Tensor) -> float:
+    return float(((current - previous).abs().mean() / previous.abs().mean()).item())
 
-    def __init__(self, residual: torch.Tensor) -> None:
-        super().__init__()
-        self.residual = residual
 
-    def forward(
-        self, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor, **_: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        return encoder_hidden_states, hidden_states + self.residual
+def _timestep_key(kwargs: dict[str, Any]) -> float | None:
+    timestep = kwargs.get("timestep")
+    return float(timestep.float().max().item()) if isinstance(timestep, torch.Tensor) else None
+
+
+@dataclass
+class _Stream:
+    """One stream of calls of one denoiser (a CFG branch called separately is its own stream, as TeaCache's
+    authors keep Wan's even and odd calls apart)."""
+
+    previous: torch.Tensor | None = None
+    residual: torch.Tensor | None = None
+    accumulated: float = 0.0
+    output: torch.Tensor | None = None
+    change: float | None = None
+
+
+def coefficients_for(
+    name: str, transformer: Any, options: TeaCacheConfig
+) -> tuple[list[float], str, str | None] | None:
+    """The polynomial for denoiser ``name``: the user's, the calibration's, else the published set (None: none).
+    Returns (coefficients, where they come from, the file)."""
+    if options.coefficients is not None:
+        return list(options.coefficients), "user-supplied", None
+    if options.calibration is not None:
+        from accel.calibrate.store import load_calibration
+
+        fit = load_calibration(options.calibration).tea_cache_fit(name)
+        if fit is not None:
+            return list(fit.coefficients), f"calibrated (R² {fit.r2:.3f})", options.calibration
+    published = published_sets().get(type(transformer).__name__)
+    if published is None:
+        return None
+    return list(published.coefficients), f"published for {published.name} (ali-vilab/TeaCache)", published.source
 
 
 class _TeaCacheHandle(Handle):
-    def __init__(self, transformer: Any, options: TeaCacheConfig, steps: int) -> None:
+    """TeaCache on every denoiser: a shared step clock, a decision per denoiser and stream.
+
+    ``record``: calibration mode; never skips, records per step the input change and the output change."""
+
+    def __init__(self, pipeline: Any, options: TeaCacheConfig, steps: int, record: bool = False) -> None:
         super().__init__()
-        self.transformer = transformer
         self.threshold = options.rel_l1_thresh
-        coefficients: Any
-        if options.coefficients is not None:
-            self.coefficients_source = "user-supplied"
-            coefficients = options.coefficients
-        else:
-            published = published_sets()[type(transformer).__name__]
-            self.coefficients_source = f"published for {published.name} (ali-vilab/TeaCache)"
-            self.coefficients_file = published.source
-            coefficients = list(published.coefficients)
-        self.rescale = np.poly1d(coefficients)
         self.steps = steps
-        self.double_blocks = transformer.transformer_blocks
-        self.single_blocks = transformer.single_transformer_blocks
+        self.record = record
+        self.models = denoisers(pipeline)
+        self.layouts: dict[str, Layout] = {}
+        self.rescale: dict[str, np.poly1d] = {}
+        self.coefficients_source: dict[str, str] = {}
+        self.coefficients_files: dict[str, str] = {}
+        self.original: dict[str, dict[str, Any]] = {}
+        self.hooks: list[Any] = []
+        for name, model in self.models.items():
+            layout = layout_for(model)
+            assert layout is not None, f"tea_cache: check() admits {type(model).__name__} without a layout"
+            self.layouts[name] = layout
+            chosen = coefficients_for(name, model, options)
+            coefficients, source, file = chosen if chosen is not None else ([1.0, 0.0], "none (recording)", None)
+            self.rescale[name] = np.poly1d(coefficients)
+            self.coefficients_source[name] = source
+            if file:
+                self.coefficients_files[name] = file
+            self.original[name] = {part: getattr(model, part) for part in layout.block_lists}
+            first = self.original[name][layout.block_lists[0]][0]
+            last = self.original[name][layout.block_lists[-1]][-1]
+            self.hooks += [
+                model.register_forward_pre_hook(functools.partial(self._decide, name), with_kwargs=True),
+                model.register_forward_hook(functools.partial(self._restore, name)),
+                first.register_forward_pre_hook(self._record_input, with_kwargs=True),
+                last.register_forward_hook(functools.partial(self._record_output, name)),
+            ]
         self._reset()
-        self.work = BlockWork({"transformer": transformer}, str(next(transformer.parameters()).device))
-        self.hooks = [
-            transformer.register_forward_pre_hook(self._decide, with_kwargs=True),
-            transformer.register_forward_hook(self._restore),
-            self.double_blocks[0].register_forward_pre_hook(self._record_input, with_kwargs=True),
-            self.single_blocks[-1].register_forward_hook(self._record_output),
-        ]
+        self.work = BlockWork(self.models, str(next(next(iter(self.models.values())).parameters()).device))
 
     def _reset(self) -> None:
-        self.call = 0
-        self.accumulated = 0.0
-        self.previous: torch.Tensor | None = None
-        self.residual: torch.Tensor | None = None
+        self.step = -1
+        self.stream = 0
+        self.last_key: float | None = None
+        self.streams: dict[tuple[str, int], _Stream] = {}
+        self.active: _Stream | None = None
+        self.active_key: tuple[str, int] = ("", 0)
         self.block_input: torch.Tensor | None = None
-        self.skipping = False
+        self.skipping: str | None = None
 
     def begin_run(self) -> None:
         super().begin_run()
@@ -142,62 +193,85 @@ class _TeaCacheHandle(Handle):
     def end_run(self) -> None:
         self.current["work"] = self.work.end()
 
-    def _modulated_input(self, kwargs: dict[str, Any]) -> torch.Tensor:
-        t = self.transformer
-        hidden = t.x_embedder(kwargs["hidden_states"])
-        timestep = kwargs["timestep"].to(hidden.dtype) * 1000
-        guidance = kwargs.get("guidance")
-        if guidance is None:
-            temb = t.time_text_embed(timestep, kwargs["pooled_projections"])
+    def _clock(self, kwargs: dict[str, Any]) -> int:
+        """Advance the shared step clock: a new timestep value is a new step, the same one another stream."""
+        key = _timestep_key(kwargs)
+        if key is None or key != self.last_key:
+            self.step += 1
+            self.stream = 0
         else:
-            temb = t.time_text_embed(timestep, guidance.to(hidden.dtype) * 1000, kwargs["pooled_projections"])
-        modulated: torch.Tensor = t.transformer_blocks[0].norm1(hidden, emb=temb)[0]
-        return modulated
+            self.stream += 1
+        self.last_key = key
+        return self.stream
 
     @torch.no_grad()
-    def _decide(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        modulated = self._modulated_input(kwargs)
-        step = self.call
-        self.call += 1
-        previous, residual = self.previous, self.residual
-        self.previous = modulated
-        if previous is None or residual is None or step >= self.steps - 1:  # compute: nothing to reuse, or last
-            self.accumulated = 0.0
+    def _decide(self, name: str, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        layout = self.layouts[name]
+        key = (name, self._clock(kwargs))
+        stream = self.streams.setdefault(key, _Stream())
+        self.active, self.active_key = stream, key
+        seen = self.current.setdefault("steps", {}).setdefault(name, [])
+        if self.step not in seen:
+            seen.append(self.step)
+        modulated = layout.modulated(module, kwargs)
+        previous, residual = stream.previous, stream.residual
+        stream.previous = modulated
+        stream.change = None if previous is None else _rel_l1(modulated, previous)
+        if self.record or previous is None or residual is None or self.step >= self.steps - 1:
+            stream.accumulated = 0.0  # compute: recording, nothing to reuse, or the last step
             return
-        change = ((modulated - previous).abs().mean() / previous.abs().mean()).item()
-        self.accumulated += float(self.rescale(change))
-        if self.accumulated >= self.threshold:  # compute: the input changed too much since the last computed step
-            self.accumulated = 0.0
+        assert stream.change is not None
+        rescaled = float(self.rescale[name](stream.change))
+        stream.accumulated += rescaled
+        self.current.setdefault("distances", {}).setdefault(name, []).append(stream.accumulated)
+        if stream.accumulated >= self.threshold:  # compute: the input changed too much since the last computed
+            stream.accumulated = 0.0
             return
-        self.skipping = True
-        self.current.setdefault("cached_steps", []).append(step)
-        module.transformer_blocks = torch.nn.ModuleList()
-        module.single_transformer_blocks = torch.nn.ModuleList([_ReuseResidual(residual)])
+        self.skipping = name
+        cached = self.current.setdefault("cached_steps", [])
+        if self.step not in cached:  # a step is cached when a call of it skipped (each CFG stream decides)
+            cached.append(self.step)
+        self.current.setdefault("cached_steps_by_denoiser", {}).setdefault(name, []).append(self.step)
+        for part in layout.block_lists[:-1]:
+            setattr(module, part, torch.nn.ModuleList())
+        setattr(module, layout.block_lists[-1], torch.nn.ModuleList([ReuseResidual(residual, layout.output)]))
 
-    def _restore(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        if self.skipping:
-            module.transformer_blocks = self.double_blocks
-            module.single_transformer_blocks = self.single_blocks
-            self.skipping = False
+    def _restore(self, name: str, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if self.skipping == name:
+            for part, blocks in self.original[name].items():
+                setattr(module, part, blocks)
+            self.skipping = None
+        if self.record and self.active is not None:
+            sample = output.sample if hasattr(output, "sample") else output[0]
+            stream = self.active
+            if stream.output is not None and stream.change is not None:
+                change = _rel_l1(sample.detach(), stream.output)
+                streams = self.current.setdefault("pairs", {}).setdefault(name, {})
+                streams.setdefault(self.active_key[1], []).append((stream.change, change))
+            stream.output = sample.detach()
 
     def _record_input(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        self.block_input = kwargs["hidden_states"]
+        self.block_input = args[0] if args else kwargs["hidden_states"]
 
-    def _record_output(self, module: Any, args: tuple[Any, ...], output: Any) -> None:
-        self.residual = output[1] - self.block_input
+    def _record_output(self, name: str, module: Any, args: tuple[Any, ...], output: Any) -> None:
+        if self.active is not None and self.block_input is not None:
+            self.active.residual = self.layouts[name].image_output(output) - self.block_input
 
     def remove(self) -> None:
         self.work.remove()
         for hook in self.hooks:
             hook.remove()
-        self._restore(self.transformer, (), None)
+        for name, model in self.models.items():
+            for part, blocks in self.original[name].items():
+                setattr(model, part, blocks)
 
 
 class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
-    """TeaCache for FLUX-style transformers: published coefficients (FLUX) or the user's own."""
+    """TeaCache on every denoiser whose modulated input the hooks compute: published, calibrated or own
+    coefficients."""
 
     name = "tea_cache"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE
@@ -209,41 +283,54 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
     description = "TeaCache (timestep-embedding-aware step skipping), implemented as hooks"
 
     def check(self, pipeline: Any, device: str, options: TeaCacheConfig) -> Support:
-        transformer = getattr(pipeline, "transformer", None)
-        name = type(transformer).__name__
-        published = published_sets().get(name)
-        missing = [part for part in HOOK_POINTS if not hasattr(transformer, part)]
-        if missing:
-            if published is not None:
+        present = denoisers(pipeline)
+        if not present:
+            return Support.no(f"{type(pipeline).__name__} has no transformer to hook", Owner.MODEL)
+        for component, transformer in present.items():
+            name = type(transformer).__name__
+            published = published_sets().get(name)
+            if layout_for(transformer) is None:
+                families = ", ".join(sorted({layout.family for layout in LAYOUTS.values()}))
+                known = "; TeaCache's authors publish coefficients for it" if published is not None else ""
                 return Support.no(
-                    f"harness: tea_cache's hooks compute the modulated input of FLUX-style transformers only "
-                    f"({', '.join(HOOK_POINTS)}; {name} has no {missing[0]}); TeaCache's authors publish coefficients "
-                    f"for {name} ({published.name}: {published.source}), hooks for its input are not written yet",
+                    f"harness: tea_cache's hooks cannot compute the modulated input of {name} ({component}); "
+                    f"they compute it for {families}{known}",
                     Owner.HARNESS,
                 )
-            return Support.no(
-                f"harness: tea_cache hooks FLUX-style transformers ({', '.join(HOOK_POINTS)}); {name} has no "
-                f"{missing[0]}, and needs calibration: TeaCache's authors publish no coefficients for it",
-                Owner.HARNESS,
-            )
-        if options.coefficients is None and published is None:
-            return Support.no(
-                f"harness: needs calibration: TeaCache's authors publish no coefficients for {name} (published: "
-                f"{', '.join(sorted(published_sets()))}); fit a polynomial for it and give it as coefficients: [...], "
-                "highest power first",
-                Owner.HARNESS,
-            )
+            if coefficients_for(component, transformer, options) is None:
+                return Support.no(
+                    f"needs calibration: omni-accel calibrate PROFILE --model MODEL, then calibration: PATH "
+                    f"(TeaCache's authors publish no coefficients for {name}; published: "
+                    f"{', '.join(sorted(published_sets()))}); or give coefficients: [...], highest power first",
+                    Owner.MODEL,
+                )
+        if options.calibration is not None:
+            from accel.calibrate.check import calibration_refusal
+
+            refusal = calibration_refusal(self.name, pipeline, options)
+            if refusal is not None:
+                return refusal
         return Support.yes()
 
     def apply(self, pipeline: Any, options: TeaCacheConfig, context: RunContext) -> _TeaCacheHandle:
-        return _TeaCacheHandle(pipeline.transformer, options, context.steps)
+        return _TeaCacheHandle(pipeline, options, context.steps)
 
     def verify(self, handle: _TeaCacheHandle) -> Verdict:
         per_run = [run.get("cached_steps", []) for run in handle.runs]
-        evidence = {"cached_steps_per_run": per_run, "coefficients": getattr(handle, "coefficients_source", None)}
-        if getattr(handle, "coefficients_file", None):
-            evidence["coefficients_file"] = handle.coefficients_file
+        sources = handle.coefficients_source
+        described = "; ".join(f"{name}: {source}" for name, source in sources.items())
+        single = len(sources) == 1
+        evidence: dict[str, Any] = {
+            "cached_steps_per_run": per_run,
+            "coefficients": next(iter(sources.values())) if single else dict(sources),
+        }
+        if handle.coefficients_files:
+            files = handle.coefficients_files
+            evidence["coefficients_file"] = next(iter(files.values())) if single else dict(files)
+        if not single:
+            by_denoiser = [run.get("cached_steps_by_denoiser", {}) for run in handle.runs]
+            evidence["cached_steps_by_denoiser_per_run"] = by_denoiser
         verdict = skipped_work_verdict(handle.runs, self.name, cached=[len(steps) for steps in per_run])
         verdict.evidence.update(evidence)
-        verdict.summary += f"; coefficients: {evidence['coefficients']}"
+        verdict.summary += "; coefficients: " + (next(iter(sources.values())) if single else described)
         return verdict

@@ -1,0 +1,33 @@
+"""What a cache feature's ``check`` asks of its ``calibration`` option: the file fits the pipeline, and the
+threshold is not inert on it (refused before anything is timed, with the verdict saying why)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from accel.features.base import Owner, Support, denoisers
+
+
+def calibration_refusal(feature: str, pipeline: Any, options: Any) -> Support | None:
+    """None when ``options.calibration`` is unset or fits; otherwise the refusal (a wrong model, an inert
+    threshold)."""
+    from accel.calibrate.inert import THRESHOLD_OPTIONS, threshold_status
+    from accel.calibrate.store import load_calibration
+
+    path = getattr(options, "calibration", None)
+    if path is None:
+        return None
+    calibration = load_calibration(path)
+    present = {name: type(model).__name__ for name, model in denoisers(pipeline).items()}
+    calibrated = {name: section.transformer_class for name, section in calibration.denoisers.items()}
+    if present != calibrated:
+        return Support.no(
+            f"calibration {path} is of {calibration.model} ({calibrated}); this pipeline's denoisers are {present}: "
+            "calibrate this model (omni-accel calibrate PROFILE --model MODEL) and name its file",
+            Owner.MODEL,
+        )
+    mag = {key: getattr(options, key) for key in ("max_skip_steps", "retention_ratio") if hasattr(options, key)}
+    status = threshold_status(calibration, feature, float(getattr(options, THRESHOLD_OPTIONS[feature])), **mag)
+    if status.inert:
+        return Support.no(f"{status.verdict} (calibration {path})", Owner.MODEL)
+    return None
