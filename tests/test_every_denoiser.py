@@ -69,9 +69,9 @@ def test_compile_removed_from_the_second_denoiser_is_partial_not_engaged(wan22):
 @pytest.mark.parametrize(
     "name, raw",
     [
-        # The caches, the attention backend and layerwise offload reach both (below). Context parallelism's own
-        # check wants ranks: taken as passed here, the reach check is next.
-        ("context_parallel", {"ulysses": 2}),
+        # The caches (TeaCache included), context parallelism, the attention backend and layerwise offload reach
+        # both (below). Tensor parallelism's own check wants ranks: taken as passed here, the reach check is next.
+        ("tensor_parallel", {"tp": 2}),
     ],
 )
 def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_untouched(
@@ -80,6 +80,7 @@ def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_
     from accel.features.base import Support
 
     monkeypatch.setattr(type(FEATURES[name]), "check", lambda self, pipeline, device, options: Support.yes())
+    monkeypatch.setattr(type(FEATURES[name]), "probe", lambda self, device, options, dtype=None: Support.yes())
     config = FEATURES[name].parse_options(raw)
     with pytest.raises(FeatureUnavailable) as refused:
         apply(wan22.pipeline, config, num_inference_steps=4)
