@@ -155,6 +155,22 @@ def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path
     assert list(components["vae"].config.latents_std) == manifest["latent"]["latents_std"]
 
 
+def test_zoo_train_mini_wan_runs_mini_wan_s_training_and_prints_the_committed_losses(monkeypatch, capsys, tmp_path):
+    from conftest import invoke
+
+    calls = []
+
+    def fake_train(target, threads=None):
+        calls.append((target, threads))
+        return {"final_losses": {"transformer_2": 0.5}, "seconds": {"total": 60.0}, "sha256": "f" * 64}
+
+    monkeypatch.setattr(mini_wan, "train", fake_train)
+    code, out, _ = invoke(monkeypatch, capsys, "zoo", "train", "mini-wan", "--out", str(tmp_path), "--threads", "1")
+    assert code == 0 and calls == [(tmp_path, 1)]
+    committed = mini_wan.read_manifest()["final_losses"]["transformer_2"]
+    assert f"transformer_2: final loss 0.50000 (committed: {committed:.5f})" in out
+
+
 # ---- the committed weights ----------------------------------------------------------------------------------
 
 
