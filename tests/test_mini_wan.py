@@ -183,6 +183,8 @@ def test_the_committed_manifest_matches_the_recipe_and_the_weights():
     assert manifest["config"]["train"]["seed"] == 0
     assert set(manifest["final_losses"]) == {"text", "vae_frames", "vae", *mini_wan.EXPERTS}
     assert all(math.isfinite(v) for v in manifest["final_losses"].values())
+    assert manifest["seconds"]["total"] <= 25 * 60, "the committed run took longer than issue 43's 25-minute budget"
+    assert manifest["threads"] == 1, "the committed run fixed one thread (docs/zoo.md says why)"
     mini_wan.build_settings(manifest)
     total = sum((mini_wan.WEIGHTS_DIR / f).stat().st_size for f in mini_wan.COMPONENT_FILES.values())
     assert total <= 10 * 2**20
