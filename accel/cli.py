@@ -26,7 +26,7 @@ app = typer.Typer(
 )
 engines_app = typer.Typer(help="External engines (vLLM-Omni) in their own Python environments.", no_args_is_help=True)
 zoo_app = typer.Typer(
-    help="The offline zoo of tiny diffusers pipelines (random weights, and mini-flux trained by the project).",
+    help="The offline zoo of tiny diffusers pipelines (random weights; mini-flux and mini-wan trained by the project).",
     no_args_is_help=True,
 )
 app.add_typer(zoo_app, name="zoo")
@@ -424,7 +424,7 @@ def zoo_list() -> None:
 
 @zoo_app.command("train")
 def zoo_train(
-    name: str = typer.Argument(..., help="A trainable zoo entry (mini-flux)."),
+    name: str = typer.Argument(..., help="A trainable zoo entry (mini-flux, mini-wan)."),
     out: Path | None = typer.Option(
         None, "--out", "-o", help="Where to write weights, manifest and log; default: <zoo dir>/<name>-training."
     ),
@@ -435,10 +435,11 @@ def zoo_train(
         help="Fix the torch thread count (>= 1); default: 1 or 2, re-chosen as the load changes.",
     ),
 ) -> None:
-    """Train a zoo entry from its seed (mini-flux: text encoders, VAE, transformer); compare with committed losses."""
+    """Train a zoo entry from its seed (mini-flux: text encoders, VAE, transformer; mini-wan: text encoder, VAE,
+    both experts); compare with committed losses."""
     from accel import zoo
     from accel.errors import ConfigError
-    from accel.zoo import mini_flux
+    from accel.zoo import mini_flux, mini_wan
 
     _setup_logging(False)
     entry = zoo.get_entry(name)
@@ -446,9 +447,10 @@ def zoo_train(
         trainable = ", ".join(n for n, e in zoo.ZOO.items() if e.trained)
         raise ConfigError(f"zoo train: '{name}' has random weights, nothing to train. Trainable: {trainable}")
     target = out or zoo.zoo_root() / f"{name}-training"
-    typer.echo(f"training {name} into {target} (log: {target / mini_flux.LOG_FILE})")
-    manifest = mini_flux.train(target, threads=threads)
-    committed = mini_flux.read_manifest()["final_losses"] if mini_flux.weights_hash() else {}
+    model: Any = mini_wan if name == mini_wan.NAME else mini_flux
+    typer.echo(f"training {name} into {target} (log: {target / model.LOG_FILE})")
+    manifest = model.train(target, threads=threads)
+    committed = model.read_manifest()["final_losses"] if model.weights_hash() else {}
     for part, loss in manifest["final_losses"].items():
         reference = f" (committed: {committed[part]:.5f})" if part in committed else ""
         typer.echo(f"{part}: final loss {loss:.5f}{reference}")

@@ -131,7 +131,7 @@ class ModelSpec(StrictModel):
         description="Workload keys this model runs with instead of the profile's (e.g. num_images_per_prompt: 1 "
         "for a pipeline that gives one output per prompt); its baseline and variants all use them.",
     )
-    world: Literal["shapes"] | None = Field(
+    world: Literal["shapes", "moving-shapes"] | None = Field(
         default=None,
         description="The procedural world the model was trained on (scores prompt adherence); default: the zoo's.",
     )

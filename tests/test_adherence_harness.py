@@ -376,3 +376,38 @@ def test_prompt_expectations_are_checked_like_a_prompt_set_and_only_come_with_on
         )
     with pytest.raises(ConfigError, match=r"prompt_expectations is filled from prompt_set: give prompt_set instead"):
         parse_profile({"models": models, "workload": {"prompts": ["x"], "prompt_expectations": entries}})
+
+
+def test_a_video_world_is_scored_video_by_video_with_its_own_kinds(tmp_path):
+    from accel.measure.video_adherence import VIDEO_ATTRIBUTES
+    from accel.report.adherence import adherence_table
+    from accel.zoo import video_world
+
+    prompts = [video_world.HELD_OUT_PROMPTS[0], video_world.HELD_OUT_PROMPTS[1]]
+    workload = Workload(prompts=prompts)
+    model = ModelSpec(name="mini-wan", source="mini-wan")
+    assert model_world(model) == "moving-shapes"
+    scenes = expected_scenes(workload, "moving-shapes")
+    assert scenes == [video_world.parse_caption(p) for p in prompts] and None not in scenes
+
+    def write(variant, videos):
+        path = outputs_path(tmp_path, "mini-wan", variant)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # As the adapter saves a video: (frames, H, W, 3) floats in [0, 1].
+        arrays = {f"p{i}_s0_n0": np.stack([np.asarray(f, np.float32) / 255 for f in v]) for i, v in enumerate(videos)}
+        np.savez_compressed(path, **arrays)
+        return {"model": "mini-wan", "variant": variant, "outputs_file": str(path.relative_to(tmp_path))}
+
+    keys = ["p0_s0_n0", "p1_s0_n0"]
+    baseline = write("baseline", [video_world.render(s, 0) for s in scenes])
+    attach_adherence(baseline, model, workload, None, tmp_path, keys)
+    assert baseline["adherence"]["overall"] == 1.0 and baseline["adherence"]["world"] == "moving-shapes"
+    assert set(VIDEO_ATTRIBUTES) <= set(baseline["adherence"]) and "shape" not in baseline["adherence"]
+    # The variant's second video plays backwards: it loses that video's direction, nothing else.
+    variant = write("v", [video_world.render(scenes[0], 0), video_world.render(scenes[1], 0)[::-1]])
+    attach_adherence(variant, model, workload, baseline, tmp_path, keys)
+    assert variant["adherence"]["direction"] == 0.5
+    assert variant["adherence_loss"] == pytest.approx(1 / 8)
+    assert variant["adherence"]["vs_baseline"]["by_kind"]["direction"] == pytest.approx(1 / 2)
+    table = adherence_table([baseline, variant])
+    assert "direction ↑" in table and "persistence ↑" in table and "shape ↑" not in table

@@ -146,7 +146,9 @@ def _interval(values: list[float]) -> tuple[float, float]:
     return _wilson(sum(values), len(values))
 
 
-def summarise(scores: list[dict[str, float]], keys: list[str] | None = None) -> dict[str, Any]:
+def summarise(
+    scores: list[dict[str, float]], keys: list[str] | None = None, attributes: tuple[str, ...] = ATTRIBUTES
+) -> dict[str, Any]:
     """Mean per attribute kind and overall over images, each with a 95% interval and the image count.
 
     ``overall`` is the share of all scored attributes recovered. Its interval counts each *image* as one
@@ -155,19 +157,20 @@ def summarise(scores: list[dict[str, float]], keys: list[str] | None = None) -> 
     would make the interval about twice too narrow. As wide as for one trial per image, it is conservative
     when the attributes are in fact independent. A kind is averaged over the images whose prompt names it
     (NaN when none does). With ``keys`` (one per score, e.g. ``p0_s1_n0``), ``per_image`` keeps each
-    image's 0/1 per kind, which ``paired_loss`` compares image by image.
+    image's 0/1 per kind, which ``paired_loss`` compares image by image. ``attributes``: the kinds scored
+    (a video world's, ``accel.measure.video_adherence.VIDEO_ATTRIBUTES``, for videos).
     """
     summary: dict[str, Any] = {"n": len(scores)}
-    for kind in ATTRIBUTES:
+    for kind in attributes:
         values = [s[kind] for s in scores if kind in s]
         summary[kind] = sum(values) / len(values) if values else math.nan
         summary[f"{kind}_ci"] = list(_interval(values))
-    trials = [s[kind] for s in scores for kind in ATTRIBUTES if kind in s]
+    trials = [s[kind] for s in scores for kind in attributes if kind in s]
     summary["overall"] = sum(trials) / len(trials) if trials else math.nan
     summary["overall_ci"] = list(_wilson(summary["overall"] * len(scores), len(scores)) if trials else _wilson(0, 0))
     if keys is not None:
         summary["per_image"] = {
-            key: {kind: int(s[kind]) for kind in ATTRIBUTES if kind in s} for key, s in zip(keys, scores, strict=True)
+            key: {kind: int(s[kind]) for kind in attributes if kind in s} for key, s in zip(keys, scores, strict=True)
         }
     return summary
 
@@ -184,14 +187,14 @@ def paired_loss(baseline: dict[str, dict[str, int]], variant: dict[str, dict[str
     ``missing``: those the variant lacks.
     """
     lost = gained = total = 0
-    by_kind: dict[str, list[int]] = {kind: [0, 0] for kind in ATTRIBUTES}
+    by_kind: dict[str, list[int]] = {kind: [0, 0] for kind in ATTRIBUTES}  # a video world's kinds join as met
     missing = 0
     for key, expected in baseline.items():
         mine = variant.get(key)
         missing += mine is None
         for kind, right in expected.items():
             total += 1
-            by_kind[kind][1] += 1
+            by_kind.setdefault(kind, [0, 0])[1] += 1
             theirs = None if mine is None else mine.get(kind)
             if right and not theirs:
                 lost += 1

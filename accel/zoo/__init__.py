@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from accel.errors import ConfigError, unknown_choice
-from accel.zoo import families, mini_flux, pipelines
+from accel.zoo import families, mini_flux, mini_wan, pipelines
 
 # 2: the marker records every file's SHA-256, checked each time a built checkpoint is used.
 # 3: the marker's fingerprint is the directory's (builders used to change the config they were given, so an
@@ -109,6 +109,20 @@ ZOO: dict[str, ZooEntry] = {
             trained=True,
         ),
         ZooEntry(
+            name="mini-wan",
+            pipeline_class="WanPipeline",
+            modality="video",
+            description="Wan 2.2 layout trained by the project on the moving-shapes world (two experts switched "
+            "at boundary_ratio 0.875, causal video VAE, UMT5)",
+            config={"model": mini_wan.MINI_WAN_CONFIG},
+            weights_fingerprint=mini_wan.weights_fingerprint,
+            verify_weights=mini_wan.verify_weights,
+            builder=mini_wan.build_mini_wan,
+            call_kwargs={"max_sequence_length": mini_wan.MAX_SEQUENCE_LENGTH},
+            world="moving-shapes",
+            trained=True,
+        ),
+        ZooEntry(
             name="tiny-flux",
             pipeline_class="FluxPipeline",
             modality="image",
@@ -165,7 +179,7 @@ for _spec in pipelines.FAMILIES:
 
 
 def family_entries() -> list[ZooEntry]:
-    """Every entry that stands for a diffusers pipeline family (all but the trained mini-flux)."""
+    """Every entry that stands for a diffusers pipeline family (all but the trained mini-flux and mini-wan)."""
     return [entry for entry in ZOO.values() if entry.family]
 
 

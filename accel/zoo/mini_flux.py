@@ -24,12 +24,12 @@ gives them all.
 from __future__ import annotations
 
 import copy
-import json
 import math
 from pathlib import Path
 from typing import Any
 
 from accel.errors import ConfigError
+from accel.zoo import trained_weights
 from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog
 from accel.zoo.mini_flux_model import (
     COMPONENT_FILES,
@@ -84,11 +84,7 @@ BUILD_SETTINGS = ("latent",)
 
 def read_manifest(weights_dir: Path | None = None) -> dict[str, Any]:
     """The manifest of a weights directory (default ``WEIGHTS_DIR``); a ConfigError naming the fix when missing."""
-    path = (weights_dir or WEIGHTS_DIR) / MANIFEST_FILE
-    if not path.is_file():
-        raise ConfigError(f"{path}: mini-flux weights are missing; train them with `omni-accel zoo train mini-flux`")
-    manifest: dict[str, Any] = json.loads(path.read_text())
-    return manifest
+    return trained_weights.read_manifest(weights_dir or WEIGHTS_DIR, "mini-flux")
 
 
 def weights_hash(weights_dir: Path | None = None) -> str | None:
@@ -96,11 +92,7 @@ def weights_hash(weights_dir: Path | None = None) -> str | None:
 
     Not the manifest's stored value: a file changed together with its manifest entry changes this hash.
     """
-    weights_dir = weights_dir or WEIGHTS_DIR
-    paths = {filename: weights_dir / filename for filename in COMPONENT_FILES.values()}
-    if not (weights_dir / MANIFEST_FILE).is_file() or not all(path.is_file() for path in paths.values()):
-        return None
-    return combined_sha256({filename: file_sha256(path) for filename, path in paths.items()})
+    return trained_weights.weights_hash(weights_dir or WEIGHTS_DIR, COMPONENT_FILES)
 
 
 def build_settings(manifest: dict[str, Any], weights_dir: Path | None = None) -> dict[str, Any]:
@@ -140,40 +132,15 @@ def weights_fingerprint(weights_dir: Path | None = None) -> dict[str, Any] | Non
 
 def verify_weights(weights_dir: Path | None = None) -> dict[str, Any]:
     """Check every weight file and the combined hash against the manifest; returns it, ConfigError otherwise."""
-    weights_dir = weights_dir or WEIGHTS_DIR
-    manifest = read_manifest(weights_dir)
-    files = {}
-    for name, filename in COMPONENT_FILES.items():
-        path = weights_dir / filename
-        if not path.is_file():
-            raise ConfigError(f"{path}: missing mini-flux weight file for '{name}'")
-        actual = file_sha256(path)
-        if actual != manifest["files"][filename]:
-            raise ConfigError(
-                f"{path}: SHA-256 {actual[:12]} does not match the manifest's {manifest['files'][filename][:12]}"
-            )
-        files[filename] = actual
-    combined = combined_sha256(files)
-    if combined != manifest.get("sha256"):
-        raise ConfigError(
-            f"{weights_dir / MANIFEST_FILE}: combined SHA-256 {str(manifest.get('sha256'))[:12]} is not the weight "
-            f"files' {combined[:12]}; retrain with `omni-accel zoo train mini-flux` or restore the committed files"
-        )
-    return manifest
+    return trained_weights.verify_weights(weights_dir or WEIGHTS_DIR, COMPONENT_FILES, "mini-flux")
 
 
 def build_mini_flux(config: dict[str, Any], weights_dir: Path | None = None) -> dict[str, Any]:
     """Components of the trained mini-flux, loaded from the committed (hash-checked) weights."""
-    from safetensors.torch import load_model
-
     weights_dir = weights_dir or WEIGHTS_DIR
     # Only the fingerprinted settings: a manifest entry read here but not fingerprinted would let a changed
     # manifest be served from a zoo directory built before it changed.
     settings = build_settings(verify_weights(weights_dir), weights_dir)
     model_config = copy.deepcopy(config.get("model", config))
     model_config["vae"].update(settings["latent"])
-    components = build_components(model_config)
-    for name, filename in COMPONENT_FILES.items():
-        load_model(components[name], str(weights_dir / filename), strict=True)
-        components[name].eval()
-    return components
+    return trained_weights.load_weights(build_components(model_config), weights_dir, COMPONENT_FILES)

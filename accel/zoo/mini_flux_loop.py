@@ -128,13 +128,15 @@ def _loop(
     picker: ThreadPicker,
     log: TrainLog,
     progress: bool,
+    model: str = "mini-flux",
 ) -> dict[str, float]:
-    """Run ``step_fn`` for ``steps`` steps with a progress bar; returns the final loss and timing."""
+    """Run ``step_fn`` for ``steps`` steps with a progress bar (named after ``model``); returns the final loss and
+    timing."""
     from tqdm import tqdm
 
     losses: list[float] = []
     start = time.perf_counter()
-    bar = tqdm(total=steps, desc=f"mini-flux {name}", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=steps, desc=f"{model} {name}", disable=not progress, dynamic_ncols=True)
     for step in range(steps):
         picker.before_step(step)
         began = time.perf_counter()

@@ -138,13 +138,14 @@ def _clip_bpe(vocab: dict[str, int], merges: list[tuple[str, str]]) -> Any:
     )
 
 
-def t5_tokenizer() -> Any:
-    """A T5 (unigram) tokenizer with one piece per word of the world (letters as a fallback)."""
+def t5_tokenizer(words: list[str] | None = None) -> Any:
+    """A T5 (unigram) tokenizer with one piece per word of ``words`` (default: the shapes world's vocabulary),
+    letters as a fallback. mini-wan passes the moving-shapes world's words."""
     from transformers import T5Tokenizer
 
     pieces = [("<pad>", 0.0), ("</s>", 0.0), ("<unk>", 0.0), ("▁", -2.0)]
     pieces += [(letter, -2.0) for letter in "abcdefghijklmnopqrstuvwxyz"]
-    pieces += [("," if word == "," else "▁" + word, -1.0) for word in vocabulary()]
+    pieces += [("," if word == "," else "▁" + word, -1.0) for word in (vocabulary() if words is None else words)]
     return T5Tokenizer(vocab=pieces, extra_ids=0, model_max_length=128)
 
 

@@ -19,8 +19,13 @@ def model_guidance_target(
     so the uncaptioned velocity stays the data's. The fixed point is ``u + (v - u) / (1 - weight)``: one
     captioned pass draws what true classifier-free guidance at scale ``1 / (1 - weight)`` draws.
     """
-    lean = (captioned - uncaptioned) * (~dropped).to(target.dtype)[:, None, None]
+    lean = (captioned - uncaptioned) * _per_row((~dropped).to(target.dtype), target)
     return target + weight * lean
+
+
+def _per_row(values: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """One value per batch row, shaped to broadcast over ``like`` (packed image tokens or 5-D video latents)."""
+    return values.reshape(-1, *([1] * (like.ndim - 1)))
 
 
 def noised_sample(x0: torch.Tensor, noise: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -29,7 +34,8 @@ def noised_sample(x0: torch.Tensor, noise: torch.Tensor, t: torch.Tensor) -> tor
     ``t`` is the flow-match scheduler's sigma (FluxPipeline passes the transformer ``timestep / 1000``, that
     sigma): 0 is the data, 1 pure noise.
     """
-    return (1 - t[:, None, None]) * x0 + t[:, None, None] * noise
+    t = _per_row(t, x0)
+    return (1 - t) * x0 + t * noise
 
 
 def velocity_target(x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:

@@ -11,7 +11,6 @@ the public names.
 from __future__ import annotations
 
 import copy
-import json
 import time
 from pathlib import Path
 from typing import Any, cast
@@ -23,14 +22,12 @@ from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog, _begin_step, _loop,
 from accel.zoo.mini_flux_model import (
     COMPONENT_FILES,
     LOG_FILE,
-    MANIFEST_FILE,
     MAX_SEQUENCE_LENGTH,
     MINI_FLUX_CONFIG,
     build_components,
-    combined_sha256,
-    file_sha256,
 )
 from accel.zoo.mini_flux_objective import ema_decay, ema_update, model_guidance_target, noised_sample, velocity_target
+from accel.zoo.trained_weights import write_weights
 from accel.zoo.world import (
     HELD_OUT_SCENES,
     IMAGE_SIZE,
@@ -176,7 +173,9 @@ def _train_vae(
     picker: ThreadPicker,
     log: TrainLog,
     progress: bool,
+    model: str = "mini-flux",
 ) -> dict[str, float]:
+    """Train ``vae`` to reconstruct ``images`` (NCHW images, or NCFHW videos for mini-wan); the loop's result."""
     optimizer = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.0)
     vae.train()
 
@@ -187,7 +186,7 @@ def _train_vae(
         if crop and crop < batch.shape[-1]:
             # The VAE is convolutional: random crops (one offset per batch) cost a fraction of full images.
             y, x = (int(v) for v in torch.randint(0, batch.shape[-1] - crop + 1, (2,), generator=generator))
-            batch = batch[:, :, y : y + crop, x : x + crop]
+            batch = batch[..., y : y + crop, x : x + crop]  # the last two axes: images' and videos' (mini-wan)
         posterior = vae.encode(batch).latent_dist
         latent = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, generator=generator)
         reconstruction = vae.decode(latent).sample
@@ -199,7 +198,7 @@ def _train_vae(
         optimizer.step()
         return loss.item()
 
-    result = _loop("vae", cfg["steps"], step_fn, picker, log, progress)
+    result = _loop("vae", cfg["steps"], step_fn, picker, log, progress, model)
     vae.eval()
     return result
 
@@ -309,10 +308,7 @@ def train(
     embeddings. ``threads`` fixes the torch thread count; by default it is re-chosen during training (1 or
     2, whichever is faster at the moment). Returns the manifest.
     """
-    import diffusers
-    import transformers
     from diffusers import FluxPipeline
-    from safetensors.torch import save_model
 
     config = copy.deepcopy(config or MINI_FLUX_CONFIG)
     train_cfg = config["train"]
@@ -352,11 +348,6 @@ def train(
     seconds = {stage: result["seconds"] for stage, result in results.items()}
     seconds["total"] = time.perf_counter() - started
 
-    files = {}
-    for name, filename in COMPONENT_FILES.items():
-        save_model(components[name], str(out_dir / filename))
-        files[filename] = file_sha256(out_dir / filename)
-    combined = combined_sha256(files)
     manifest = {
         "name": "mini-flux",
         "world_version": WORLD_VERSION,
@@ -367,15 +358,9 @@ def train(
         "text_held_out_accuracy": results["text"]["held_out_accuracy"],
         "vae_reconstruction_psnr_db": psnr,
         "seconds": seconds,
-        "versions": {
-            "torch": torch.__version__,
-            "diffusers": diffusers.__version__,
-            "transformers": transformers.__version__,
-        },
-        "files": files,
-        "sha256": combined,
     }
-    (out_dir / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2) + "\n")
+    manifest = write_weights(components, out_dir, COMPONENT_FILES, manifest)
+    combined = manifest["sha256"]
     losses = ", ".join(f"{k} {v:.5f}" for k, v in final_losses.items())
     log.write(f"done in {seconds['total']:.0f}s: final losses {losses}; sha256 {combined[:16]}")
     return manifest

@@ -145,18 +145,18 @@ def vocabulary() -> list[str]:
     return words
 
 
-_CAPTION_PATTERNS = [
-    re.compile(
-        "^"
-        + re.escape(template)
-        .replace(r"\{colour\}", "(?P<colour>[a-z]+)")
-        .replace(r"\{shape\}", "(?P<shape>[a-z]+)")
-        .replace(r"\{where\}", "(?P<where>(?:on|at|in) the [a-z]+)")
-        .replace(r"\{background\}", "(?P<background>[a-z]+)")
-        + "$"
-    )
-    for template in TEMPLATES
-]
+def template_pattern(template: str, fields: dict[str, str]) -> re.Pattern[str]:
+    """A regex matching a whole caption of ``template``: each ``{field}`` a named group of ``fields[field]``.
+
+    Shared with the moving-shapes world (``accel.zoo.video_world``)."""
+    pattern = re.escape(template)
+    for name, regex in fields.items():
+        pattern = pattern.replace(re.escape("{" + name + "}"), f"(?P<{name}>{regex})")
+    return re.compile(f"^{pattern}$")
+
+
+_FIELDS = {"colour": "[a-z]+", "shape": "[a-z]+", "where": "(?:on|at|in) the [a-z]+", "background": "[a-z]+"}
+_CAPTION_PATTERNS = [template_pattern(template, _FIELDS) for template in TEMPLATES]
 _PHRASE_TO_POSITION = {phrase: name for name, phrase in POSITION_PHRASES.items()}
 
 

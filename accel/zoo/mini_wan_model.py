@@ -1,0 +1,86 @@
+"""mini-wan's model: its config, the moving-shapes world's word-level tokenizer, the seeded components, the files.
+
+What training starts from and what the committed weights are loaded into: ``MINI_WAN_CONFIG`` (Wan 2.2 A14B's
+text-to-video layout, two experts switched at ``boundary_ratio`` of the schedule, at a CPU-trainable size),
+the UMT5 tokenizer whose vocabulary is the moving-shapes world's words, ``build_components`` (the untrained,
+seeded pipeline components, built by the zoo's tiny-wan22 builder) and the weight files' names
+(``COMPONENT_FILES``). Hashing is mini-flux's (``accel.zoo.mini_flux_model``).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from accel.zoo.mini_flux_model import t5_tokenizer
+from accel.zoo.pipelines.video_llm import build_wan22
+from accel.zoo.video_world import vocabulary
+
+COMPONENT_FILES = {
+    "transformer": "transformer.safetensors",
+    "transformer_2": "transformer_2.safetensors",
+    "vae": "vae.safetensors",
+    "text_encoder": "text_encoder.safetensors",
+}
+# Captions are at most 11 words and a comma; the end-of-sequence token makes 13.
+MAX_SEQUENCE_LENGTH = 16
+
+_EXPERT: dict[str, Any] = {
+    "patch_size": [1, 2, 2],
+    "num_attention_heads": 2,
+    "attention_head_dim": 32,
+    "in_channels": 8,
+    "out_channels": 8,
+    "text_dim": 64,
+    "freq_dim": 64,
+    "ffn_dim": 192,
+    "num_layers": 4,
+    "cross_attn_norm": True,
+    "qk_norm": "rms_norm_across_heads",
+    "rope_max_seq_len": 32,
+}
+
+MINI_WAN_CONFIG: dict[str, Any] = {
+    # Both experts share the layout (as Wan 2.2 A14B's); each is trained on its own part of the schedule.
+    "transformer": _EXPERT,
+    # Three downsampling levels (8x spatial) and 4x temporal compression, as Wan's VAE: 9x64x64 -> 3x8x8x8.
+    "vae": {
+        "base_dim": 8,
+        "z_dim": 8,
+        "dim_mult": [1, 2, 4, 4],
+        "num_res_blocks": 1,
+        "temperal_downsample": [False, True, True],
+    },
+    "umt5": {"vocab_size": 64, "d_model": 64, "d_kv": 16, "d_ff": 128, "num_layers": 2, "num_heads": 4},
+    "scheduler": {"shift": 5.0},
+    # Wan-AI/Wan2.2-T2V-A14B-Diffusers: transformer (high noise) for t >= 875, transformer_2 below.
+    "boundary_ratio": 0.875,
+    "train": {
+        "seed": 0,
+        "videos": 3000,
+        # The text encoder learns to tag each word's role (ball colour, background, direction): the stand-in
+        # for UMT5's language pretraining, then it is frozen.
+        "text": {"steps": 800, "batch": 128, "lr": 3e-3, "warmup": 20},
+        # The VAE first learns single frames (the causal VAE's image path, a fifth of a clip's cost), then
+        # 5-frame clips (a first frame and one 4-frame chunk), all on 32x32 crops: it is convolutional.
+        # It starts as a per-frame image VAE (``mini_wan_train.per_frame_init``).
+        "vae_frames": {"steps": 1000, "batch": 32, "crop": 32, "lr": 2e-3, "kl_weight": 1e-6, "warmup": 30},
+        "vae": {"steps": 500, "batch": 8, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 20},
+        "expert": {"steps": 1500, "batch": 64, "lr": 1e-3, "warmup": 100, "ema": 0.995, "empty_caption": 0.1},
+    },
+}
+
+
+def build_components(config: dict[str, Any]) -> dict[str, Any]:
+    """The pipeline's components at their seeded initialisation (untrained), with the world's tokenizer."""
+    components = build_wan22(
+        {
+            "transformer": copy.deepcopy(config["transformer"]),
+            "vae": config["vae"],
+            "umt5": config["umt5"],
+            "scheduler": config["scheduler"],
+            "boundary_ratio": config["boundary_ratio"],
+        }
+    )
+    components["tokenizer"] = t5_tokenizer(vocabulary())
+    return components

@@ -1,0 +1,153 @@
+"""The moving-shapes world: a procedural, seeded caption -> video generator with known ground truth.
+
+A ball of one of the shapes world's eight named colours (``accel.zoo.world.PALETTE``) on a plain background
+of another moves in a named direction (left, right, up, down) across ``FRAMES`` frames; captions come from a
+few templates ("a red ball moving left on a blue background"). Every video is a pure function of its scene
+and a seed (start point, speed, size and the cross-axis position are jittered), and ``WORLD_VERSION`` names
+the generator: change the palette, motion or templates and the version must change with it (it is recorded
+beside the trained weights).
+
+A fixed set of held-out combinations (background, colour, direction) never appears in training:
+``HELD_OUT_PROMPTS`` are their captions and ``HELD_OUT_SCENES`` what each names: the prompt set a trained
+model is scored on. ``FRAMES`` is 4k + 1, as Wan's causal VAE (4x temporal compression) takes.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import asdict, dataclass
+from itertools import product
+
+import numpy as np
+from PIL import Image, ImageDraw
+
+from accel.zoo.world import PALETTE, template_pattern
+
+WORLD_NAME = "moving-shapes"
+WORLD_VERSION = "moving-shapes-v1"
+
+DIRECTIONS: dict[str, tuple[int, int]] = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
+TEMPLATES = (
+    "a {colour} ball moving {direction} on a {background} background",
+    "{background} background, a {colour} ball moving {direction}",
+    "a {colour} ball on {background}, moving {direction}",
+)
+FRAME_SIZE = 64
+FRAMES = 9
+# Ball radius, the travel along the direction (start to end) and the cross-axis position, as fractions of
+# the frame size; the travel is centred on the frame with a jittered offset.
+RADIUS_RANGE = (0.13, 0.16)
+TRAVEL_RANGE = (0.40, 0.50)
+CROSS_RANGE = (0.35, 0.65)
+OFFSET_JITTER = 0.05
+SUPERSAMPLE = 4
+HELD_OUT_COUNT = 24
+HELD_OUT_SEED = 4321
+
+
+@dataclass(frozen=True)
+class VideoScene:
+    """What a video shows, or what a caption names: the attributes the video adherence score checks."""
+
+    background: str
+    colour: str
+    direction: str
+
+    def caption(self, template: int = 0) -> str:
+        """The caption of this scene from template number ``template``."""
+        text = TEMPLATES[template % len(TEMPLATES)]
+        return text.format(colour=self.colour, direction=self.direction, background=self.background)
+
+    def attributes(self) -> dict[str, str]:
+        """The named attributes as a plain dict (background, colour, direction)."""
+        return dict(asdict(self))
+
+
+def all_scenes() -> list[VideoScene]:
+    """Every combination, background different from the ball's colour (8 x 7 x 4 = 224)."""
+    return [
+        VideoScene(background, colour, direction)
+        for background, colour, direction in product(PALETTE, PALETTE, DIRECTIONS)
+        if background != colour
+    ]
+
+
+def _held_out() -> tuple[VideoScene, ...]:
+    chosen = random.Random(HELD_OUT_SEED).sample(all_scenes(), HELD_OUT_COUNT)
+    return tuple(sorted(chosen, key=lambda s: (s.background, s.colour, s.direction)))
+
+
+HELD_OUT_SCENES: tuple[VideoScene, ...] = _held_out()
+HELD_OUT_PROMPTS: tuple[str, ...] = tuple(scene.caption(i) for i, scene in enumerate(HELD_OUT_SCENES))
+
+
+def training_scenes() -> list[VideoScene]:
+    """All combinations except the held-out ones."""
+    held = set(HELD_OUT_SCENES)
+    return [scene for scene in all_scenes() if scene not in held]
+
+
+def vocabulary() -> list[str]:
+    """Every word (and the comma) the captions use, in a fixed order."""
+    words: list[str] = []
+    for text in [*PALETTE, *DIRECTIONS, *TEMPLATES]:
+        for word in re.findall(r"[a-z]+|,", re.sub(r"\{[a-z]+\}", " ", text)):
+            if word not in words:
+                words.append(word)
+    return words
+
+
+_CAPTION_PATTERNS = [
+    template_pattern(template, {"colour": "[a-z]+", "direction": "[a-z]+", "background": "[a-z]+"})
+    for template in TEMPLATES
+]
+
+
+def parse_caption(caption: str) -> VideoScene | None:
+    """The scene a caption names, or None if it is not a caption of this world."""
+    text = " ".join(caption.strip().lower().split())
+    for pattern in _CAPTION_PATTERNS:
+        match = pattern.match(text)
+        if match is None:
+            continue
+        parts = match.groupdict()
+        if parts["colour"] in PALETTE and parts["background"] in PALETTE and parts["direction"] in DIRECTIONS:
+            return VideoScene(parts["background"], parts["colour"], parts["direction"])
+    return None
+
+
+def trajectory(scene: VideoScene, seed: int = 0, frames: int = FRAMES) -> tuple[list[tuple[float, float]], float]:
+    """The ball's centre per frame (fractions of the frame size) and its radius, jittered from ``seed``."""
+    rng = random.Random(f"{WORLD_VERSION}:{seed}:{scene}")
+    radius = rng.uniform(*RADIUS_RANGE)
+    travel = rng.uniform(*TRAVEL_RANGE)
+    cross = rng.uniform(*CROSS_RANGE)
+    offset = rng.uniform(-OFFSET_JITTER, OFFSET_JITTER)
+    dx, dy = DIRECTIONS[scene.direction]
+    centres = []
+    for frame in range(frames):
+        along = 0.5 + offset + travel * (frame / max(1, frames - 1) - 0.5)
+        centres.append((0.5 + dx * (along - 0.5), cross) if dx else (cross, 0.5 + dy * (along - 0.5)))
+    return centres, radius
+
+
+def render(scene: VideoScene, seed: int = 0, size: int = FRAME_SIZE, frames: int = FRAMES) -> list[Image.Image]:
+    """Draw ``scene`` as ``frames`` anti-aliased RGB frames (motion, size and placement jittered from ``seed``)."""
+    centres, radius = trajectory(scene, seed, frames)
+    big = size * SUPERSAMPLE
+    r = radius * big
+    images = []
+    for cx, cy in centres:
+        image = Image.new("RGB", (big, big), PALETTE[scene.background])
+        x, y = cx * big, cy * big
+        ImageDraw.Draw(image).ellipse([x - r, y - r, x + r, y + r], fill=PALETTE[scene.colour])
+        images.append(image.resize((size, size), Image.Resampling.BOX))
+    return images
+
+
+def render_array(scene: VideoScene, seed: int = 0, size: int = FRAME_SIZE, frames: int = FRAMES) -> np.ndarray:
+    """``render`` as a float32 array in [-1, 1], shaped (channels, frames, height, width) as Wan's VAE takes it."""
+    pixels = np.stack([np.asarray(frame, dtype=np.float32) for frame in render(scene, seed, size, frames)])
+    channels_first: np.ndarray = (pixels / 127.5 - 1.0).transpose(3, 0, 1, 2).copy()
+    return channels_first

@@ -1,0 +1,256 @@
+"""mini-wan: the moving-shapes world and its video scorer, the committed weights (hash, recipe), the expert
+split of the schedule, a few steps of the training code, and the trained model's adherence on held-out
+captions with both experts and with one. No full training in CI."""
+
+from __future__ import annotations
+
+import copy
+import math
+import shutil
+
+import numpy as np
+import pytest
+
+from accel.errors import ConfigError
+from accel.measure import adherence
+from accel.measure.video_adherence import VIDEO_ATTRIBUTES, analyse_video, score_video
+from accel.zoo import mini_wan, mini_wan_train, video_world
+
+# Every held-out combination at one seed is the benchmark's; the fast tests take every other one (12, every
+# template, each direction), chosen before the weights were scored.
+SCENES = list(video_world.HELD_OUT_SCENES[::2])
+
+
+# ---- the world and its scorer -------------------------------------------------------------------------------
+
+
+def test_the_scorer_recovers_every_attribute_of_the_world_s_own_videos():
+    scenes = video_world.all_scenes()
+    scores = [score_video(scene, video_world.render(scene, seed=i)) for i, scene in enumerate(scenes)]
+    summary = adherence.summarise(scores, attributes=VIDEO_ATTRIBUTES)
+    assert summary["n"] == len(scenes) == 224
+    for kind in (*VIDEO_ATTRIBUTES, "overall"):
+        assert summary[kind] >= 0.98, (kind, summary[kind])
+
+
+def test_held_out_combinations_never_appear_in_training_and_every_value_does():
+    held = set(video_world.HELD_OUT_SCENES)
+    assert len(held) == video_world.HELD_OUT_COUNT
+    assert not held & set(video_world.training_scenes())
+    assert len(video_world.training_scenes()) + len(held) == len(video_world.all_scenes())
+    for kind, values in (("background", video_world.PALETTE), ("direction", video_world.DIRECTIONS)):
+        assert {getattr(s, kind) for s in video_world.training_scenes()} == set(values)
+
+
+@pytest.mark.parametrize("template", range(len(video_world.TEMPLATES)))
+def test_captions_parse_back_to_their_scene(template):
+    for scene in video_world.all_scenes()[::17]:
+        assert video_world.parse_caption(scene.caption(template)) == scene
+    assert video_world.parse_caption("a red ball moving sideways on a blue background") is None
+    assert video_world.parse_caption("a red fox in the snow") is None
+
+
+def test_rendering_is_deterministic_jittered_by_seed_and_moves_the_named_way():
+    scene = video_world.VideoScene("blue", "red", "up")
+    assert np.array_equal(video_world.render_array(scene, 3), video_world.render_array(scene, 3))
+    assert not np.array_equal(video_world.render_array(scene, 3), video_world.render_array(scene, 4))
+    assert video_world.render_array(scene).shape == (3, video_world.FRAMES, 64, 64)
+    assert (video_world.FRAMES - 1) % 4 == 0, "Wan's VAE takes 4k + 1 frames"
+    centres, _ = video_world.trajectory(scene, 3)
+    assert centres[-1][1] < centres[0][1] and centres[-1][0] == centres[0][0]
+
+
+def _video(background: str, colour: str, xs: list[float | None], y: float = 32.0) -> np.ndarray:
+    """Frames (F, H, W, 3, uint8) of a 12-pixel square of ``colour`` centred at each x (None: no square)."""
+    frames = np.tile(np.array(video_world.PALETTE[background], dtype=np.uint8), (len(xs), 64, 64, 1))
+    for frame, x in zip(frames, xs, strict=True):
+        if x is not None:
+            frame[int(y) - 6 : int(y) + 6, int(x) - 6 : int(x) + 6] = video_world.PALETTE[colour]
+    return frames
+
+
+def test_hand_made_videos_lose_exactly_what_they_get_wrong():
+    rightwards = [12.0 + 5 * i for i in range(9)]
+    scene = video_world.VideoScene("green", "yellow", "right")
+    assert score_video(scene, _video("green", "yellow", rightwards))["overall"] == 1.0
+    # Moving the other way loses the direction only.
+    lost = score_video(scene, _video("green", "yellow", rightwards[::-1]))
+    assert lost == {"background": 1.0, "colour": 1.0, "direction": 0.0, "persistence": 1.0, "overall": 0.75}
+    # A ball that stands still has no direction; one missing from a frame is not persistent.
+    assert analyse_video(_video("green", "yellow", [30.0] * 9)).direction is None
+    gone = [*rightwards[:4], None, *rightwards[5:]]
+    assert score_video(scene, _video("green", "yellow", gone)) == {
+        "background": 1.0, "colour": 1.0, "direction": 1.0, "persistence": 0.0, "overall": 0.75,
+    }  # fmt: skip
+    assert score_video(scene, _video("blue", "yellow", rightwards))["background"] == 0.0
+    assert score_video(scene, _video("green", "red", rightwards))["colour"] == 0.0
+
+
+def test_vertical_motion_reads_as_up_or_down_in_image_coordinates():
+    down = np.stack([_video("black", "white", [32.0], y=12.0 + 5 * i)[0] for i in range(9)])
+    assert analyse_video(down).direction == "down"
+    assert analyse_video(down[::-1]).direction == "up"
+
+
+# ---- the expert split and the training code -----------------------------------------------------------------
+
+
+def test_each_expert_learns_exactly_the_timesteps_the_pipeline_gives_it():
+    import torch
+    from diffusers import FlowMatchEulerDiscreteScheduler
+
+    config = mini_wan.MINI_WAN_CONFIG
+    shift, boundary = config["scheduler"]["shift"], config["boundary_ratio"]
+    scheduler = FlowMatchEulerDiscreteScheduler(**config["scheduler"])
+    scheduler.set_timesteps(50)
+    ranges = {e: mini_wan.sigma_range(e, boundary, shift) for e in mini_wan.EXPERTS}
+    seen = set()
+    for t in scheduler.timesteps:
+        # WanPipeline: transformer while t >= boundary_ratio * num_train_timesteps, transformer_2 below.
+        expert = "transformer" if t >= boundary * scheduler.config.num_train_timesteps else "transformer_2"
+        sigma = float(t) / scheduler.config.num_train_timesteps
+        low, high = (float(mini_wan_train.shifted_sigma(torch.tensor(u), shift)) for u in ranges[expert])
+        assert low - 1e-6 <= sigma <= high + 1e-6, (float(t), expert, low, high)
+        seen.add(expert)
+    assert seen == set(mini_wan.EXPERTS)
+    assert ranges["transformer"][0] == ranges["transformer_2"][1]
+
+
+def test_the_video_vae_starts_as_the_image_vae_applied_frame_by_frame():
+    import torch
+
+    vae = mini_wan_train.per_frame_init(mini_wan.build_components(mini_wan.MINI_WAN_CONFIG)["vae"])
+    frame = torch.rand(1, 3, 1, 32, 32) * 2 - 1
+    with torch.no_grad():
+        still = vae.decode(vae.encode(frame.repeat(1, 1, 5, 1, 1)).latent_dist.mean).sample
+        alone = vae.decode(vae.encode(frame).latent_dist.mean).sample
+    # A clip that does not move decodes, frame by frame, to what the single frame decodes to.
+    assert still.shape[2] == 5
+    assert torch.allclose(still, alone.expand_as(still), atol=1e-5), float((still - alone).abs().max())
+
+
+def test_the_text_stage_tags_one_token_per_word_with_its_role():
+    tokenizer = mini_wan.build_components(mini_wan.MINI_WAN_CONFIG)["tokenizer"]
+    scene = video_world.VideoScene("blue", "red", "left")
+    for template in range(len(video_world.TEMPLATES)):
+        caption = scene.caption(template)
+        tags = mini_wan_train.caption_tags(scene, template)
+        ids = tokenizer(caption).input_ids
+        assert len(ids) == len(tags) + 1 <= mini_wan.MAX_SEQUENCE_LENGTH  # one token a word, then </s>
+        assert tags.count("colour:red") == tags.count("background:blue") == tags.count("direction:left") == 1
+        assert set(tags) <= set(mini_wan_train.word_roles())
+
+
+def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path):
+    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
+    config["train"]["videos"] = 16
+    for stage in ("text", "vae_frames", "vae", "expert"):
+        config["train"][stage].update(steps=2, warmup=1, batch=4)
+    manifest = mini_wan.train(tmp_path, config, threads=1, progress=False)
+    assert mini_wan.verify_weights(tmp_path) == manifest
+    assert set(manifest["final_losses"]) == {"text", "vae_frames", "vae", *mini_wan.EXPERTS}
+    assert manifest["expert_sigma_ranges"]["transformer"][0] == pytest.approx(config["boundary_ratio"])
+    components = mini_wan.build_mini_wan(config, weights_dir=tmp_path)
+    assert components["boundary_ratio"] == config["boundary_ratio"]
+    assert list(components["vae"].config.latents_std) == manifest["latent"]["latents_std"]
+
+
+def test_zoo_train_mini_wan_runs_mini_wan_s_training_and_prints_the_committed_losses(monkeypatch, capsys, tmp_path):
+    from conftest import invoke
+
+    calls = []
+
+    def fake_train(target, threads=None):
+        calls.append((target, threads))
+        return {"final_losses": {"transformer_2": 0.5}, "seconds": {"total": 60.0}, "sha256": "f" * 64}
+
+    monkeypatch.setattr(mini_wan, "train", fake_train)
+    code, out, _ = invoke(monkeypatch, capsys, "zoo", "train", "mini-wan", "--out", str(tmp_path), "--threads", "1")
+    assert code == 0 and calls == [(tmp_path, 1)]
+    committed = mini_wan.read_manifest()["final_losses"]["transformer_2"]
+    assert f"transformer_2: final loss 0.50000 (committed: {committed:.5f})" in out
+
+
+# ---- the committed weights ----------------------------------------------------------------------------------
+
+
+def test_the_committed_manifest_matches_the_recipe_and_the_weights():
+    manifest = mini_wan.verify_weights()
+    assert manifest["sha256"] == mini_wan.weights_hash()
+    assert manifest["config"] == mini_wan.MINI_WAN_CONFIG, "the recipe changed since training: retrain"
+    assert manifest["world_version"] == video_world.WORLD_VERSION
+    assert manifest["max_sequence_length"] == mini_wan.MAX_SEQUENCE_LENGTH
+    assert manifest["config"]["train"]["seed"] == 0
+    assert set(manifest["final_losses"]) == {"text", "vae_frames", "vae", *mini_wan.EXPERTS}
+    assert all(math.isfinite(v) for v in manifest["final_losses"].values())
+    assert manifest["seconds"]["total"] <= 25 * 60, "the committed run took longer than issue 43's 25-minute budget"
+    assert manifest["threads"] == 1, "the committed run fixed one thread (docs/zoo.md says why)"
+    mini_wan.build_settings(manifest)
+    total = sum((mini_wan.WEIGHTS_DIR / f).stat().st_size for f in mini_wan.COMPONENT_FILES.values())
+    assert total <= 10 * 2**20
+    assert (mini_wan.WEIGHTS_DIR / mini_wan.LOG_FILE).read_text().strip()
+
+
+def test_tampered_weights_are_refused(tmp_path):
+    copy_dir = tmp_path / "weights"
+    shutil.copytree(mini_wan.WEIGHTS_DIR, copy_dir)
+    path = copy_dir / mini_wan.COMPONENT_FILES["transformer_2"]
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(ConfigError, match=r"transformer_2\.safetensors: SHA-256 .* does not match"):
+        mini_wan.verify_weights(copy_dir)
+
+
+# ---- what the committed model learned (benchmarks/mini_wan_adherence.py has the full numbers) ----------------
+
+
+@pytest.fixture(scope="module")
+def pipe():
+    import torch
+
+    from accel.zoo import mini_wan_eval
+
+    torch.set_num_threads(1)
+    return mini_wan_eval.load_pipeline()
+
+
+@pytest.fixture(scope="module")
+def both_experts(pipe):
+    from accel.zoo import mini_wan_eval
+
+    return mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 43's target (colour and direction >= 0.9 each on held-out captions, with guidance) is not met "
+    "by the committed weights: 48 held-out videos at guidance 5 give the numbers in docs/zoo.md (mini-wan)",
+)
+def test_held_out_captions_with_guidance_reach_the_colour_and_direction_targets(both_experts):
+    assert both_experts["colour"] >= 0.9 and both_experts["direction"] >= 0.9, both_experts
+
+
+def test_the_high_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):
+    from accel.zoo import mini_wan_eval
+
+    with mini_wan_eval.only_expert(pipe, "transformer"):
+        alone = mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)
+    assert pipe.config.boundary_ratio == mini_wan.MINI_WAN_CONFIG["boundary_ratio"]
+    paired = adherence.paired_loss(both_experts["per_image"], alone["per_image"])
+    assert paired["loss"] > paired["gained"], paired
+    assert alone["overall"] < both_experts["overall"], (alone["overall"], both_experts["overall"])
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the committed low-noise expert run on every step does as well as both experts (see docs/zoo.md): "
+    "the high-noise expert has not learnt what only it can do",
+)
+def test_the_low_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):
+    from accel.zoo import mini_wan_eval
+
+    with mini_wan_eval.only_expert(pipe, "transformer_2"):
+        alone = mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)
+    paired = adherence.paired_loss(both_experts["per_image"], alone["per_image"])
+    assert paired["loss"] > paired["gained"], paired
