@@ -39,7 +39,8 @@ def tea_profile(variants: list[dict[str, Any]] | None = None, **tune_section: An
 
 class FakeEvaluator:
     """Writes a round as a sweep would (resolved profile, planned cells, one record per cell, appended) from
-    ``quality(features, steps)``; ``stop_after`` cells in total, it raises KeyboardInterrupt (a Ctrl-C)."""
+    ``quality(features, steps)``, with ``overrides`` (``variant`` or ``stage:variant`` -> record values) over it;
+    after ``stop_after`` cells in total it raises KeyboardInterrupt (a Ctrl-C)."""
 
     def __init__(self, stop_after: int | None = None, flattery: float = 0.0, **overrides: Any) -> None:
         self.stop_after = stop_after
@@ -74,16 +75,18 @@ class FakeEvaluator:
             if self.stop_after is not None and len(self.cells) >= self.stop_after:
                 raise KeyboardInterrupt
             self.cells.append(f"{run_dir.name}/{cell}")
-            log.append(self.record(model, cell, features.get(cell, {}), profile.workload.steps))
+            stage = run_dir.name.split("-", 1)[1]
+            log.append(self.record(model, cell, features.get(cell, {}), profile.workload.steps, stage))
         return measured_records(run_dir)
 
-    def record(self, model: str, variant: str, features: dict[str, Any], steps: int) -> dict[str, Any]:
+    def record(self, model: str, variant: str, features: dict[str, Any], steps: int, stage: str) -> dict[str, Any]:
         if variant == "baseline":
             return record(model, variant, {}, cell_wall_s=1.0)
         if variant == "noise-floor":
             return record(model, variant, {}, role="noise_floor", speedup=1.0, cell_wall_s=1.0)
         parsed = {name: _options(name, raw) for name, raw in features.items()}
         values = {**self.quality(parsed, steps), "cell_wall_s": 1.0, **self.overrides.get(variant, {})}
+        values.update(self.overrides.get(f"{stage}:{variant}", {}))  # this stage only (screen, full, validate)
         return record(model, variant, features, **values)
 
 
@@ -134,8 +137,10 @@ def test_same_seed_same_recommendation_and_the_seed_orders_the_search(tmp_path):
     second = tune(tea_profile(), tmp_path / "b", evaluate=FakeEvaluator(), seed=3)
     assert (tmp_path / "a" / "recommended.yaml").read_text() == (tmp_path / "b" / "recommended.yaml").read_text()
     assert [o.candidate.name for o in first.search.outcomes] == [o.candidate.name for o in second.search.outcomes]
-    splits = {tuple(tune(tea_profile(), tmp_path / f"s{s}", evaluate=FakeEvaluator(), seed=s).search.split.validation)
-              for s in range(6)}  # fmt: skip
+    splits = set()
+    for seed in range(6):
+        split = tune(tea_profile(), tmp_path / f"s{seed}", evaluate=FakeEvaluator(), seed=seed).search.split
+        splits.add(tuple(split.validation))
     assert len(splits) > 1  # the seed chooses the held-out prompts
 
 
@@ -163,8 +168,8 @@ def test_the_tune_directory_is_a_run_directory_the_gate_reads(tmp_path, monkeypa
     tune(tea_profile(), tmp_path / "t", evaluate=FakeEvaluator(), seed=0)
     records = [json.loads(line) for line in (tmp_path / "t" / RESULTS_FILE).read_text().splitlines()]
     rounds = sorted({r["model"].split("+")[1] for r in records})
-    assert len(rounds) >= 3 and all(any(r["variant"] == "baseline" and r["model"].endswith(n) for r in records)
-                                    for n in rounds)  # fmt: skip
+    baselines = {r["model"].split("+")[1] for r in records if r["variant"] == "baseline"}
+    assert len(rounds) >= 3 and baselines == set(rounds)  # each round's cells beside their own baseline
     code, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "t"))
     assert code == 1  # the thresholds past the boundary fail, as the tune found
     assert "tea-cache-" in out and "never measured" not in out
@@ -219,6 +224,20 @@ def test_a_lossless_feature_is_admitted_only_when_the_gate_finds_it_equivalent(t
     assert not any(o.stage == "full" and o.candidate.name == "attn" for o in rejected.search.outcomes)
 
 
+def test_a_configuration_that_gains_nothing_is_never_recommended(tmp_path):
+    variants = [{"name": "attn", "features": {"attention_backend": "native"}}]
+    same = {"speedup": 1.0}  # equivalent to the baseline: admitted by the gate, but nothing to ship
+    result = tune(tea_profile(variants), tmp_path / "t", evaluate=FakeEvaluator(attn=same), seed=0)
+    assert result.recommended is None and not (tmp_path / "t" / "recommended.yaml").exists()
+    assert not any(o.stage == "validate" for o in result.search.outcomes)  # no validation spent on a no-op
+    assert "Recommendation\n\nNone" in (tmp_path / "t" / "tune.md").read_text()
+    # faster where the search measured it, no gain on the held-out prompts: not recommended either
+    only_there = FakeEvaluator(**{"validate:attn": same})
+    result = tune(tea_profile(variants), tmp_path / "u", evaluate=only_there, seed=0)
+    assert any(o.stage == "validate" and o.candidate.name == "attn" for o in result.search.outcomes)
+    assert result.recommended is None
+
+
 def test_the_cell_budget_is_kept(tmp_path):
     fake = FakeEvaluator()
     tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0, budget_cells=5)
@@ -241,3 +260,22 @@ def test_bad_tune_input_is_refused_with_what_to_do(tmp_path):
         tune(parse_profile(data), tmp_path / "b", evaluate=FakeEvaluator())
     with pytest.raises(ConfigError, match="nothing to tune"):
         tune(parse_profile(small_profile(["tiny-flux"], [])), tmp_path / "c", evaluate=FakeEvaluator())
+
+
+@pytest.mark.slow
+def test_a_real_tune_on_the_tiny_zoo_runs_sweeps_the_gate_reads(tmp_path, monkeypatch, capsys):
+    from conftest import invoke
+
+    # One round: at two steps TeaCache computes both (its first and last steps always run), so its one screened
+    # threshold is inert, named so, and nothing is left to carry to full fidelity.
+    data = small_profile(["tiny-flux"], [{"name": "tea", "features": {"tea_cache": 0.8}}], num_images_per_prompt=1)
+    data["workload"]["prompts"] = ["a red fox", "a blue bird"]
+    data["tune"] = {"points": 1, "refine_rounds": 0, "survivors": 1}
+    result = tune(parse_profile(data), tmp_path / "t", show_progress=False)
+    named = {(o.stage, o.candidate.name): o for o in result.search.outcomes}
+    assert named[("screen", "tea-cache-1.02")].judgement.inert and result.recommended is None
+    assert "inert: `tea-cache-1.02`" in (tmp_path / "t" / "tune.md").read_text()
+    assert (tmp_path / "t" / "rounds" / "r01-screen" / "report.md").is_file()  # each round is a whole sweep
+    code, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "t"))
+    assert code == 1  # the inert TeaCache cell fails: its cache never engaged
+    assert "tiny-flux+r01-screen/tea-cache-1.02" in out and "never measured" not in out

@@ -270,8 +270,9 @@ class Search:
             self._round(FULL, self._interleaved(lower), reserve=VALIDATED)
 
     def ranked(self, stage: str) -> list[Outcome]:
-        """Usable outcomes of ``stage``, best objective first (ties: by name, so the order is fixed)."""
-        usable = [o for o in self.outcomes if o.stage == stage and o.usable and o.value is not None]
+        """Usable outcomes of ``stage`` that gain on the objective (value above 1), best first (ties: by name, so
+        the order is fixed). A configuration that changes nothing is never recommended."""
+        usable = [o for o in self.outcomes if o.stage == stage and o.usable and o.value is not None and o.value > 1.0]
         return sorted(usable, key=lambda o: (-(o.value or 0.0), o.candidate.name))
 
     def validate(self) -> Outcome | None:
@@ -283,7 +284,7 @@ class Search:
         validated = {o.candidate.name: o for o in self.outcomes if o.stage == VALIDATE}
         for candidate in best:
             outcome = validated.get(candidate.candidate.name)
-            if outcome is not None and outcome.usable:
+            if outcome is not None and outcome.usable and outcome.value is not None and outcome.value > 1.0:
                 return outcome
         self.notes.append("no validated candidate held the constraints on the held-out prompts and seeds")
         return None
