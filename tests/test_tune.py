@@ -108,6 +108,14 @@ def test_the_search_finds_the_largest_threshold_that_holds_and_validates_it(tmp_
     # k-section resolution after the screen and two refinements with 3 points each: the range / 4**3
     assert BOUNDARY - (axis.high - axis.low) / 4**3 <= threshold <= BOUNDARY
     assert result.recommended.stage == "validate" and result.recommended.judgement.passed
+    # each refinement stays inside the bracket the earlier rounds left: above the highest pass, below the
+    # lowest failure (a monotone axis: nothing above a failure can hold)
+    cheap = [o for o in result.search.outcomes if o.stage in ("screen", "refine")]
+    for name in dict.fromkeys(o.round for o in cheap if o.stage == "refine"):
+        before = [o for o in cheap if o.round < name]
+        lowest_fail = min(o.threshold for o in before if not o.judgement.passed)
+        highest_pass = max(o.threshold for o in before if o.judgement.passed and o.threshold < lowest_fail)
+        assert all(highest_pass < o.threshold < lowest_fail for o in cheap if o.round == name)
     stages = [o.stage for o in result.search.outcomes]
     assert stages.index("screen") < stages.index("refine") < stages.index("full") < stages.index("validate")
     # cheap rounds ran the first search prompt at half the steps; validation only held-out prompts and new seeds
@@ -245,6 +253,13 @@ def test_the_cell_budget_is_kept(tmp_path):
     assert 0 < len(variants) <= 5
 
 
+def test_the_time_budget_stops_the_search_after_the_round_that_spent_it(tmp_path):
+    fake = FakeEvaluator()
+    result = tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0, budget_min=0.0001)
+    assert {o.stage for o in result.search.outcomes} == {"screen"}  # the first round gives the time per cell
+    assert result.recommended is None and "nothing to validate" in " ".join(result.search.notes)
+
+
 def test_profile_constraints_replace_the_gates_limits(tmp_path):
     loose = tune(tea_profile(constraints={"psnr": 20.0}), tmp_path / "t", evaluate=FakeEvaluator(), seed=0)
     # PSNR >= 20 holds up to SSIM 0.85 in the fake: a higher threshold than the gate's SSIM 0.9 allows
@@ -260,6 +275,20 @@ def test_bad_tune_input_is_refused_with_what_to_do(tmp_path):
         tune(parse_profile(data), tmp_path / "b", evaluate=FakeEvaluator())
     with pytest.raises(ConfigError, match="nothing to tune"):
         tune(parse_profile(small_profile(["tiny-flux"], [])), tmp_path / "c", evaluate=FakeEvaluator())
+
+
+def test_the_cli_refuses_two_budgets_and_an_unknown_objective_before_any_work(tmp_path, monkeypatch, capsys):
+    from conftest import invoke
+
+    profile = tmp_path / "p.yaml"
+    profile.write_text(yaml.safe_dump(small_profile(["tiny-flux"], [{"name": "tea", "features": {"tea_cache": 0.8}}])))
+    out = str(tmp_path / "t")
+    code, _, err = invoke(
+        monkeypatch, capsys, "tune", str(profile), "--out", out, "--budget-cells", "3", "--budget-min", "1"
+    )
+    assert code == 2 and "give one budget" in err
+    code, _, err = invoke(monkeypatch, capsys, "tune", str(profile), "--out", out, "--objective", "speed")
+    assert code == 2 and "latency, memory" in err and not (tmp_path / "t").exists()
 
 
 @pytest.mark.slow

@@ -67,17 +67,18 @@ class Budget:
     seconds: float | None = None
     started: float = field(default_factory=time.monotonic)
     spent: int = 0
-    cell_seconds: list[float] = field(default_factory=list)
+    cell_seconds: list[float] = field(default_factory=list)  # per round: its wall seconds per cell
 
-    def allowed(self, wanted: int, reserve: int = 0) -> int:
-        """How many of ``wanted`` cells the budget lets a round run, keeping ``reserve`` cells back."""
+    def allowed(self, wanted: int, reserve: int = 0, timed: bool = True) -> int:
+        """How many of ``wanted`` cells the budget lets a round run, keeping ``reserve`` cells back; ``timed``
+        False: the time budget does not apply (the validation, whose share the earlier rounds kept back)."""
         if self.cells is not None:
             wanted = min(wanted, max(0, self.cells - self.spent - reserve))
-        if self.seconds is not None and self.cell_seconds:
-            per_cell = sum(self.cell_seconds) / len(self.cell_seconds)
+        if timed and self.seconds is not None and self.cell_seconds:
+            per_cell = max(self.cell_seconds)  # the dearest round so far: full-fidelity cells cost more
             left = self.seconds - (time.monotonic() - self.started)
-            fits = int(left / per_cell) - reserve - 2  # the round's baseline and noise floor
-            wanted = min(wanted, max(0, fits))
+            references = 2 + (2 if reserve else 0)  # this round's baseline and noise floor, and the validation's
+            wanted = min(wanted, max(0, int(left / per_cell) - reserve - references))
         return wanted
 
 
@@ -166,18 +167,19 @@ class Search:
                 continue
             seen.add(candidate.name)
             fresh.append((candidate, axis, value))
-        fresh = fresh[: self.budget.allowed(len(fresh), reserve)]
+        fresh = fresh[: self.budget.allowed(len(fresh), reserve, timed=stage != VALIDATE)]
         if not fresh:
             return
         self.index += 1
         item = Round(self.index, stage, self.workloads[stage], [c for c, _, _ in fresh])
+        started = time.monotonic()
         outcomes = self.run_round(item)
+        # The round's wall time over its cells (the baseline and noise floor too): loading, the workers' start
+        # and the report are part of what the next round costs.
+        self.budget.cell_seconds.append((time.monotonic() - started) / (len(fresh) + 2))
         for outcome, (candidate, axis, value) in zip(outcomes, fresh, strict=True):
             outcome.axis, outcome.threshold = (axis.label, value) if axis is not None else (None, None)
             self.measured.add((stage if stage == VALIDATE else fidelity, candidate.name))
-            seconds = outcome.record.get("cell_wall_s")
-            if isinstance(seconds, (int, float)):
-                self.budget.cell_seconds.append(float(seconds))
         self.budget.spent += len(fresh)
         self.outcomes += outcomes
 
