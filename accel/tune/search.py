@@ -69,16 +69,17 @@ class Budget:
     spent: int = 0
     cell_seconds: list[float] = field(default_factory=list)  # per round: its wall seconds per cell
 
-    def allowed(self, wanted: int, reserve: int = 0, timed: bool = True) -> int:
-        """How many of ``wanted`` cells the budget lets a round run, keeping ``reserve`` cells back; ``timed``
-        False: the time budget does not apply (the validation, whose share the earlier rounds kept back)."""
+    def allowed(self, wanted: int, reserve: int = 0, cost: float = 1.0, reserve_cost: float = 1.0) -> int:
+        """How many of ``wanted`` cells the budget lets a round run, keeping ``reserve`` cells back for later
+        rounds. For the time budget each cell costs ``cost`` cheap cells (a full-fidelity cell runs more prompts
+        and steps) and each reserved one ``reserve_cost``; the time of a cheap cell is the dearest so far."""
         if self.cells is not None:
             wanted = min(wanted, max(0, self.cells - self.spent - reserve))
-        if timed and self.seconds is not None and self.cell_seconds:
-            per_cell = max(self.cell_seconds)  # the dearest round so far: full-fidelity cells cost more
+        if self.seconds is not None and self.cell_seconds:
+            per_cell = max(self.cell_seconds)
             left = self.seconds - (time.monotonic() - self.started)
-            references = 2 + (2 if reserve else 0)  # this round's baseline and noise floor, and the validation's
-            wanted = min(wanted, max(0, int(left / per_cell) - reserve - references))
+            kept = per_cell * (reserve * reserve_cost + 2 * cost)  # later rounds, and this round's two references
+            wanted = min(wanted, max(0, int((left - kept) / (per_cell * cost))))
         return wanted
 
 
@@ -158,7 +159,24 @@ class Search:
         self.measured: set[tuple[str, str]] = set()  # (stage fidelity, variant) already evaluated
 
     # --- rounds -------------------------------------------------------------------------------------------
-    def _round(self, stage: str, wanted: list[tuple[Candidate, Axis | None, float | None]], reserve: int) -> None:
+    def _cost(self, stage: str) -> float:
+        """What a cell of ``stage`` costs in cheap cells: its prompts x seeds x steps over the cheap workload's."""
+
+        def size(w: Workload) -> int:
+            return len(w.prompts) * len(w.seeds) * w.steps
+
+        return size(self.workloads[stage]) / size(self.workloads[SCREEN])
+
+    def _reserve(self, stage: str) -> int:
+        """Cells kept back for the rounds after ``stage``: the validation, and after the cheap rounds the full
+        round's survivors and fixed candidates (counted at full-fidelity cost by ``allowed``)."""
+        if stage == VALIDATE:
+            return 0
+        if stage == FULL:
+            return VALIDATED
+        return VALIDATED + len(self.axes) * self.spec.survivors + len(self.space.fixed)
+
+    def _round(self, stage: str, wanted: list[tuple[Candidate, Axis | None, float | None]]) -> None:
         fidelity = FULL if stage in (FULL, VALIDATE) else SCREEN
         fresh, seen = [], set()
         for candidate, axis, value in wanted:
@@ -167,7 +185,11 @@ class Search:
                 continue
             seen.add(candidate.name)
             fresh.append((candidate, axis, value))
-        fresh = fresh[: self.budget.allowed(len(fresh), reserve, timed=stage != VALIDATE)]
+        if stage == VALIDATE:  # kept back by every earlier round: only the cell budget applies
+            fresh = fresh[: self.budget.allowed(len(fresh)) if self.budget.seconds is None else len(fresh)]
+        else:
+            cost = self._cost(stage)
+            fresh = fresh[: self.budget.allowed(len(fresh), self._reserve(stage), cost, self._cost(FULL))]
         if not fresh:
             return
         self.index += 1
@@ -176,7 +198,7 @@ class Search:
         outcomes = self.run_round(item)
         # The round's wall time over its cells (the baseline and noise floor too): loading, the workers' start
         # and the report are part of what the next round costs.
-        self.budget.cell_seconds.append((time.monotonic() - started) / (len(fresh) + 2))
+        self.budget.cell_seconds.append((time.monotonic() - started) / ((len(fresh) + 2) * self._cost(stage)))
         for outcome, (candidate, axis, value) in zip(outcomes, fresh, strict=True):
             outcome.axis, outcome.threshold = (axis.label, value) if axis is not None else (None, None)
             self.measured.add((stage if stage == VALIDATE else fidelity, candidate.name))
@@ -219,7 +241,7 @@ class Search:
     def screen(self) -> None:
         fixed = [(c, None, None) for c in self.space.fixed]
         axes = self._interleaved([self._points(a, a.low, a.high) for a in self.axes])
-        self._round(SCREEN, [*fixed, *axes], reserve=VALIDATED)
+        self._round(SCREEN, [*fixed, *axes])
 
     def refine(self) -> None:
         for _ in range(self.spec.refine_rounds):
@@ -230,7 +252,7 @@ class Search:
                     wanted.append(self._points(axis, low, high))
             if not wanted:
                 return
-            self._round(REFINE, self._interleaved(wanted), reserve=VALIDATED)
+            self._round(REFINE, self._interleaved(wanted))
 
     def _admitted(self) -> list[Outcome]:
         """Fixed candidates that held at cheap fidelity (a lossless one: the gate's lossless verdict)."""
@@ -257,7 +279,7 @@ class Search:
                 pair = combine(candidate, other)
                 if pair is not None:
                     wanted.append((pair, None, None))
-        self._round(FULL, wanted, reserve=VALIDATED)
+        self._round(FULL, wanted)
         for _ in range(max(1, self.spec.refine_rounds)):
             lower = []
             for axis in self.axes:
@@ -269,7 +291,7 @@ class Search:
                     lower.append(self._points(axis, low, high))
             if not lower:
                 return
-            self._round(FULL, self._interleaved(lower), reserve=VALIDATED)
+            self._round(FULL, self._interleaved(lower))
 
     def ranked(self, stage: str) -> list[Outcome]:
         """Usable outcomes of ``stage`` that gain on the objective (value above 1), best first (ties: by name, so
@@ -282,7 +304,7 @@ class Search:
         if not best:
             self.notes.append("no candidate held the constraints at full fidelity: nothing to validate")
             return None
-        self._round(VALIDATE, [(o.candidate, None, o.threshold) for o in best], reserve=0)
+        self._round(VALIDATE, [(o.candidate, None, o.threshold) for o in best])
         validated = {o.candidate.name: o for o in self.outcomes if o.stage == VALIDATE}
         for candidate in best:
             outcome = validated.get(candidate.candidate.name)
