@@ -344,6 +344,49 @@ def table(
         raise typer.Exit(1)
 
 
+@app.command()
+def tune(
+    profile: Path = typer.Argument(..., help="Profile YAML: models, workload, variants, optional tune: section."),
+    out: Path = typer.Option(..., "--out", "-o", help="Tune directory (a run directory the gate and tables read)."),
+    model: str | None = typer.Option(None, "--model", help="The model to tune; default: the profile's only one."),
+    objective: str | None = typer.Option(None, "--objective", help="latency (default) or memory."),
+    budget_cells: int | None = typer.Option(None, "--budget-cells", min=1, help="At most this many variant cells."),
+    budget_min: float | None = typer.Option(None, "--budget-min", min=0.1, help="At most this many wall minutes."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Orders the search: held-out prompts, validation seeds."),
+    resume: bool = typer.Option(False, "--resume", help="Continue the tune in --out: finished rounds are kept."),
+    executor: str | None = typer.Option(None, "--executor", help="process (default), inline or ray."),
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
+) -> None:
+    """Search for the fastest (or leanest) configuration that holds the constraints; write recommended.yaml."""
+    from accel.errors import ConfigError
+    from accel.outputs import check_run_dir
+    from accel.profile import load_profile
+
+    if executor is not None and executor not in EXECUTORS:
+        raise ConfigError(f"--executor: unknown executor '{executor}'. Allowed: {', '.join(EXECUTORS)}")
+    if budget_cells is not None and budget_min is not None:
+        raise ConfigError("--budget-cells and --budget-min: give one budget")
+    loaded = load_profile(profile)
+    _setup_logging(verbose)
+    check_run_dir(out, "--out", profile, resume=resume)
+    from accel.tune import tune as run_tune
+
+    result = run_tune(
+        loaded, out, model=model, objective=objective, budget_cells=budget_cells, budget_min=budget_min,
+        seed=seed, resume=resume, executor=executor,
+    )  # fmt: skip
+    rec = result.recommended
+    if rec is None:
+        typer.echo(f"no configuration held the constraints; see {result.report_path}")
+        raise typer.Exit(1)
+    shown = f"{rec.value:.2f}x" if rec.value is not None else "-"
+    if rec.interval is not None:
+        shown += f" [{rec.interval[0]:.2f}-{rec.interval[1]:.2f}]"
+    typer.echo(f"recommended: {rec.candidate.name} {shown} on held-out prompts ({rec.round})")
+    typer.echo(f"profile: {result.recommended_path}")
+    typer.echo(f"report:  {result.report_path}")
+
+
 @engines_app.command("create")
 def engines_create(
     name: str = typer.Argument(..., help="Engine: vllm-omni."),

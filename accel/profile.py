@@ -426,6 +426,12 @@ class Profile(StrictModel):
     variants: list[Variant] = Field(default_factory=list)
     combinations: Combinations | None = None
     measure: Measure = Field(default_factory=Measure)
+    tune: dict[str, Any] | None = Field(
+        default=None,
+        exclude=True,
+        description="What `omni-accel tune` searches under (docs/tune.md); a sweep ignores it (not in the resolved "
+        "profile or its fingerprint).",
+    )
     _variant_plan: VariantPlan | None = PrivateAttr(default=None)
 
     @field_validator("name")

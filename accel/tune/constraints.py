@@ -1,0 +1,107 @@
+"""Whether a tuned cell holds the constraints, with the evidence for each, and what it is besides: inert
+(a cache that skipped nothing) or harmful (its whole speed interval below 1: the hooks cost more than they save).
+
+By default the constraints are the gate's (``accel.gate``): the cell's verdict must be a pass, which holds its
+parity to the lossy limits of its features' families, its loss of prompt adherence to the adherence limit where
+the model has a ground truth, and a lossless feature to its lossless limits (the gate's lossless verdict). A
+profile's ``tune.constraints`` replace the parity and adherence limits; the cell must still have run and every
+feature engaged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from accel.gate import PASS, CellVerdict
+from accel.tune.spec import Constraints
+
+CACHE_FAMILY = "cache"
+ENGAGED = ("engaged",)
+
+
+@dataclass
+class Judgement:
+    """One cell against the constraints: passed or not, each constraint's evidence line, and its labels."""
+
+    passed: bool
+    evidence: list[str] = field(default_factory=list)
+    inert: bool = False
+    harmful: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"passed": self.passed, "evidence": self.evidence, "inert": self.inert, "harmful": self.harmful}
+
+
+def _speed_interval(record: dict[str, Any]) -> tuple[float, float] | None:
+    claim = record.get("speedup_ci") or {}
+    low, high = claim.get("low"), claim.get("high")
+    return (float(low), float(high)) if low is not None and high is not None else None
+
+
+def is_harmful(record: dict[str, Any]) -> bool:
+    """Whether the cell is slower than its baseline with its whole speed interval: hooks costing more than
+    they save."""
+    interval = _speed_interval(record)
+    return interval is not None and interval[1] < 1.0
+
+
+def is_inert(record: dict[str, Any], verdict: CellVerdict) -> bool:
+    """Whether a cache feature of the cell skipped nothing: the gate found it not engaged or engaged with no
+    effect (the work it counted was all computed)."""
+    from accel.features import FEATURES
+
+    for name, state in verdict.feature_states.items():
+        feature = FEATURES.get(name)
+        if feature is not None and feature.family == CACHE_FAMILY and state in ("not engaged", "no effect"):
+            return True
+    return False
+
+
+def _check(name: str, ok: bool, measured: Any, required: str) -> tuple[bool, str]:
+    shown = f"{measured:.4g}" if isinstance(measured, float) else str(measured)
+    return ok, f"{'ok' if ok else 'FAILED'}: {name} {shown}, required {required}"
+
+
+def custom_checks(record: dict[str, Any], constraints: Constraints) -> list[tuple[bool, str]]:
+    """Each of the profile's constraints on the record: (held, evidence line). A value the record lacks
+    fails its constraint (nothing is assumed)."""
+    parity = record.get("parity") or {}
+    checks = []
+    if constraints.ssim_low is not None:
+        interval = parity.get("ssim_ci")
+        low = interval[0] if interval else None
+        checks.append(
+            _check("SSIM 95% interval low", low is not None and low >= constraints.ssim_low,
+                   low if low is not None else "unavailable (no per-sample outputs)", f">= {constraints.ssim_low}")
+        )  # fmt: skip
+    if constraints.psnr is not None:
+        psnr = parity.get("psnr")
+        checks.append(_check("PSNR dB", psnr is not None and psnr >= constraints.psnr, psnr, f">= {constraints.psnr}"))
+    if constraints.per_prompt_ssim is not None:
+        worst = parity.get("ssim_min")
+        ok = worst is not None and worst >= constraints.per_prompt_ssim
+        checks.append(_check("SSIM of the worst sample", ok, worst, f">= {constraints.per_prompt_ssim}"))
+    if constraints.attributes_lost is not None:
+        lost = record.get("adherence_loss")
+        ok = lost is not None and lost <= constraints.attributes_lost
+        shown = lost if lost is not None else "unavailable (the model has no ground truth)"
+        checks.append(_check("attributes lost", ok, shown, f"<= {constraints.attributes_lost}"))
+    return checks
+
+
+def judge(record: dict[str, Any], verdict: CellVerdict, constraints: Constraints) -> Judgement:
+    """The cell against ``constraints`` given the gate's ``verdict`` on it."""
+    inert, harmful = is_inert(record, verdict), is_harmful(record)
+    if not constraints.custom:
+        lines = [f"{'ok' if c.ok else 'FAILED'}: {c.line()}" for c in verdict.checks]
+        lines += [f"FAILED: {reason}" for reason in verdict.reasons]
+        passed = verdict.outcome == PASS
+        return Judgement(passed, lines or [f"gate: {verdict.outcome}"], inert, harmful)
+    ran = record.get("status") == "ok" and record.get("warm") is not None
+    states = verdict.feature_states
+    engaged = ran and all(state in (*ENGAGED, "no effect") for state in states.values())
+    lines = [f"{'ok' if engaged else 'FAILED'}: ran and every feature engaged ({states or record.get('status')})"]
+    checks = custom_checks(record, constraints)
+    lines += [line for _, line in checks]
+    return Judgement(engaged and all(ok for ok, _ in checks), lines, inert, harmful)
