@@ -141,6 +141,12 @@ class Parity(TypedDict, total=False):
     parity_vs_reference: Annotated[dict[str, Any], "a baseline vs the reference model's baseline"]
     reference_model: Annotated[str, "the model parity_vs_reference compares with"]
     outputs_stable: Annotated[bool, "the first and last timed passes gave identical outputs"]
+    video_parity: Annotated[
+        dict[str, Any],
+        "videos vs the baseline's (accel.measure.video): frames; samples.<prompt x seed>: ssim and psnr per frame, "
+        "temporal_mad and temporal_psnr per frame pair, flicker (0 steady error to 1 reversing every frame); "
+        "worst_ssim, worst_psnr, worst_temporal_psnr: {sample, frame, value}; temporal_mad (mean); flicker (max)",
+    ]
     adherence: Annotated[dict[str, Any], "prompt-adherence scores of a world model's outputs"]
     adherence_loss: Annotated[
         float,
