@@ -2,7 +2,8 @@
 frame pair's temporal consistency, each check naming the video (prompt x seed) and the frame it found.
 
 The worst frame of a lossy cell: ``video.worst_frame.lossy.<family>`` of the thresholds file (a mix of families
-takes the loosest; a family missing there holds every frame to its mean limits, a frame being an image). Of a
+takes the loosest; a family missing there holds every frame to its mean limits, a frame being an image; never
+stricter than the mean limits in effect, so a model's override of those loosens its frames too). Of a
 lossless cell: its class's own video limits (``lossless_limits``), every frame as the mean. The temporal limit is
 derived from the worst-frame PSNR limit: ``INDEPENDENT_ERRORS_DB`` below it, what errors independent from frame to
 frame reach with every frame at the limit; an error that swings between frames more than that is flicker, which
@@ -31,9 +32,10 @@ def worst_frame_limits(
     overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
     mean = {**declared_lossy_limits(), **data.thresholds["lossy"], **(overrides.get("lossy") or {})}
     frame = ((data.thresholds.get("video") or {}).get("worst_frame") or {}).get("lossy") or {}
-    limits = [frame.get(family) or mean[family] for family in families]
-    ssim = min(float(x["ssim"]) for x in limits)
-    psnr = min(float(x["psnr"]) for x in limits)
+    # Never stricter than the mean's limit in effect (a model's override of its mean limits loosens its frames too).
+    limits = [{**mean[family], **(frame.get(family) or {})} for family in families]
+    ssim = min(min(float(x["ssim"]), float(mean[f]["ssim"])) for f, x in zip(families, limits, strict=True))
+    psnr = min(min(float(x["psnr"]), float(mean[f]["psnr"])) for f, x in zip(families, limits, strict=True))
     return ssim, psnr, f"lossy ({', '.join(families)})"
 
 
