@@ -35,7 +35,7 @@ from accel.measure.parity import Parity, parity_of_frames, psnr_frames, ssim_fra
 INDEPENDENT_ERRORS_DB = 10.0 * math.log10(2.0)
 
 VIDEO_PARITY_DEFINITION = (
-    "video: SSIM and PSNR per frame; temporal_mad = mean |(v[t+1]-v[t]) - (b[t+1]-b[t])| per frame pair, "
+    "SSIM and PSNR per frame; temporal_mad = mean |(v[t+1]-v[t]) - (b[t+1]-b[t])| per frame pair, "
     "temporal_psnr = 10*log10(1/MSE) of that change (independent frame errors: frame PSNR - 3.01 dB), "
     "flicker = sum mean|e[t+1]-e[t]| / sum (mean|e[t]| + mean|e[t+1]|) (0 steady error, 1 reversing every frame)"
 )
