@@ -282,8 +282,6 @@ def check_thresholds(data: dict[str, Any], source: str) -> None:
             raise ConfigError(f"{source}: {key}: expected a mapping, got {data[key]!r}")
     if "adherence" in data:
         _check_adherence(data["adherence"], source)
-    if "video" in data:
-        _check_video(data["video"], source)
     for dtype, by_modality in data["lossless"].items():
         if not isinstance(by_modality, dict) or set(by_modality) != set(MODALITIES):
             raise ConfigError(
@@ -297,6 +295,8 @@ def check_thresholds(data: dict[str, Any], source: str) -> None:
     for family, limit in data["lossy"].items():
         _check_family(family, f"{source}: lossy.{family}")
         _check_limit(limit, f"{source}: lossy.{family}")
+    if "video" in data:  # after the mean limits it refines: their errors come first
+        _check_video(data["video"], source)
     _check_model_overrides(data.get("models"), [str(d) for d in data["lossless"]], source)
 
 
