@@ -141,6 +141,12 @@ class Parity(TypedDict, total=False):
     parity_vs_reference: Annotated[dict[str, Any], "a baseline vs the reference model's baseline"]
     reference_model: Annotated[str, "the model parity_vs_reference compares with"]
     outputs_stable: Annotated[bool, "the first and last timed passes gave identical outputs"]
+    video_parity: Annotated[
+        dict[str, Any],
+        "videos vs the baseline's (accel.measure.video): frames; samples.<prompt x seed>: ssim and psnr per frame, "
+        "temporal_mad and temporal_psnr per frame pair, flicker (0 steady error to 1 reversing every frame); "
+        "worst_ssim, worst_psnr, worst_temporal_psnr: {sample, frame, value}; temporal_mad (mean); flicker (max)",
+    ]
     adherence: Annotated[dict[str, Any], "prompt-adherence scores of a world model's outputs"]
     adherence_loss: Annotated[
         float,
@@ -452,6 +458,7 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
             for metric, value in parity.items():
                 if value is not None and not _is_number(value) and not isinstance(value, bool):
                     raise ConfigError(f"{where}: {key}.{metric} should be a number, got {_json_type(value)}")
+    _check_video_parity(record.get("video_parity"), where)
     if record.get("warm") and not _is_number(record["warm"].get("median")):
         raise ConfigError(f"{where}: warm.median should be a number, got {record['warm'].get('median')!r}")
     if record.get("dtype") is not None and record["dtype"] not in DTYPES:
@@ -463,6 +470,31 @@ def check_record(record: Any, where: str) -> dict[str, Any]:
 
 # What a cell can compute in (the profile's dtypes; uint8 for engines' 8-bit outputs).
 DTYPES = ("float32", "bfloat16", "float16", "uint8")
+
+
+def _check_video_parity(video: Any, where: str) -> None:
+    """``video_parity``'s worst frames, the values the gate judges: each null or ``{sample, frame, value}`` with a
+    frame number from 0 and a numeric value (a hand-edited or truncated record would end the gate in a traceback)."""
+    if video is None:
+        return
+    if not isinstance(video, dict):
+        raise ConfigError(f"{where}: video_parity should be an object, got {_json_type(video)}")
+    for key in ("worst_ssim", "worst_psnr", "worst_temporal_psnr"):
+        worst = video.get(key)
+        if worst is None:
+            continue
+        if (
+            not isinstance(worst, dict)
+            or not isinstance(worst.get("sample"), str)
+            or not _is_number(worst.get("frame"))
+            or worst["frame"] != int(worst["frame"])
+            or worst["frame"] < 0
+            or not _is_number(worst.get("value"))
+        ):
+            raise ConfigError(
+                f"{where}: video_parity.{key} should be {{sample: text, frame: a whole number from 0, value: a "
+                f"number}}, got {worst!r}"
+            )
 
 
 def _positive(value: Any) -> bool:

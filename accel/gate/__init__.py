@@ -10,7 +10,8 @@ never runs a pipeline. Each measured cell (not the baseline or its noise-floor r
 - Parity: lossless thresholds by the dtype the cell ran in and its modality, lossy by family (the loosest
   family for a mix), from ``feature_matrix/thresholds.yaml``. A measured noise floor (the baseline against
   its own re-run) loosens a lossless threshold, never below ``lossless_minimum``. Outputs that differ
-  between timed passes (``outputs_stable`` false) fail lossless parity. SSIM is always checked.
+  between timed passes (``outputs_stable`` false) fail lossless parity. SSIM is always checked. A video's
+  worst frame (named) and worst frame pair's temporal consistency are judged as well (``accel.gate.video``).
 - Claims (``feature_matrix/claims.yaml``) excuse only their own feature: a crash nobody can attribute,
   a parity loss in a combined cell, or another feature that did not engage still fails. A failure the
   claims fully explain is an expected failure (skipped, with the reason); works within parity but claimed
@@ -25,8 +26,9 @@ never runs a pipeline. Each measured cell (not the baseline or its noise-floor r
 The package by concern (every public name is re-exported here, so ``from accel.gate import ...`` is the
 interface): ``verdict`` (outcomes, ``Check``, ``CellVerdict``, ``GateReport``, the references), ``data``
 (loading and checking the thresholds, claims and performance-baseline files), ``limits`` (parity by class,
-adherence and performance limits), ``evidence`` (the judgements a record carries before it is written),
-``judge`` (the verdicts on cells, references and a whole results file) and ``render`` (markdown and JUnit).
+adherence and performance limits), ``video`` (a video's worst frame and frame pair), ``evidence`` (the
+judgements a record carries before it is written), ``judge`` (the verdicts on cells, references and a whole
+results file) and ``render`` (markdown and JUnit).
 """
 
 from __future__ import annotations
@@ -69,6 +71,7 @@ from accel.gate.limits import (
     declared_lossy_limits,
     limit_text,
     lossless_limits,
+    lossy_families,
     lossy_part,
     output_precision,
     parity_pair,
@@ -98,6 +101,7 @@ from accel.gate.verdict import (
     GateReport,
     is_reference,
 )
+from accel.gate.video import video_checks, worst_frame_limits
 
 __all__ = [
     "BASELINE",
@@ -143,6 +147,7 @@ __all__ = [
     "limit_text",
     "load_gate_data",
     "lossless_limits",
+    "lossy_families",
     "lossy_part",
     "markdown_summary",
     "noise_floors",
@@ -155,4 +160,6 @@ __all__ = [
     "unmatched_baseline_entries",
     "unmatched_claim_models",
     "unmatched_threshold_models",
+    "video_checks",
+    "worst_frame_limits",
 ]

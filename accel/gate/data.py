@@ -211,7 +211,7 @@ def _check_model_overrides(models: Any, lossless_dtypes: list[str], source: str)
             _check_adherence(overrides["adherence"], where)
 
 
-THRESHOLD_KEYS = ("lossless", "lossless_minimum", "lossy", "adherence", "models")
+THRESHOLD_KEYS = ("lossless", "lossless_minimum", "lossy", "adherence", "video", "models")
 
 
 def _feature_families() -> list[str]:
@@ -249,11 +249,29 @@ def _check_adherence(value: Any, source: str) -> None:
             )
 
 
+def _check_video(value: Any, source: str) -> None:
+    """``video.worst_frame.lossy.<family>``: the ``{ssim, psnr}`` the worst frame of a lossy video must reach."""
+    if not isinstance(value, dict) or set(value) != {"worst_frame"}:
+        raise ConfigError(
+            f"{source}: video: expected a mapping with the one key worst_frame (video.worst_frame.lossy.<family>: "
+            f"{{ssim, psnr}}), got {value!r}"
+        )
+    frame = value["worst_frame"]
+    if not isinstance(frame, dict) or set(frame) != {"lossy"} or not isinstance(frame["lossy"], dict):
+        raise ConfigError(
+            f"{source}: video.worst_frame: expected a mapping with the one key lossy, a mapping of feature family "
+            f"to {{ssim, psnr}}, got {frame!r}"
+        )
+    for family, limit in frame["lossy"].items():
+        _check_family(family, f"{source}: video.worst_frame.lossy.{family}")
+        _check_limit(limit, f"{source}: video.worst_frame.lossy.{family}")
+
+
 def check_thresholds(data: dict[str, Any], source: str) -> None:
     """The thresholds file's shape: ``lossless.<dtype>.<modality>``, ``lossless_minimum.<modality>``,
-    ``lossy.<family>``, each ``{ssim, psnr}``, and the optional ``adherence.lossy.<family>`` (a share in
-    [0, 1]); errors name the file and key. Unknown top-level keys and families are refused, so a typo
-    cannot silently fall back to a default."""
+    ``lossy.<family>``, each ``{ssim, psnr}``, the optional ``adherence.lossy.<family>`` (a share in
+    [0, 1]) and ``video.worst_frame.lossy.<family>`` ({ssim, psnr}); errors name the file and key. Unknown
+    top-level keys and families are refused, so a typo cannot silently fall back to a default."""
     for key in data:
         if key not in THRESHOLD_KEYS:
             raise ConfigError(f"{source}: {unknown_choice('key', key, THRESHOLD_KEYS)}")
@@ -277,6 +295,8 @@ def check_thresholds(data: dict[str, Any], source: str) -> None:
     for family, limit in data["lossy"].items():
         _check_family(family, f"{source}: lossy.{family}")
         _check_limit(limit, f"{source}: lossy.{family}")
+    if "video" in data:  # after the mean limits it refines: their errors come first
+        _check_video(data["video"], source)
     _check_model_overrides(data.get("models"), [str(d) for d in data["lossless"]], source)
 
 

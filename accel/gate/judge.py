@@ -1,7 +1,8 @@
-"""The verdicts: each measured cell (``gate_cell``: engagement on evidence, parity by class, claims that
-excuse only their own feature, adherence, timing validity, performance), each reference (``gate_reference``:
-a baseline or noise floor that did not run fails its model), and a whole results file judged once
-(``judge_records``), as ``omni-accel gate``, the pytest plugin and the tables all judge it."""
+"""The verdicts: each measured cell (``gate_cell``: engagement on evidence, parity by class, a video's worst
+frame and frame pair too (``accel.gate.video``), claims that excuse only their own feature, adherence, timing
+validity, performance), each reference (``gate_reference``: a baseline or noise floor that did not run fails
+its model), and a whole results file judged once (``judge_records``), as ``omni-accel gate``, the pytest plugin
+and the tables all judge it."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from accel.gate.verdict import (
     GateReport,
     is_reference,
 )
+from accel.gate.video import VIDEO, video_checks
 from accel.report.format import fmt
 from accel.results import (
     declared_tag,
@@ -201,6 +203,8 @@ def gate_cell(
         ssim_min, psnr_min, kind = required_parity(data, record, noise_floor, modality)
         parity_checks += parity_pair(kind, parity_of(record), ssim_min, psnr_min)
         parity_checks += combined_lossless_checks(data, record, noise_floor, modality, peers or [])
+        if modality == VIDEO:  # the worst frame and the worst frame pair, named, besides the means
+            parity_checks += video_checks(data, record, noise_floor)
         if lossless and (baseline or {}).get("outputs_stable") is False:  # nothing to be lossless against
             parity_checks.append(
                 Check(
@@ -247,7 +251,8 @@ def gate_cell(
     excused = [name for name in broken if claims[name] is False]
     if any(not c.ok for c in verdict.checks):
         verdict.outcome = FAIL
-        judged = ("SSIM", "PSNR", "output stability", "engagement")  # a failed baseline is not the feature's doing
+        # The feature's doing (a failed baseline is not).
+        judged = ("SSIM", "PSNR", "temporal PSNR", "output stability", "engagement")
         if any(claims[name] for name in features) and any(
             not c.ok and c.name.startswith(judged) for c in verdict.checks
         ):

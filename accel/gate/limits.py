@@ -23,7 +23,8 @@ def output_precision(record: dict[str, Any]) -> str:
     return record.get("dtype") or "float32"
 
 
-def _lossy_families(record: dict[str, Any]) -> list[str]:
+def lossy_families(record: dict[str, Any]) -> list[str]:
+    """The families of the cell's lossy features, sorted (none for a lossless cell)."""
     from accel.features import FEATURES
 
     return sorted({FEATURES[name].family for name in lossy_features(record)})
@@ -70,19 +71,19 @@ def required_parity(
     """
     overrides = (data.thresholds.get("models") or {}).get(record["model"]) or {}
     lossy = {**declared_lossy_limits(), **data.thresholds["lossy"], **(overrides.get("lossy") or {})}
-    lossy_families = _lossy_families(record)
-    if lossy_families:
-        missing = [f for f in lossy_families if f not in lossy]
+    families = lossy_families(record)
+    if families:
+        missing = [f for f in families if f not in lossy]
         if missing:
             raise ConfigError(
                 f"{data.source}: lossy: no parity thresholds for family '{missing[0]}' "
                 f"({record['model']}/{record['variant']} is lossy through it): add lossy.{missing[0]}: "
                 "{ssim: ..., psnr: ...} or declare lossy_limits on its feature"
             )
-        limits = [lossy[f] for f in lossy_families]
+        limits = [lossy[f] for f in families]
         ssim = min(float(x["ssim"]) for x in limits)
         psnr = min(float(x["psnr"]) for x in limits)
-        return ssim, psnr, f"lossy ({', '.join(lossy_families)})"
+        return ssim, psnr, f"lossy ({', '.join(families)})"
     return lossless_limits(data, record, noise_floor, modality)
 
 

@@ -10,7 +10,7 @@
   outputs give ``inf`` (stored as JSON ``Infinity`` and printed as ``inf``).
 - Mean and max absolute pixel difference in [0, 1] units.
 - Video: every metric per frame; the reported value is the mean over frames, with the minimum SSIM and
-  PSNR kept beside it.
+  PSNR kept beside it (the curves, the worst frame named and the temporal consistency: ``accel.measure.video``).
 """
 
 from __future__ import annotations
@@ -82,8 +82,12 @@ def compare(candidate: np.ndarray, reference: np.ndarray) -> Parity:
     """Parity of one (frames, H, W, 3) output against its reference."""
     if candidate.shape != reference.shape:
         raise ValueError(f"output shape {candidate.shape} differs from the baseline's {reference.shape}")
-    ssim = ssim_frames(candidate, reference)
-    psnr = psnr_frames(candidate, reference)
+    return parity_of_frames(candidate, reference, ssim_frames(candidate, reference), psnr_frames(candidate, reference))
+
+
+def parity_of_frames(candidate: np.ndarray, reference: np.ndarray, ssim: np.ndarray, psnr: np.ndarray) -> Parity:
+    """The ``Parity`` of two outputs of the same shape from their per-frame SSIM and PSNR (``ssim_frames``,
+    ``psnr_frames``), so a caller that keeps the per-frame curves computes them once."""
     diff = np.abs(candidate.astype(np.float64) - reference.astype(np.float64))
     return Parity(
         ssim=float(ssim.mean()),

@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-FIGURES = "figures"
+from accel.report.plot import pyplot, save_figure
 
 
 def _curves(records: list[dict[str, Any]], model: str) -> list[dict[str, Any]]:
@@ -52,15 +52,10 @@ def drift_table(records: list[dict[str, Any]], model: str) -> list[str]:
 
 def drift_figure(run_dir: Path, records: list[dict[str, Any]], model: str) -> Path | None:
     """One curve per lossy variant of ``model`` (error per step, log scale), its skipped steps as crosses."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     cells = _curves(records, model)
     if not cells:
         return None
-    figure, axis = plt.subplots(figsize=(8, 4.5))
+    figure, axis = pyplot().subplots(figsize=(8, 4.5))
     floor = min((e for r in cells for e in r["step_error"]["rel_l2"] if 0 < e < math.inf), default=1e-12) / 10
     for r in cells:
         curve = [max(e, floor) if math.isfinite(e) else math.nan for e in r["step_error"]["rel_l2"]]
@@ -76,9 +71,4 @@ def drift_figure(run_dir: Path, records: list[dict[str, Any]], model: str) -> Pa
     )
     axis.grid(alpha=0.3)
     axis.legend(loc="best", fontsize="small")
-    path = Path(run_dir) / FIGURES / f"drift-{model}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return save_figure(figure, run_dir, f"drift-{model}.png")

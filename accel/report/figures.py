@@ -1,6 +1,7 @@
 """Figures of a run: image grids per prompt, speedup-vs-quality scatter with the Pareto front, latency/memory
-bars and lossy variants' drift per step (``accel.report.drift``). Written under ``RUN_DIR/figures/`` and
-embedded in ``report.md``."""
+bars, lossy variants' drift per step (``accel.report.drift``) and videos' parity per frame
+(``accel.report.video``). Written under ``RUN_DIR/figures/`` (``accel.report.plot``) and embedded in
+``report.md``."""
 
 from __future__ import annotations
 
@@ -13,9 +14,10 @@ import numpy as np
 from accel.measure.speedup import FASTER, SLOWER, format_speedup
 from accel.report.drift import drift_figure
 from accel.report.format import fmt
+from accel.report.plot import FIGURES, pyplot, save_figure
+from accel.report.video import video_figures
 from accel.results import is_noise_floor, parity_of, peak_memory_bytes
 
-FIGURES = "figures"
 # Points at or above these are lossless to the eye (the gate's float32 lossless limits) and are left unnamed.
 LOSSLESS_LOOK = {"ssim": 0.99999, "psnr": 100.0}
 TILE = 128  # pixels per image in a grid (tiny outputs are scaled up with nearest neighbour)
@@ -159,10 +161,7 @@ def _plottable(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
     """Speedup against SSIM and PSNR, one colour per model, Pareto front (per model) marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cells = _plottable(records)
     if not cells:
@@ -201,20 +200,12 @@ def speed_quality_scatter(run_dir: Path, records: list[dict[str, Any]]) -> Path 
         "Higher and further right is better; bars: each speedup's interval; dashed: each model's Pareto front; "
         "named: the variants below lossless parity"
     )
-    path = Path(run_dir) / FIGURES / "speed-vs-quality.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, run_dir, "speed-vs-quality.png", dpi=110)
 
 
 def latency_memory_bars(run_dir: Path, records: list[dict[str, Any]], model: str) -> Path | None:
     """Warm latency and peak memory of every measured cell of one model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cells = [r for r in records if r["model"] == model and r.get("warm") and not is_noise_floor(r)]
     if not cells:
@@ -231,20 +222,12 @@ def latency_memory_bars(run_dir: Path, records: list[dict[str, Any]], model: str
     for axis in axes:
         axis.invert_yaxis()
         axis.grid(axis="x", alpha=0.3)
-    path = Path(run_dir) / FIGURES / f"bars-{model}.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
-    return path
+    return save_figure(figure, run_dir, f"bars-{model}.png", dpi=100)
 
 
 def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path | None:
     """Speedup against overall adherence (with its interval), one colour per model; None without scores."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     cells = [r for r in records if r.get("adherence") and not is_noise_floor(r) and r.get("warm")]
     if not cells:
@@ -281,12 +264,7 @@ def speed_adherence_figure(run_dir: Path, records: list[dict[str, Any]]) -> Path
     axis.grid(alpha=0.3)
     axis.legend(loc="lower left")
     annotate_without_overlap(axis, [point for _, point in named], [name for name, _ in named])
-    path = Path(run_dir) / FIGURES / "speed-vs-adherence.png"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    figure.tight_layout()
-    figure.savefig(path, dpi=110)
-    plt.close(figure)
-    return path
+    return save_figure(figure, run_dir, "speed-vs-adherence.png", dpi=110)
 
 
 def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -> dict[str, list[str]]:
@@ -307,6 +285,7 @@ def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str])
         drift = drift_figure(run_dir, records, model)
         if drift:
             figures[model].append(str(drift.relative_to(run_dir)))
+        figures[model] += [str(path.relative_to(run_dir)) for path in video_figures(run_dir, records, model)]
     if not (run_dir / "outputs").is_dir():  # a run directory copied without its outputs: charts only
         return figures
     for model, grid in image_grids(run_dir, records, keys):

@@ -18,9 +18,11 @@ from accel.measure.speedup import (
     sampling_notice,
     variant_first_look,
 )
+from accel.measure.video import VIDEO_PARITY_DEFINITION
 from accel.profile import Profile
 from accel.report.drift import drift_table
 from accel.report.format import fmt, percent, table_lines
+from accel.report.video import video_table
 from accel.results import (
     declared_tag,
     feature_options,
@@ -299,6 +301,7 @@ def render(
         "stage hooks between them (after the first half: drift moves both alike); cold = load + first call",
         f"- Speedup: {_speedup_method(profile)}",
         f"- Parity against the baseline: {PARITY_DEFINITION}",
+        *([f"- Video parity: {VIDEO_PARITY_DEFINITION}"] if any(r.get("video_parity") for r in records) else []),
         _wall_line(wall_s, len(records), resumed),
         "",
     ]
@@ -324,6 +327,7 @@ def render(
             "",
             compute_table(measured),
             *drift_table(measured, model),
+            *video_table(measured, model),
             *[f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get(model, [])],
         ]
     lines += [

@@ -22,8 +22,10 @@ REFERENCE_TOLERANCE = 2 / 255
 
 
 def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_dir: Path, keys: list[str]) -> None:
-    """Add parity against the baseline's outputs and the warm speedup to a measured record."""
+    """Add parity against the baseline's outputs to a measured record, and for a video its curves per frame and
+    its temporal consistency (``video_parity``, ``accel.measure.video``), and the memory reduction."""
     from accel.measure.parity import aggregate, compare
+    from accel.measure.video import video_curves, video_parity
 
     if record["variant"] == BASELINE or record.get("warm") is None:
         return
@@ -35,7 +37,12 @@ def attach_parity(record: dict[str, Any], baseline: dict[str, Any] | None, run_d
         np.load(outputs_path(run_dir, record["model"], BASELINE)) as reference,
         np.load(outputs_path(run_dir, record["model"], record["variant"])) as candidate,
     ):
-        per_sample = [compare(candidate[key], reference[key]) for key in keys]
+        if candidate[keys[0]].shape[0] > 1:  # a video: the curves per frame and over time as well
+            measured = {key: video_curves(candidate[key], reference[key]) for key in keys}
+            per_sample = [parity for parity, _ in measured.values()]
+            record["video_parity"] = video_parity({key: curves for key, (_, curves) in measured.items()})
+        else:
+            per_sample = [compare(candidate[key], reference[key]) for key in keys]
     record["parity"] = aggregate(per_sample).to_dict()
 
 
