@@ -562,18 +562,19 @@ def _sensitivity(profile: Any, model: str, variant: str | None, json_out: bool) 
     import json
 
     from accel.diverge.run import sensitivity
-    from accel.diverge.sensitivity import leave_unquantized, sensitivity_markdown
+    from accel.diverge.sensitivity import sensitivity_markdown
     from accel.errors import ConfigError
 
     if variant is None:
         raise ConfigError("--sensitivity: name the quantization variant with --variant VARIANT")
-    rows, method = sensitivity(profile, model, variant)
+    rows, method, pick = sensitivity(profile, model, variant)
     if json_out:
-        exclude = [row.layer for row in leave_unquantized(rows)]
+        exclude = [row.layer for row in pick.layers]
         layers = [dataclasses.asdict(row) for row in rows]
-        typer.echo(json.dumps({"method": method, "layers": layers, "exclude": exclude}, indent=2))
+        measured = [{"top": k, "final_latents_rel_l2": value} for k, value in pick.tried]
+        typer.echo(json.dumps({"method": method, "layers": layers, "exclude": exclude, "measured": measured}, indent=2))
     else:
-        typer.echo(sensitivity_markdown(rows, method))
+        typer.echo(sensitivity_markdown(rows, method, pick))
 
 
 @app.command()

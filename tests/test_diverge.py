@@ -87,6 +87,15 @@ def test_a_text_encoder_fault_is_the_text_encoders(sides, monkeypatch):
     result = compare(sides)
     _check(result, "text_encoder_2", 0)
     assert result.first is not None and result.first.stage == "text"
+    # ownership by isolation: the adapter's embeddings fed into the native denoiser give the adapter's output
+    assert "native's transformer fed adapter's embeddings gives adapter's step-0 output" in result.first.evidence
+    # a second fault, in the native denoiser: its embeddings are still the first difference, but not the only one
+    norm = _pipeline(sides).transformer.transformer_blocks[1].norm2
+    monkeypatch.setattr(norm, "forward", scaled(norm, "forward"))
+    result = compare(sides)
+    _check(result, "text_encoder_2", 0)
+    assert result.first is not None and "fed adapter's embeddings still differs" in result.first.evidence
+    assert result.first.evidence.endswith("the denoiser differs too"), result.first.evidence
 
 
 def test_an_initial_noise_fault_is_the_latents(sides, monkeypatch):

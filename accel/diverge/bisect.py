@@ -90,7 +90,7 @@ def record_modules(module: torch.nn.Module, call: Callable[[], Any]) -> list[tup
     return finished
 
 
-def _call(denoiser: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+def call_fresh(denoiser: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
     """The denoiser called once more, inside a fresh cache context where it has one (diffusers' cache hooks
     refuse a call outside any): a cache's state is not what the bisection compares."""
 
@@ -148,8 +148,9 @@ def locate(
     ``tolerance``."""
     canon_a, canon_b = canonical_names(denoiser_a, denoiser_b)
     args_b, kwargs_b = identical_inputs(call_a, call_b)
-    order_a = [(canon_a(n), o) for n, o in record_modules(denoiser_a, _call(denoiser_a, call_a.args, call_a.kwargs))]
-    order_b = [(canon_b(n), o) for n, o in record_modules(denoiser_b, _call(denoiser_b, args_b, kwargs_b))]
+    run_a, run_b = call_fresh(denoiser_a, call_a.args, call_a.kwargs), call_fresh(denoiser_b, args_b, kwargs_b)
+    order_a = [(canon_a(n), o) for n, o in record_modules(denoiser_a, run_a)]
+    order_b = [(canon_b(n), o) for n, o in record_modules(denoiser_b, run_b)]
     theirs: dict[str, list[Any]] = {}
     for name, outputs in order_b:
         theirs.setdefault(name, []).append(outputs)
