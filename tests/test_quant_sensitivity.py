@@ -98,6 +98,10 @@ def test_the_pick_grows_from_the_top_while_it_measurably_helps_and_stops_at_the_
     assert all(gains[:k]), errors
     assert k == limit or (len(errors) == k + 2 and errors[k + 1] >= errors[k]), (k, errors)
     assert errors[k] == min(errors) and k >= 1 and errors[k] < errors[0], errors  # tiny-flux: the top layer helps
+    # from the bottom of the table: the least sensitive layer brings no gain, and the pick stops there
+    bottom = measured_pick(flux, CALL, rows[::-1], "int8wo", limit=limit)
+    assert len(bottom.layers) < limit and len(bottom.tried) == len(bottom.layers) + 2, bottom.tried
+    assert bottom.tried[-1][1] >= bottom.tried[-2][1], bottom.tried
     # measured again through the feature: the pick's exclusion is closer to the unquantized call than none
     reference = _final_latents(flux)
     distances = {}

@@ -72,11 +72,19 @@ class RankedSide:
         """Nothing to remove: the ranks' processes have ended."""
 
 
-def compare_sides(a: Side, b: Side | RankedSide, request: Any, tolerance: float | None = None) -> DivergeResult:
+def compare_sides(
+    a: Side,
+    b: Side | RankedSide,
+    request: Any,
+    tolerance: float | None = None,
+    mapping: dict[str, str] | None = None,
+) -> DivergeResult:
     """Run ``request`` once on each side and compare ``b`` against the reference ``a``.
 
     ``tolerance``: the relative-L2 limit (default: the looser of the two dtypes' ``TOLERANCES``); inputs of
-    the loop are held to exact equality when both sides compute in one dtype."""
+    the loop are held to exact equality when both sides compute in one dtype. ``mapping``: side A's module
+    names to side B's (dotted names or runs of segments), for the block bisection; default: a port's own
+    weight-name mapping, else identical names."""
     limit = tolerance if tolerance is not None else max(tolerance_for(a.dtype), tolerance_for(b.dtype))
     dtype = a.dtype if a.dtype == b.dtype else f"{a.dtype}/{b.dtype}"
     traced_a, traced_b = a.run(request), b.run(request)
@@ -86,7 +94,30 @@ def compare_sides(a: Side, b: Side | RankedSide, request: Any, tolerance: float 
             f"{b.label} ran as {b.ranks} ranks; rank 0's call was captured (every rank's final latents equal); "
             f"isolation fed {a.label}'s components {b.label}'s inputs; its denoiser's blocks are not bisected"
         )
-    return analyse(traced_a, traced_b, result, exact_inputs=a.dtype == b.dtype)
+    return analyse(traced_a, traced_b, result, exact_inputs=a.dtype == b.dtype, mapping=mapping)
+
+
+def load_mapping(mapping: dict[str, str] | str | Path | None) -> dict[str, str] | None:
+    """A module mapping as a dict of names to names: given, or read from a YAML file (``--mapping``)."""
+    if mapping is None or isinstance(mapping, dict):
+        data: Any = mapping
+        where = "mapping"
+    else:
+        import yaml
+
+        where = f"{mapping}: --mapping"
+        try:
+            data = yaml.safe_load(Path(mapping).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as error:
+            raise ConfigError(f"{where}: cannot read it as YAML ({error})") from error
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ConfigError(
+            f"{where}: expected a mapping of module names to module names (reference's name: other side's name, "
+            "e.g. 'ff.net.2: ff.fc2')"
+        )
+    return dict(data)
 
 
 def _model(profile: Profile, name: str, option: str) -> ModelSpec:
@@ -187,12 +218,15 @@ def diverge(
     variant: str | None = None,
     against: str | None = None,
     tolerance: float | None = None,
+    mapping: dict[str, str] | str | Path | None = None,
 ) -> DivergeResult:
     """Where ``variant`` (features applied to ``model``) or the model ``against`` parts from ``model``'s
     unaccelerated run of the workload's first prompt and seed. Exactly one of ``variant`` and ``against``.
+    ``mapping``: module correspondence, ``model``'s names to the other side's (a dict, or a YAML file of one).
 
     Raises ``ConfigError`` (bad input, before anything loads) for an unknown model or variant, both or neither
-    of ``variant``/``against``, a tolerance that is not positive, or two models whose requests differ."""
+    of ``variant``/``against``, a tolerance that is not positive, a mapping that is not one of names to names,
+    or two models whose requests differ."""
     from accel.sweep.spec import build_requests
 
     loaded = profile if isinstance(profile, Profile) else load_profile(profile)
@@ -203,6 +237,7 @@ def diverge(
         )
     if tolerance is not None and not tolerance > 0:
         raise ConfigError(f"--tolerance: {tolerance} is not a positive relative-L2 limit (e.g. 1e-4)")
+    names = load_mapping(mapping)
     spec_a = _model(loaded, model, "--model")
     configs: dict[str, Any] | None = None
     if variant is not None:
@@ -226,6 +261,6 @@ def diverge(
         side_a = _load(spec_a, model if against else f"{model}/baseline", None, request.steps)
         side_b = _load(spec_b, label_b, configs, request.steps)
     try:
-        return compare_sides(side_a, side_b, request, tolerance)
+        return compare_sides(side_a, side_b, request, tolerance, names)
     finally:
         side_b.close()

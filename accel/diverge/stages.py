@@ -60,8 +60,11 @@ class _Walk:
             self.result.first = owner(stage, step, what, found)
 
 
-def analyse(a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool) -> DivergeResult:
-    """Fill ``result`` with every row and the first divergence of ``b`` against the reference ``a``."""
+def analyse(
+    a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool, mapping: dict[str, str] | None = None
+) -> DivergeResult:
+    """Fill ``result`` with every row and the first divergence of ``b`` against the reference ``a``
+    (``mapping``: side A's module names to side B's, for the block bisection; ``accel.diverge.bisect``)."""
     walk = _Walk(result)
     ta, tb = a.trace, b.trace
     tolerance = result.tolerance
@@ -117,7 +120,7 @@ def analyse(a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool) -> 
                 what,
                 metrics(call_a.output, call_b.output),
                 False,
-                _denoiser_owner(a, b, call_a, call_b, tolerance),
+                _denoiser_owner(a, b, call_a, call_b, tolerance, mapping),
             )
         if step >= len(ta.steps) or step >= len(tb.steps):
             walk.add(
@@ -219,16 +222,23 @@ def _embeddings_fed(a: Traced, b: Traced, tolerance: float) -> str:
     )
 
 
-def _denoiser_owner(a: Traced, b: Traced, call_a: Any, call_b: Any, tolerance: float) -> Any:
+def _denoiser_owner(
+    a: Traced, b: Traced, call_a: Any, call_b: Any, tolerance: float, mapping: dict[str, str] | None
+) -> Any:
     def owner(stage: str, step: int | None, what: str, found: Metrics) -> Divergence:
         if b.pipeline is None:
             return _mirrored_denoiser(a, b, call_a, call_b, tolerance, (stage, step, what, found))
         place = locate(
-            getattr(a.pipeline, call_a.denoiser), getattr(b.pipeline, call_b.denoiser), call_a, call_b, tolerance
+            getattr(a.pipeline, call_a.denoiser),
+            getattr(b.pipeline, call_b.denoiser),
+            call_a,
+            call_b,
+            tolerance,
+            mapping,
         )
         evidence = place.note or "both denoisers run on side A's inputs of this call: the first block beyond tolerance"
         return Divergence(
-            call_a.denoiser, step, stage, what, found, place.block, place.submodule, place.operation, evidence
+            call_a.denoiser, step, stage, what, found, place.block, place.submodule, place.operation, evidence, place.op
         )
 
     return owner
