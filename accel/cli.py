@@ -656,18 +656,19 @@ def _sensitivity(profile: Any, model: str, variant: str | None, json_out: bool) 
     import json
 
     from accel.diverge.run import sensitivity
-    from accel.diverge.sensitivity import leave_unquantized, sensitivity_markdown
+    from accel.diverge.sensitivity import sensitivity_markdown
     from accel.errors import ConfigError
 
     if variant is None:
         raise ConfigError("--sensitivity: name the quantization variant with --variant VARIANT")
-    rows, method = sensitivity(profile, model, variant)
+    rows, method, pick = sensitivity(profile, model, variant)
     if json_out:
-        exclude = [row.layer for row in leave_unquantized(rows)]
+        exclude = [row.layer for row in pick.layers]
         layers = [dataclasses.asdict(row) for row in rows]
-        typer.echo(json.dumps({"method": method, "layers": layers, "exclude": exclude}, indent=2))
+        measured = [{"top": k, "final_latents_rel_l2": value} for k, value in pick.tried]
+        typer.echo(json.dumps({"method": method, "layers": layers, "exclude": exclude, "measured": measured}, indent=2))
     else:
-        typer.echo(sensitivity_markdown(rows, method))
+        typer.echo(sensitivity_markdown(rows, method, pick))
 
 
 @app.command()
@@ -695,6 +696,12 @@ def diverge(
         help="With --variant naming a quantization variant: the per-layer sensitivity table (each Linear layer "
         "alone quantized) and the layers to leave unquantized, as the feature's `exclude` option.",
     ),
+    mapping: Path | None = typer.Option(
+        None,
+        "--mapping",
+        help="YAML file of module names, --model's to the other side's (e.g. 'ff.net.2: ff.fc2'), for the block "
+        "bisection; default: a native port's own weight-name mapping, else identical names.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Where two runs of the workload's first request part: the first stage, step, block and submodule beyond
@@ -705,6 +712,9 @@ def diverge(
     from accel.profile import load_profile
 
     loaded = load_profile(profile)  # a bad profile is refused before torch is imported
+    from accel.diverge.run import load_mapping
+
+    names = load_mapping(mapping)  # a bad mapping too
     if out is not None and out.exists() and not out.is_dir():
         from accel.errors import ConfigError
 
@@ -722,7 +732,7 @@ def diverge(
     from accel.diverge import diverge as run_diverge
     from accel.diverge.report import markdown, write
 
-    result = run_diverge(loaded, model, variant=variant, against=against, tolerance=tolerance)
+    result = run_diverge(loaded, model, variant=variant, against=against, tolerance=tolerance, mapping=names)
     if out is not None:
         write(result, out)
     if json_out:

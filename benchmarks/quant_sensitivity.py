@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from accel import apply
-from accel.diverge.sensitivity import layer_sensitivity, leave_unquantized, sensitivity_markdown
+from accel.diverge.sensitivity import layer_sensitivity, measured_pick, sensitivity_markdown
 from accel.features import FEATURES
 from accel.measure.parity import aggregate, compare
 from accel.profile import load_profile
@@ -49,12 +49,13 @@ def main() -> None:
     target.load()
     reference = outputs(target, requests)
     rows = layer_sensitivity(target, requests[0], "int8wo")
-    print(sensitivity_markdown(rows, "int8wo"))
+    pick = measured_pick(target, requests[0], rows, "int8wo")
+    print(sensitivity_markdown(rows, "int8wo", pick))
     print()
-    chosen = [row.layer for row in leave_unquantized(rows)]
+    chosen = [row.layer for row in pick.layers]
     configs = [("all layers quantized", [])]
     configs += [(f"top {k} excluded", [row.layer for row in rows[:k]]) for k in args.top]
-    configs += [(f"table's pick excluded ({len(chosen)})", chosen)]
+    configs += [(f"measured pick excluded ({len(chosen)})", chosen)]
     configs += [(f"bottom {k} excluded (control)", [row.layer for row in rows[-k:]]) for k in args.top]
     print(f"mini-flux, {len(reference)} images ({len(requests)} requests, {requests[0].steps} steps), int8wo:")
     for label, exclude in configs:

@@ -87,6 +87,15 @@ def test_a_text_encoder_fault_is_the_text_encoders(sides, monkeypatch):
     result = compare(sides)
     _check(result, "text_encoder_2", 0)
     assert result.first is not None and result.first.stage == "text"
+    # ownership by isolation: the adapter's embeddings fed into the native denoiser give the adapter's output
+    assert "native's transformer fed adapter's embeddings gives adapter's step-0 output" in result.first.evidence
+    # a second fault, in the native denoiser: its embeddings are still the first difference, but not the only one
+    norm = _pipeline(sides).transformer.transformer_blocks[1].norm2
+    monkeypatch.setattr(norm, "forward", scaled(norm, "forward"))
+    result = compare(sides)
+    _check(result, "text_encoder_2", 0)
+    assert result.first is not None and "fed adapter's embeddings still differs" in result.first.evidence
+    assert result.first.evidence.endswith("the denoiser differs too"), result.first.evidence
 
 
 def test_an_initial_noise_fault_is_the_latents(sides, monkeypatch):
@@ -178,6 +187,45 @@ def test_an_mlp_fault_is_the_feed_forward_through_the_ports_weight_names(sides, 
     result = compare(sides)
     _check(result, "transformer", 0, "transformer_blocks.0", "ff")
     assert result.first is not None and result.first.operation == "ff.fc2"
+    # inside ff, operator by operator: fc1's matmul and the gelu agree, fc2's matmul too; the fault's multiply not
+    expected = "aten.mul.Tensor where the reference runs nothing (operation 4 of transformer_blocks.0.ff)"
+    assert result.first.op == expected, result.first.op
+
+
+def test_a_fault_between_modules_is_named_by_its_operation(sides, monkeypatch):
+    """A port whose feed-forward calls silu where the reference calls gelu (a function, not a module): hooks
+    see fc2's output differ (its input is the activation's output); operator-level tracing inside ff names
+    the activation, against the reference's. (An exact gelu for the tanh one stays within 1e-4 here.)"""
+    from accel.native.flux.transformer import FeedForward
+
+    def silu(self: Any, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(torch.nn.functional.silu(self.fc1(x)))
+
+    monkeypatch.setattr(FeedForward, "forward", silu)  # the native side's class only
+    result = compare(sides)
+    _check(result, "transformer", 0, "transformer_blocks.0", "ff")
+    first = result.first
+    assert first is not None and first.operation == "ff.fc2"  # where the module hooks see it
+    assert first.op == "aten.silu.default where the reference runs aten.gelu.default (operation 2 of " \
+        "transformer_blocks.0.ff)", first.op  # fmt: skip
+    assert "op aten.silu.default" in result.summary()
+
+
+def test_a_mapping_given_by_the_user_makes_modules_correspond(sides, monkeypatch):
+    """Without the port's own weight-name mapping, ff.fc2 has no counterpart (diffusers' ff.net.2): the fault
+    is named at ff only; a user's mapping (reference names to the port's) names ff.fc2 again."""
+    transformer = _pipeline(sides).transformer
+    monkeypatch.setattr(type(transformer), "map_name", None)
+    fc2 = transformer.transformer_blocks[0].ff.fc2
+    monkeypatch.setattr(fc2, "forward", scaled(fc2, "forward"))
+    first = compare(sides).first
+    assert first is not None and (first.block, first.submodule, first.operation) == (
+        "transformer_blocks.0", "ff", "ff"
+    ), first  # fmt: skip
+    first = compare_sides(*sides, REQUEST, mapping={"ff.net.0.proj": "ff.fc1", "ff.net.2": "ff.fc2"}).first
+    assert first is not None and (first.block, first.submodule, first.operation) == (
+        "transformer_blocks.0", "ff", "ff.fc2"
+    ), first  # fmt: skip
 
 
 def test_a_norm_fault_is_the_norm(sides, monkeypatch):

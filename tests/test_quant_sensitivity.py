@@ -6,6 +6,7 @@ output closer to the baseline than its bottom ones do."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from features_helpers import REQUEST, loaded
 from accel import apply
 from accel.diverge.capture import Capture
 from accel.diverge.compare import metrics
-from accel.diverge.sensitivity import layer_sensitivity, leave_unquantized, sensitivity_markdown
+from accel.diverge.sensitivity import layer_sensitivity, measured_pick, sensitivity_markdown
 from accel.errors import ConfigError
 from accel.features import FEATURES
 from accel.features.quant import _is_quantized
@@ -55,19 +56,22 @@ def _final_latents(target) -> torch.Tensor:
     return trace.steps[-1].prev_sample
 
 
-def test_the_table_ranks_layers_and_its_top_layers_matter_more_than_its_bottom_ones(flux):
+@pytest.fixture(scope="module")
+def table(flux):
+    """The call's images before and after the table was computed, and the table."""
     before = flux.generate(CALL)
     rows = layer_sensitivity(flux, CALL, "int8wo")
-    after = flux.generate(CALL)
+    return before, flux.generate(CALL), rows
+
+
+def test_the_table_ranks_layers_and_its_top_layers_matter_more_than_its_bottom_ones(flux, table):
+    before, after, rows = table
     assert all(np.array_equal(a, b) for a, b in zip(before, after, strict=True)), "the pipeline was not restored"
     assert not any(_is_quantized(p) for p in flux.pipeline.transformer.parameters())
     linears = [n for n, m in flux.pipeline.transformer.named_modules() if isinstance(m, torch.nn.Linear)]
     assert sorted(r.layer for r in rows) == sorted(linears)
     errors = [r.rel_l2 for r in rows]
     assert errors == sorted(errors, reverse=True) and errors[0] > 0
-    keep = leave_unquantized(rows)
-    assert sum(r.rel_l2 for r in keep) >= 0.5 * sum(errors) > sum(r.rel_l2 for r in keep[:-1])
-    assert f"exclude: [{', '.join(repr(r.layer) for r in keep)}]" in sensitivity_markdown(rows, "int8wo")
 
     reference = _final_latents(flux)
     k = 3
@@ -77,6 +81,37 @@ def test_the_table_ranks_layers_and_its_top_layers_matter_more_than_its_bottom_o
             distances[label] = metrics(reference, _final_latents(flux)).rel_l2
     assert distances["top"] < distances["bottom"], distances
     assert distances["top"] < distances["none"], distances
+
+
+def test_the_pick_grows_from_the_top_while_it_measurably_helps_and_stops_at_the_first_layer_that_does_not(flux, table):
+    """The layers to leave unquantized are chosen by measuring (final latents against the unquantized call):
+    every layer added lowered the error, the one after the pick did not (or the limit was reached), and the
+    pick's own error is the lowest measured. The pipeline is left unquantized."""
+    rows = table[2]
+    limit = 4
+    pick = measured_pick(flux, CALL, rows, "int8wo", limit=limit)
+    assert not any(_is_quantized(p) for p in flux.pipeline.transformer.parameters())
+    k = len(pick.layers)
+    assert pick.layers == rows[:k] and [t for t, _ in pick.tried] == list(range(len(pick.tried)))
+    errors = [e for _, e in pick.tried]
+    gains = [later < earlier for earlier, later in itertools.pairwise(errors)]
+    assert all(gains[:k]), errors
+    assert k == limit or (len(errors) == k + 2 and errors[k + 1] >= errors[k]), (k, errors)
+    assert errors[k] == min(errors) and k >= 1 and errors[k] < errors[0], errors  # tiny-flux: the top layer helps
+    # from the bottom of the table: the least sensitive layer brings no gain, and the pick stops there
+    bottom = measured_pick(flux, CALL, rows[::-1], "int8wo", limit=limit)
+    assert len(bottom.layers) < limit and len(bottom.tried) == len(bottom.layers) + 2, bottom.tried
+    assert bottom.tried[-1][1] >= bottom.tried[-2][1], bottom.tried
+    # measured again through the feature: the pick's exclusion is closer to the unquantized call than none
+    reference = _final_latents(flux)
+    distances = {}
+    for label, exclude in (("pick", pick.layers), ("none", [])):
+        with apply(flux.pipeline, _config([r.layer for r in exclude]), num_inference_steps=CALL.steps):
+            distances[label] = metrics(reference, _final_latents(flux)).rel_l2
+    assert distances["pick"] < distances["none"], distances
+    table = sensitivity_markdown(rows, "int8wo", pick)
+    assert f"exclude: [{', '.join(repr(r.layer) for r in pick.layers)}]" in table
+    assert f"top 0: {errors[0]:.3g}" in table
 
 
 def test_the_cli_refuses_sensitivity_without_a_quantization_variant(monkeypatch, capsys, write_profile):

@@ -19,6 +19,7 @@ import torch
 
 from accel.diverge.capture import DenoiserCall
 from accel.diverge.compare import Metrics, metrics_of, tensors_of, worst
+from accel.diverge.operations import first_operation
 
 WEIGHT = ".weight"
 
@@ -33,14 +34,29 @@ class Place:
     operation: str | None
     metrics: Metrics | None
     note: str = ""
+    op: str | None = None  # the first differing ATen operation inside the submodule (or the block)
 
 
-def canonical_names(a: torch.nn.Module, b: torch.nn.Module) -> tuple[Callable[[str], str], Callable[[str], str]]:
-    """How each side's module names map to shared names: through a port's ``map_name`` (the one whose class
-    defines it; the other side's names are mapped), else unchanged."""
+def canonical_names(
+    a: torch.nn.Module, b: torch.nn.Module, mapping: dict[str, str] | None = None
+) -> tuple[Callable[[str], str], Callable[[str], str]]:
+    """How each side's module names map to shared names (side B's): through ``mapping`` when the user gives one
+    (side A's dotted names, or runs of name segments, to side B's: ``{"ff.net.2": "ff.fc2"}``), else through a
+    port's ``map_name`` (the one whose class defines it; the other side's names are mapped), else unchanged."""
 
     def identity(name: str) -> str:
         return name
+
+    if mapping:
+        pairs = sorted(mapping.items(), key=lambda item: -len(item[0]))  # the longest run first
+
+        def given(name: str) -> str:
+            dotted = f".{name}."
+            for source, target in pairs:
+                dotted = dotted.replace(f".{source}.", f".{target}.")
+            return dotted[1:-1]
+
+        return given, identity
 
     def through(map_name: Callable[[str], str]) -> Callable[[str], str]:
         def mapped(name: str) -> str:
@@ -90,7 +106,7 @@ def record_modules(module: torch.nn.Module, call: Callable[[], Any]) -> list[tup
     return finished
 
 
-def _call(denoiser: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
+def call_fresh(denoiser: torch.nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Callable[[], Any]:
     """The denoiser called once more, inside a fresh cache context where it has one (diffusers' cache hooks
     refuse a call outside any): a cache's state is not what the bisection compares."""
 
@@ -143,13 +159,16 @@ def locate(
     call_a: DenoiserCall,
     call_b: DenoiserCall,
     tolerance: float,
+    mapping: dict[str, str] | None = None,
 ) -> Place:
     """Run both denoisers on side A's inputs of ``call_a`` and name the first unit and submodule beyond
-    ``tolerance``."""
-    canon_a, canon_b = canonical_names(denoiser_a, denoiser_b)
+    ``tolerance``, then the first ATen operation beyond it inside that submodule (or inside the block when no
+    submodule is: ``accel.diverge.operations``). ``mapping``: module correspondence given by the user."""
+    canon_a, canon_b = canonical_names(denoiser_a, denoiser_b, mapping)
     args_b, kwargs_b = identical_inputs(call_a, call_b)
-    order_a = [(canon_a(n), o) for n, o in record_modules(denoiser_a, _call(denoiser_a, call_a.args, call_a.kwargs))]
-    order_b = [(canon_b(n), o) for n, o in record_modules(denoiser_b, _call(denoiser_b, args_b, kwargs_b))]
+    run_a, run_b = call_fresh(denoiser_a, call_a.args, call_a.kwargs), call_fresh(denoiser_b, args_b, kwargs_b)
+    order_a = [(canon_a(n), o) for n, o in record_modules(denoiser_a, run_a)]
+    order_b = [(canon_b(n), o) for n, o in record_modules(denoiser_b, run_b)]
     theirs: dict[str, list[Any]] = {}
     for name, outputs in order_b:
         theirs.setdefault(name, []).append(outputs)
@@ -165,11 +184,20 @@ def locate(
             "the inputs or the denoiser's state (a cache), not its computation",
         )
     name, found = block
+    real_a = {canon_a(n): n for n, _ in denoiser_a.named_modules()}
+    real_b = {canon_b(n): n for n, _ in denoiser_b.named_modules()}
+
+    def op_inside(module: str) -> str | None:
+        if module not in real_a or module not in real_b:
+            return None
+        found_op = first_operation(denoiser_a, denoiser_b, (real_a[module], real_b[module]), (run_a, run_b), tolerance)
+        return found_op.describe() if found_op is not None else None
+
     prefix = name + "."
     inner = _first_beyond(order_a, theirs, lambda n: n.startswith(prefix), tolerance)
     if inner is None and not any(n.startswith(prefix) for n, _ in order_a):
         note = f"{name} is one module, with no submodules: its own computation (its weights, e.g. quantized)"
-        return Place(name, None, None, found, note)
+        return Place(name, None, None, found, note, op_inside(name))
     if inner is None:
         return Place(
             name,
@@ -178,6 +206,8 @@ def locate(
             found,
             "no submodule of the block is beyond tolerance: the block's own "
             "code (residual adds, gates) between its submodules",
+            op_inside(name),
         )
     relative = inner[0][len(prefix) :]
-    return Place(name, relative.split(".")[0], relative, inner[1])
+    submodule = relative.split(".")[0]
+    return Place(name, submodule, relative, inner[1], op=op_inside(prefix + submodule))

@@ -29,7 +29,8 @@ class Divergence:
     ``latents``, ``scheduler``, ``denoiser``, ``cfg``, ``vae``, ...); ``step``: the denoising step it shows at
     (0 for the inputs of the loop, None after it); ``block`` and ``submodule``: for the denoiser, the first
     block and its first submodule beyond tolerance with identical inputs; ``operation``: the deepest module
-    inside the block that first diverged; ``evidence``: how the owner was established."""
+    inside the block that first diverged; ``evidence``: how the owner was established; ``op``: the first ATen
+    operation beyond tolerance inside the submodule (or the block), by operator-level tracing."""
 
     component: str
     step: int | None
@@ -40,12 +41,14 @@ class Divergence:
     submodule: str | None = None
     operation: str | None = None
     evidence: str = ""
+    op: str | None = None
 
     def line(self) -> str:
         """The place in one line, as the command prints it."""
         where = [f"component {self.component}", f"step {self.step}" if self.step is not None else "after the loop"]
         where += [f"block {self.block}"] if self.block else []
         where += [f"submodule {self.submodule}"] if self.submodule else []
+        where += [f"op {self.op}"] if self.op else []
         m = self.metrics
         return (
             f"diverged at {', '.join(where)} ({self.what}: max-abs {m.max_abs:.3g}, rel-L2 {m.rel_l2:.3g}, "

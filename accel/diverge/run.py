@@ -2,9 +2,10 @@
 
 ``diverge(profile, model, variant=...)`` compares a variant (its features applied) against the same model
 unaccelerated; ``diverge(profile, model, against=...)`` compares two models of the profile (a native port and
-the adapter on one checkpoint). Both sides get the same request (the workload's first prompt and seed), or the
-comparison is refused before anything loads. ``compare_sides`` is the engine, for sides already loaded (the
-tests inject faults into copies of a native pipeline this way).
+the adapter on one checkpoint). A variant with a parallel feature runs as its ranks (``RankedSide``,
+``accel.diverge.ranks``): N ranks against one. Both sides get the same request (the workload's first prompt
+and seed), or the comparison is refused before anything loads. ``compare_sides`` is the engine, for sides
+already loaded (the tests inject faults into copies of a native pipeline this way).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 from accel.diverge.capture import Capture
 from accel.diverge.compare import tolerance_for
+from accel.diverge.ranks import check_ranks, world_size_of
 from accel.diverge.result import DivergeResult
 from accel.diverge.stages import Traced, analyse
 from accel.errors import ConfigError, did_you_mean
@@ -48,16 +50,74 @@ class Side:
             self.applied = None
 
 
-def compare_sides(a: Side, b: Side, request: Any, tolerance: float | None = None) -> DivergeResult:
+@dataclass
+class RankedSide:
+    """A side that runs as ranks (a variant with a parallel feature, ``accel.diverge.ranks``): ``spec`` loaded
+    and ``configs`` applied in each rank, one warm-up call, rank 0's designated call captured."""
+
+    label: str
+    spec: ModelSpec
+    configs: dict[str, Any]
+    dtype: str = "float32"
+    ranks: int = 0  # set by run: how many ran
+
+    def run(self, request: Any) -> Traced:
+        """The ranks' warm-up and designated calls; rank 0's trace, with no pipeline in this process."""
+        from accel.diverge.ranks import ranked_trace
+
+        trace, self.ranks = ranked_trace(self.spec, self.configs, request)
+        return Traced(self.label, None, trace, None)
+
+    def close(self) -> None:
+        """Nothing to remove: the ranks' processes have ended."""
+
+
+def compare_sides(
+    a: Side,
+    b: Side | RankedSide,
+    request: Any,
+    tolerance: float | None = None,
+    mapping: dict[str, str] | None = None,
+) -> DivergeResult:
     """Run ``request`` once on each side and compare ``b`` against the reference ``a``.
 
     ``tolerance``: the relative-L2 limit (default: the looser of the two dtypes' ``TOLERANCES``); inputs of
-    the loop are held to exact equality when both sides compute in one dtype."""
+    the loop are held to exact equality when both sides compute in one dtype. ``mapping``: side A's module
+    names to side B's (dotted names or runs of segments), for the block bisection; default: a port's own
+    weight-name mapping, else identical names."""
     limit = tolerance if tolerance is not None else max(tolerance_for(a.dtype), tolerance_for(b.dtype))
     dtype = a.dtype if a.dtype == b.dtype else f"{a.dtype}/{b.dtype}"
     traced_a, traced_b = a.run(request), b.run(request)
     result = DivergeResult(a.label, b.label, dtype, limit)
-    return analyse(traced_a, traced_b, result, exact_inputs=a.dtype == b.dtype)
+    if isinstance(b, RankedSide):
+        result.notes.append(
+            f"{b.label} ran as {b.ranks} ranks; rank 0's call was captured (every rank's final latents equal); "
+            f"isolation fed {a.label}'s components {b.label}'s inputs; its denoiser's blocks are not bisected"
+        )
+    return analyse(traced_a, traced_b, result, exact_inputs=a.dtype == b.dtype, mapping=mapping)
+
+
+def load_mapping(mapping: dict[str, str] | str | Path | None) -> dict[str, str] | None:
+    """A module mapping as a dict of names to names: given, or read from a YAML file (``--mapping``)."""
+    if mapping is None or isinstance(mapping, dict):
+        data: Any = mapping
+        where = "mapping"
+    else:
+        import yaml
+
+        where = f"{mapping}: --mapping"
+        try:
+            data = yaml.safe_load(Path(mapping).read_text(encoding="utf-8"))
+        except (OSError, yaml.YAMLError) as error:
+            raise ConfigError(f"{where}: cannot read it as YAML ({error})") from error
+    if data is None:
+        return None
+    if not isinstance(data, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in data.items()):
+        raise ConfigError(
+            f"{where}: expected a mapping of module names to module names (reference's name: other side's name, "
+            "e.g. 'ff.net.2: ff.fc2')"
+        )
+    return dict(data)
 
 
 def _model(profile: Profile, name: str, option: str) -> ModelSpec:
@@ -127,12 +187,13 @@ def _variant_configs(profile: Profile, model: str, variant: str) -> dict[str, An
     return dict(chosen.configs)
 
 
-def sensitivity(profile: Profile | str | Path, model: str, variant: str) -> tuple[list[Any], str]:
+def sensitivity(profile: Profile | str | Path, model: str, variant: str) -> tuple[list[Any], str, Any]:
     """The per-layer quantization sensitivity table (``accel.diverge.sensitivity``) of ``model`` for the
-    quantization method and components of ``variant``, on the workload's first request: (rows, method).
+    quantization method and components of ``variant``, on the workload's first request, and the layers to leave
+    unquantized chosen by measuring (``measured_pick``): (rows, method, pick).
 
     Raises ``ConfigError`` when ``variant`` has no ``quantization`` feature or the model is unknown."""
-    from accel.diverge.sensitivity import layer_sensitivity
+    from accel.diverge.sensitivity import layer_sensitivity, measured_pick
     from accel.sweep.spec import build_requests
 
     loaded = profile if isinstance(profile, Profile) else load_profile(profile)
@@ -146,7 +207,9 @@ def sensitivity(profile: Profile | str | Path, model: str, variant: str) -> tupl
         )
     request = build_requests(loaded.workload_for(spec))[0]
     side = _load(spec, model, None, request.steps)
-    return layer_sensitivity(side.target, request, quant.method, tuple(quant.components)), quant.method
+    components = tuple(quant.components)
+    rows = layer_sensitivity(side.target, request, quant.method, components)
+    return rows, quant.method, measured_pick(side.target, request, rows, quant.method, components)
 
 
 def diverge(
@@ -155,12 +218,15 @@ def diverge(
     variant: str | None = None,
     against: str | None = None,
     tolerance: float | None = None,
+    mapping: dict[str, str] | str | Path | None = None,
 ) -> DivergeResult:
     """Where ``variant`` (features applied to ``model``) or the model ``against`` parts from ``model``'s
     unaccelerated run of the workload's first prompt and seed. Exactly one of ``variant`` and ``against``.
+    ``mapping``: module correspondence, ``model``'s names to the other side's (a dict, or a YAML file of one).
 
     Raises ``ConfigError`` (bad input, before anything loads) for an unknown model or variant, both or neither
-    of ``variant``/``against``, a tolerance that is not positive, or two models whose requests differ."""
+    of ``variant``/``against``, a tolerance that is not positive, a mapping that is not one of names to names,
+    or two models whose requests differ."""
     from accel.sweep.spec import build_requests
 
     loaded = profile if isinstance(profile, Profile) else load_profile(profile)
@@ -171,6 +237,7 @@ def diverge(
         )
     if tolerance is not None and not tolerance > 0:
         raise ConfigError(f"--tolerance: {tolerance} is not a positive relative-L2 limit (e.g. 1e-4)")
+    names = load_mapping(mapping)
     spec_a = _model(loaded, model, "--model")
     configs: dict[str, Any] | None = None
     if variant is not None:
@@ -182,9 +249,18 @@ def diverge(
             raise ConfigError(f"--against: '{against}' is --model itself; name another model of the profile")
         check_same_requests(loaded, spec_a, spec_b)
     request = build_requests(loaded.workload_for(spec_a))[0]
-    side_a = _load(spec_a, model if against else f"{model}/baseline", None, request.steps)
-    side_b = _load(spec_b, label_b, configs, request.steps)
+    side_b: Side | RankedSide
+    if world_size_of(configs) > 1:
+        assert configs is not None
+        from accel.targets.adapter import resolve_device
+
+        check_ranks(spec_b, configs, loaded.workload_for(spec_b), resolve_device(spec_b.device))
+        side_b = RankedSide(label_b, spec_b, configs, dtype=spec_b.dtype)
+        side_a = _load(spec_a, f"{model}/baseline", None, request.steps)
+    else:
+        side_a = _load(spec_a, model if against else f"{model}/baseline", None, request.steps)
+        side_b = _load(spec_b, label_b, configs, request.steps)
     try:
-        return compare_sides(side_a, side_b, request, tolerance)
+        return compare_sides(side_a, side_b, request, tolerance, names)
     finally:
         side_b.close()

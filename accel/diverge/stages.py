@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from accel.diverge.bisect import locate
+from accel.diverge.bisect import call_fresh, identical_inputs, locate
 from accel.diverge.capture import Capture, Trace, replay_step
-from accel.diverge.compare import INCOMPARABLE, Metrics, metrics, metrics_of, worst
+from accel.diverge.compare import INCOMPARABLE, Metrics, metrics, metrics_of, tensors_of, worst
 from accel.diverge.result import Divergence, DivergeResult, Row
 
 TEXT_KEYS = ("encoder_hidden_states", "pooled_projections", "prompt_embeds", "pooled_prompt_embeds")
@@ -29,12 +29,13 @@ TEXT_KEYS = ("encoder_hidden_states", "pooled_projections", "prompt_embeds", "po
 
 @dataclass
 class Traced:
-    """One side after its designated call: its label, pipeline, trace and the capture (what it wrapped)."""
+    """One side after its designated call: its label, pipeline, trace and the capture (what it wrapped); a side
+    that ran in other processes (ranks) has neither pipeline nor capture here."""
 
     label: str
     pipeline: Any
     trace: Trace
-    capture: Capture
+    capture: Capture | None
 
 
 def _text_keys(kwargs: dict[str, Any]) -> list[str]:
@@ -59,8 +60,11 @@ class _Walk:
             self.result.first = owner(stage, step, what, found)
 
 
-def analyse(a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool) -> DivergeResult:
-    """Fill ``result`` with every row and the first divergence of ``b`` against the reference ``a``."""
+def analyse(
+    a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool, mapping: dict[str, str] | None = None
+) -> DivergeResult:
+    """Fill ``result`` with every row and the first divergence of ``b`` against the reference ``a``
+    (``mapping``: side A's module names to side B's, for the block bisection; ``accel.diverge.bisect``)."""
     walk = _Walk(result)
     ta, tb = a.trace, b.trace
     tolerance = result.tolerance
@@ -73,7 +77,7 @@ def analyse(a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool) -> 
         first_a, first_b = ta.calls[0].kwargs, tb.calls[0].kwargs
         for key in _text_keys(first_a):
             found = metrics(first_a[key], first_b[key]) if key in first_b else INCOMPARABLE
-            walk.add("text", 0, f"{key} (denoiser input, step 0)", found, exact_inputs, _text_owner(ta, tb, tolerance))
+            walk.add("text", 0, f"{key} (denoiser input, step 0)", found, exact_inputs, _text_owner(a, b, tolerance))
     else:
         result.notes.append("no denoiser call was captured on one side: no transformer/unet attribute to hook")
     if ta.steps and tb.steps:
@@ -116,7 +120,7 @@ def analyse(a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool) -> 
                 what,
                 metrics(call_a.output, call_b.output),
                 False,
-                _denoiser_owner(a, b, call_a, call_b, tolerance),
+                _denoiser_owner(a, b, call_a, call_b, tolerance, mapping),
             )
         if step >= len(ta.steps) or step >= len(tb.steps):
             walk.add(
@@ -178,50 +182,115 @@ def analyse(a: Traced, b: Traced, result: DivergeResult, exact_inputs: bool) -> 
     return result
 
 
-def _text_owner(ta: Trace, tb: Trace, tolerance: float) -> Any:
+def _text_owner(a: Traced, b: Traced, tolerance: float) -> Any:
+    ta, tb = a.trace, b.trace
+
     def owner(stage: str, step: int | None, what: str, found: Metrics) -> Divergence:
+        fed = _embeddings_fed(a, b, tolerance)
         for name in ta.encoders:
             if name not in tb.encoders or len(ta.encoders[name]) != len(tb.encoders[name]):
                 continue
             for index, (left, right) in enumerate(zip(ta.encoders[name], tb.encoders[name], strict=True)):
                 encoder = worst(metrics_of(left, right))
                 if not encoder.within(tolerance, exact=True):
-                    evidence = f"{name}'s output (call {index + 1}) differs: the first text encoder that does"
+                    evidence = f"{name}'s output (call {index + 1}) differs: the first text encoder that does{fed}"
                     return Divergence(name, step, stage, what, found, evidence=evidence)
-        evidence = "every text encoder's output agrees: the code between the encoders and the denoiser"
+        evidence = f"every text encoder's output agrees: the code between the encoders and the denoiser{fed}"
         return Divergence("text_encoder", step, stage, what, found, evidence=evidence)
 
     return owner
 
 
-def _denoiser_owner(a: Traced, b: Traced, call_a: Any, call_b: Any, tolerance: float) -> Any:
+def _embeddings_fed(a: Traced, b: Traced, tolerance: float) -> str:
+    """Side A's prompt embeddings (with the rest of its step-0 inputs, which agree) fed into side B's denoiser:
+    whether B's denoiser then gives A's output, i.e. whether the embeddings alone own what follows."""
+    if b.pipeline is None or not a.trace.calls or not b.trace.calls:
+        return ""
+    call_a, call_b = a.trace.calls[0], b.trace.calls[0]
+    args, kwargs = identical_inputs(call_a, call_b)
+    with torch.no_grad():
+        out = tensors_of(call_fresh(getattr(b.pipeline, call_b.denoiser), args, kwargs)())[0]
+    isolated = metrics(call_a.output, out.to(call_a.output.device))
+    if isolated.within(tolerance):
+        return (
+            f"; {b.label}'s {call_b.denoiser} fed {a.label}'s embeddings gives {a.label}'s step-0 output: the "
+            "embeddings own the divergence, the denoiser does not"
+        )
+    return (
+        f"; {b.label}'s {call_b.denoiser} fed {a.label}'s embeddings still differs at step 0 (rel-L2 "
+        f"{isolated.rel_l2:.3g}): the denoiser differs too"
+    )
+
+
+def _denoiser_owner(
+    a: Traced, b: Traced, call_a: Any, call_b: Any, tolerance: float, mapping: dict[str, str] | None
+) -> Any:
     def owner(stage: str, step: int | None, what: str, found: Metrics) -> Divergence:
+        if b.pipeline is None:
+            return _mirrored_denoiser(a, b, call_a, call_b, tolerance, (stage, step, what, found))
         place = locate(
-            getattr(a.pipeline, call_a.denoiser), getattr(b.pipeline, call_b.denoiser), call_a, call_b, tolerance
+            getattr(a.pipeline, call_a.denoiser),
+            getattr(b.pipeline, call_b.denoiser),
+            call_a,
+            call_b,
+            tolerance,
+            mapping,
         )
         evidence = place.note or "both denoisers run on side A's inputs of this call: the first block beyond tolerance"
         return Divergence(
-            call_a.denoiser, step, stage, what, found, place.block, place.submodule, place.operation, evidence
+            call_a.denoiser, step, stage, what, found, place.block, place.submodule, place.operation, evidence, place.op
         )
 
     return owner
 
 
+def _mirrored_denoiser(
+    a: Traced, b: Traced, call_a: Any, call_b: Any, tolerance: float, row: tuple[str, int | None, str, Metrics]
+) -> Divergence:
+    """Side B ran elsewhere (ranks): side A's denoiser on side B's inputs of this call; reproducing B's output
+    says the inputs carry the difference, not B's computation."""
+    stage, step, what, found = row
+    denoiser = getattr(a.pipeline, call_a.denoiser)
+    args, kwargs = identical_inputs(call_b, call_a)  # A's calling convention, B's values
+    with torch.no_grad():
+        out = tensors_of(call_fresh(denoiser, args, kwargs)())[0]
+    isolated = metrics(call_b.output, out.to(call_b.output.device))
+    if isolated.within(tolerance):
+        evidence = (
+            f"{a.label}'s denoiser fed {b.label}'s inputs of this call gives {b.label}'s output: the inputs carry "
+            "the difference (earlier differences within tolerance accumulated)"
+        )
+        return Divergence("accumulation", step, stage, what, found, evidence=evidence)
+    evidence = (
+        f"{a.label}'s denoiser fed {b.label}'s inputs of this call still differs from {b.label}'s output (rel-L2 "
+        f"{isolated.rel_l2:.3g}): {b.label}'s denoiser computes differently; it ran in other processes, so its "
+        "blocks are not bisected"
+    )
+    return Divergence(call_a.denoiser, step, stage, what, found, evidence=evidence)
+
+
 def _scheduler_owner(a: Traced, b: Traced, step: int, tolerance: float) -> Any:
     def owner(stage: str, _: int | None, what: str, found: Metrics) -> Divergence:
         sa, sb = a.trace.steps[step], b.trace.steps[step]
-        scheduler = b.pipeline.scheduler
-        timestep = sa.timestep.to(sb.timestep.device)
-        replayed = replay_step(scheduler, b.capture.scheduler_step, sb.state, sa.model_output, timestep, sa.sample)
-        isolated = metrics(sa.prev_sample, replayed.to(sa.prev_sample.device))
+        # Side B's scheduler fed side A's inputs; a side run elsewhere (ranks): side A's fed side B's.
+        fed, ran = (sb, sa) if b.capture is not None else (sa, sb)
+        capture = b.capture if b.capture is not None else a.capture
+        assert capture is not None
+        pipeline = b.pipeline if b.capture is not None else a.pipeline
+        timestep = ran.timestep.to(fed.timestep.device)
+        replayed = replay_step(
+            pipeline.scheduler, capture.scheduler_step, fed.state, ran.model_output, timestep, ran.sample
+        )
+        isolated = metrics(ran.prev_sample, replayed.to(ran.prev_sample.device))
+        mine, theirs = (b.label, a.label) if b.capture is not None else (a.label, b.label)
         if isolated.within(tolerance):
             evidence = (
-                "side B's scheduler step fed side A's prediction and latents gives side A's latents: the "
+                f"{mine}'s scheduler step fed {theirs}'s prediction and latents gives {theirs}'s latents: the "
                 "differences within tolerance before this step accumulated"
             )
             return Divergence("accumulation", step, stage, what, found, evidence=evidence)
         evidence = (
-            f"side B's scheduler step fed side A's prediction and latents still differs (rel-L2 "
+            f"{mine}'s scheduler step fed {theirs}'s prediction and latents still differs (rel-L2 "
             f"{isolated.rel_l2:.3g}): the scheduler owns it"
         )
         return Divergence("scheduler", step, stage, what, found, evidence=evidence)
@@ -231,14 +300,20 @@ def _scheduler_owner(a: Traced, b: Traced, step: int, tolerance: float) -> Any:
 
 def _vae_owner(a: Traced, b: Traced, tolerance: float) -> Any:
     def owner(stage: str, step: int | None, what: str, found: Metrics) -> Divergence:
-        z_a, x_a = a.trace.decodes[0]
+        # Side B's VAE fed side A's latents; a side run elsewhere (ranks): side A's VAE fed side B's.
+        ran, fed = (a.trace.decodes[0], b.trace.decodes[0]) if b.capture is not None else (
+            b.trace.decodes[0], a.trace.decodes[0])  # fmt: skip
+        capture = b.capture if b.capture is not None else a.capture
+        assert capture is not None
+        z, x = ran
         with torch.no_grad():
-            out = b.capture.vae_decode(z_a.to(b.trace.decodes[0][0].dtype), return_dict=False)[0]
-        isolated = metrics(x_a, out.to(x_a.device))
+            out = capture.vae_decode(z.to(fed[0].dtype), return_dict=False)[0]
+        isolated = metrics(x, out.to(x.device))
+        mine, theirs = (b.label, a.label) if b.capture is not None else (a.label, b.label)
         if isolated.within(tolerance):
-            evidence = "side B's VAE decodes side A's latents to side A's output: the VAE's input owns it"
+            evidence = f"{mine}'s VAE decodes {theirs}'s latents to {theirs}'s output: the VAE's input owns it"
             return Divergence("pipeline", step, stage, what, found, evidence=evidence)
-        evidence = f"side B's VAE fed side A's latents still differs (rel-L2 {isolated.rel_l2:.3g}): the VAE owns it"
+        evidence = f"{mine}'s VAE fed {theirs}'s latents still differs (rel-L2 {isolated.rel_l2:.3g}): the VAE owns it"
         return Divergence("vae", step, stage, what, found, evidence=evidence)
 
     return owner
