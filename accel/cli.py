@@ -355,6 +355,12 @@ def tune(
     seed: int = typer.Option(0, "--seed", min=0, help="Orders the search: held-out prompts, validation seeds."),
     resume: bool = typer.Option(False, "--resume", help="Continue the tune in --out: finished rounds are kept."),
     executor: str | None = typer.Option(None, "--executor", help="process (default), inline or ray."),
+    calibration: Path | None = typer.Option(
+        None,
+        "--calibration",
+        help="The model's calibration file (omni-accel calibrate): thresholds searched "
+        "inside the signal range it observed, instead of each cache's documented default range.",
+    ),
     verbose: bool = typer.Option(False, "--verbose", "-v", help="Show library logs."),
 ) -> None:
     """Search for the fastest (or leanest) configuration that holds the constraints; write recommended.yaml."""
@@ -371,9 +377,14 @@ def tune(
     check_run_dir(out, "--out", profile, resume=resume)
     from accel.tune import tune as run_tune
 
+    observed = None
+    if calibration is not None:
+        from accel.calibrate import observed_ranges
+
+        observed = observed_ranges(calibration)  # a bad file: one line naming it (ConfigError)
     result = run_tune(
         loaded, out, model=model, objective=objective, budget_cells=budget_cells, budget_min=budget_min,
-        seed=seed, resume=resume, executor=executor,
+        seed=seed, resume=resume, executor=executor, observed=observed,
     )  # fmt: skip
     rec = result.recommended
     if rec is None:

@@ -207,3 +207,42 @@ def test_plan_flags_an_inert_threshold_before_anything_runs(monkeypatch, capsys,
     assert f"[refused here: cache_dit: inert: residual_diff_threshold {largest * 1.5:g} above every observed" in inert
     fine = next(line for line in out.splitlines() if f"residual_diff_threshold': {largest * 0.9}" in line)
     assert "refused here" not in fine
+
+
+@pytest.mark.parametrize("feature", ["tea_cache", "first_block_cache", "cache_dit"])
+def test_the_observed_range_spans_exactly_the_thresholds_that_can_act(feature):
+    """tune --calibration searches inside observed_ranges: its ends are where threshold_status turns inert."""
+    from accel.calibrate import observed_ranges
+
+    path = ROOT / "calibration" / "tiny-wan22.yaml"
+    low, high = observed_ranges(path)[feature]
+    assert threshold_status(path, feature, low).state == "never skips"
+    assert threshold_status(path, feature, (low + high) / 2).state == "in range"
+    assert threshold_status(path, feature, high * 1.001).state == "skips every step"
+
+
+def test_tune_searches_inside_the_calibrated_range(monkeypatch, capsys, tmp_path):
+    """--calibration hands the file's ranges to the search (which k-sections inside them: test_tune)."""
+    from conftest import invoke
+
+    import accel.tune
+    from accel.calibrate import observed_ranges
+
+    path = ROOT / "calibration" / "tiny-flux.yaml"
+    seen: dict[str, object] = {}
+
+    def fake_tune(profile, out, **kwargs):
+        seen.update(kwargs)
+        raise ConfigError("stop here")
+
+    monkeypatch.setattr(accel.tune, "tune", fake_tune)
+    profile = tmp_path / "p.yaml"
+    profile.write_text(
+        "models: [{name: m, source: tiny-flux, device: cpu}]\nworkload: {prompts: [a fox], steps: 4}\n"
+        "variants: [{name: t, features: {tea_cache: 0.4}}]\n"
+    )
+    code, _, err = invoke(
+        monkeypatch, capsys, "tune", str(profile), "--out", str(tmp_path / "t"), "--calibration", str(path)
+    )
+    assert code == 2 and "stop here" in err
+    assert seen["observed"] == observed_ranges(path) and "tea_cache" in seen["observed"]

@@ -12,7 +12,7 @@ called inert before anything is timed. The file format is ``accel.calibrate.stor
 
 from __future__ import annotations
 
-from accel.calibrate.inert import THRESHOLD_OPTIONS, ThresholdStatus, threshold_status
+from accel.calibrate.inert import THRESHOLD_OPTIONS, ThresholdStatus, observed_ranges, threshold_status
 from accel.calibrate.profile import calibrate
 from accel.calibrate.store import Calibration, load_calibration, save_calibration
 
@@ -22,6 +22,7 @@ __all__ = [
     "ThresholdStatus",
     "calibrate",
     "load_calibration",
+    "observed_ranges",
     "save_calibration",
     "threshold_status",
 ]

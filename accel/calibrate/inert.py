@@ -153,3 +153,24 @@ def threshold_status(
         verdict = by_denoiser[nearest] + (" (and on every other calibrated denoiser)" if len(results) > 1 else "")
         return ThresholdStatus(only, verdict, by_denoiser)
     return ThresholdStatus("in range", "; ".join(by_denoiser.values()), by_denoiser)
+
+
+def observed_ranges(calibration: Calibration | str | Path) -> dict[str, tuple[float, float]]:
+    """The threshold range inside which each calibrated cache can act on this model, per feature, over every
+    calibrated denoiser: TeaCache from the smallest rescaled step distance to the largest accumulated distance of a
+    run; FirstBlockCache and Cache-DiT from the smallest to the largest observed residual difference. What
+    ``omni-accel tune --calibration`` searches between (MagCache's is a replay, not a range: left to its default)."""
+    loaded = calibration if isinstance(calibration, Calibration) else load_calibration(str(calibration))
+    spans: dict[str, list[tuple[float, float]]] = {}
+    for section in loaded.denoisers.values():
+        if section.tea_cache is not None:
+            fit = section.tea_cache
+            spans.setdefault("tea_cache", []).append((fit.rescaled_change.min, fit.run_total_max))
+        for feature, signal in (("first_block_cache", section.first_block_cache), ("cache_dit", section.cache_dit)):
+            if signal is not None:
+                spans.setdefault(feature, []).append((signal.observed.min, signal.observed.max))
+    return {
+        feature: (min(low for low, _ in pairs), max(high for _, high in pairs))
+        for feature, pairs in spans.items()
+        if max(high for _, high in pairs) > min(low for low, _ in pairs)
+    }
