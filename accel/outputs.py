@@ -27,6 +27,7 @@ RUN_FILES = (
     "cells.planned.json",
     "report.md",
     ".omni-accel.lock",
+    "omni-accel.log",
 )
 RUN_FOLDERS = ("outputs", "images", "figures")
 CHECKPOINT_MARKER = "model_index.json"

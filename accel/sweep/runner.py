@@ -336,6 +336,7 @@ def _run_sweep(
     from accel.report.markdown import write_report
     from accel.sweep.executors import get_executor
     from accel.sweep.quiet import import_comparison_libraries, import_libraries_quietly
+    from accel.sweep.runlog import start_run_log
 
     started = time.perf_counter()
     previous: list[dict[str, Any]] = []
@@ -356,6 +357,7 @@ def _run_sweep(
             f"choose 1 to {cores}, or leave it unset (one thread per core)"
         )
     prepare_run_dir(run_dir)
+    start_run_log(run_dir)  # the warnings the quiet start kept off the terminal, and every later one
     # The CPU's peak first, while nothing else runs: the forkserver's imports, started next, would slow its GEMM.
     peaks = cpu_peaks(profile, run_dir, resume)
     # The process executor's forkserver imports torch and diffusers while this process does the same and
