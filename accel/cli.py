@@ -389,6 +389,7 @@ def zoo_train(
     """Train a zoo entry from its seed (mini-flux: text encoders, VAE, transformer); compare with committed losses."""
     from accel import zoo
     from accel.errors import ConfigError
+    from accel.outputs import check_training_dir
     from accel.zoo import mini_flux
 
     _setup_logging(False)
@@ -397,6 +398,7 @@ def zoo_train(
         trainable = ", ".join(n for n, e in zoo.ZOO.items() if e.trained)
         raise ConfigError(f"zoo train: '{name}' has random weights, nothing to train. Trainable: {trainable}")
     target = out or zoo.zoo_root() / f"{name}-training"
+    check_training_dir(target, "--out", mini_flux.WEIGHTS_DIR.parent)
     typer.echo(f"training {name} into {target} (log: {target / mini_flux.LOG_FILE})")
     manifest = mini_flux.train(target, threads=threads)
     committed = mini_flux.read_manifest()["final_losses"] if mini_flux.weights_hash() else {}
