@@ -33,8 +33,11 @@ class HeldLog(logging.Handler):
             if self.path is None:
                 self.held.append(line)
                 return
-            with self.path.open("a", encoding="utf-8") as log:
-                log.write(line + "\n")
+            try:
+                with self.path.open("a", encoding="utf-8") as log:
+                    log.write(line + "\n")
+            except OSError:  # the run directory went away: hold it again
+                self.held.append(line)
         except Exception:  # a log line must never stop a sweep
             self.handleError(record)
 
@@ -73,3 +76,8 @@ def start_run_log(run_dir: Path) -> Path:
     path = run_dir / LOG_FILE
     HELD.start(path)
     return path
+
+
+def stop_run_log() -> None:
+    """Hold the lines again (the run's log file is about to be removed with the run directory)."""
+    HELD.path = None

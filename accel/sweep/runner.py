@@ -196,8 +196,13 @@ def run_sweep(
 
 
 def _remove_if_empty(run_dir: Path) -> None:
-    """Remove a run directory this sweep created when nothing was written into it."""
+    """Remove a run directory this sweep created when nothing was written into it but its log file."""
+    from accel.sweep.runlog import LOG_FILE, stop_run_log
+
     with contextlib.suppress(OSError):
+        if [path.name for path in run_dir.iterdir()] == [LOG_FILE]:
+            stop_run_log()
+            (run_dir / LOG_FILE).unlink()
         run_dir.rmdir()  # fails, leaving it, when it holds anything
 
 
