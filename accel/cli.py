@@ -493,6 +493,7 @@ def zoo_train(
     both experts); compare with committed losses."""
     from accel import zoo
     from accel.errors import ConfigError
+    from accel.outputs import check_training_dir
     from accel.zoo import mini_flux, mini_wan
 
     _setup_logging(False)
@@ -502,6 +503,7 @@ def zoo_train(
         raise ConfigError(f"zoo train: '{name}' has random weights, nothing to train. Trainable: {trainable}")
     target = out or zoo.zoo_root() / f"{name}-training"
     model: Any = mini_wan if name == mini_wan.NAME else mini_flux
+    check_training_dir(target, "--out", model.WEIGHTS_DIR.parent)  # every trained entry's committed weights
     typer.echo(f"training {name} into {target} (log: {target / model.LOG_FILE})")
     manifest = model.train(target, threads=threads)
     committed = model.read_manifest()["final_losses"] if model.weights_hash() else {}

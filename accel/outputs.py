@@ -1,5 +1,5 @@
 """Where a command may write: one rule for every output path (``gate --junit/--summary``, ``table --inject``,
-``sweep --out``, ``roofline --json``, the pytest plugin's ``--accel-out``).
+``sweep --out``, ``roofline --json``, the pytest plugin's ``--accel-out``, ``zoo train --out``).
 
 An output path may not resolve (through links, ``Path.resolve``) to an input of the command, to a file or
 folder a run owns (``results.jsonl``, ``results.parquet``, ``outputs/``, ``images/``, ``profile.resolved.yaml``,
@@ -27,6 +27,7 @@ RUN_FILES = (
     "cells.planned.json",
     "report.md",
     ".omni-accel.lock",
+    "omni-accel.log",
 )
 RUN_FOLDERS = ("outputs", "images", "figures")
 CHECKPOINT_MARKER = "model_index.json"
@@ -47,6 +48,7 @@ class Protected:
 
     files: dict[Path, str] = field(default_factory=dict)
     folders: dict[Path, str] = field(default_factory=dict)
+    zoo_allowed: bool = False  # ``zoo train`` writes into the zoo cache (not into a built entry: a checkpoint)
 
     def add_input(self, path: Path | str | None, what: str) -> None:
         """Protect one input of the command (``what``: "the results", "the claims file", ...)."""
@@ -82,7 +84,7 @@ def why_protected(path: Path | str, protected: Protected) -> str | None:
             if str(relative) in RUN_FILES or relative.parts[0] in RUN_FOLDERS:
                 return f"it is the run's {relative} (a run directory: {parent})"
     zoo = _zoo_root()
-    if target == zoo or zoo in target.parents:
+    if target == zoo or (zoo in target.parents and not protected.zoo_allowed):
         return f"it is inside the zoo cache ({zoo}), which holds the zoo's checkpoints"
     for parent in [target, *target.parents]:
         if (parent / CHECKPOINT_MARKER).is_file():
@@ -127,3 +129,19 @@ def check_run_dir(run_dir: Path, option: str, profile: Path | str | None, resume
             why = why_protected(target, protected)
         if why:
             raise ConfigError(f"{option} {run_dir}: refusing to write {name} there: {why}; choose another directory")
+
+
+def check_training_dir(out: Path, option: str, committed: Path) -> None:
+    """``zoo train --out``: a new folder, or one of its own, that is not (through links) the ``committed``
+    weights or inside them, a run directory or anything inside one, a checkpoint or the zoo cache's root; a
+    folder inside the zoo cache (its default, ``<zoo>/<name>-training``) is allowed."""
+    protected = Protected(zoo_allowed=True)
+    protected.folders[_resolved(committed)] = (
+        f"it holds the committed weights ({committed}); train elsewhere, check the run, then copy its files there"
+    )
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"{option} {out}: refusing to write there: it is a file, not a folder")
+    target = _resolved(out)
+    if any((target / name).is_file() for name in ("results.jsonl", "profile.resolved.yaml")):
+        raise ConfigError(f"{option} {out}: refusing to write there: it is a run directory; choose another path")
+    check_outputs([(out, option)], protected)

@@ -31,6 +31,30 @@ def small_profile(models: list[str] | None = None, variants: list[dict[str, Any]
     }
 
 
+def profile_with(**changes: Any) -> dict[str, Any]:
+    """``small_profile()`` with ``section__key=value`` (one key of a section) or ``section=value`` changes."""
+    profile = small_profile()
+    for dotted, value in changes.items():
+        section, _, key = dotted.partition("__")
+        if key:
+            profile[section][key] = value
+        else:
+            profile[section] = value
+    return profile
+
+
+def one_error_line(code: int, err: str, pattern: str) -> str:
+    """Assert what every bad input promises (exit 2, one line starting ``error: `` that matches ``pattern``,
+    no traceback) and return that line."""
+    import re
+
+    lines = err.strip().splitlines()
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("error: ") and re.search(pattern, lines[0]), lines[0]
+    return lines[0]
+
+
 @pytest.fixture
 def write_profile(tmp_path):
     """Write a profile (dict or raw text) to a YAML file and return its path."""

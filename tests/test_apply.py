@@ -143,3 +143,26 @@ def test_a_second_apply_on_the_same_pipeline_is_refused_until_the_first_is_remov
     with apply(pipe, VaeSlicingConfig(), num_inference_steps=STEPS) as second:  # allowed once removed
         assert [f.name for f in second.features] == ["vae_use_slicing"]
     assert np.array_equal(generate(target, steps=STEPS)[0], baseline)
+
+
+def test_per_request_step_counts_work_by_applying_per_request_and_the_docs_name_the_bound_features():
+    """A server taking a step count per request: the step-planning features are bound to apply()'s steps (a
+    call with other steps is refused, above); applying per request runs each count, and a feature that does not
+    plan by step takes any count per call. docs/features.md names exactly the features that are bound."""
+    import re
+    from pathlib import Path
+
+    target = loaded("tiny-flux")
+    for steps in (STEPS, STEPS // 2):  # two requests, two step counts, each its own apply()
+        expected = generate(target, steps=steps)[0]
+        with apply(target.pipeline, TeaCacheConfig(rel_l1_thresh=1e-9), num_inference_steps=steps):
+            # a threshold no step stays under: nothing skipped
+            assert np.array_equal(generate(target, steps=steps)[0], expected)
+    with apply(target.pipeline, VaeSlicingConfig(), num_inference_steps=STEPS):
+        for steps in (STEPS, STEPS // 2):
+            generate(target, steps=steps)  # not refused: slicing does not plan by step
+    bound = sorted(name for name, feature in FEATURES.items() if feature.needs_steps)
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "features.md").read_text()
+    listed = re.search(r"needed by the features that plan by step\s+\(([^)]*)\)", docs)
+    assert listed and sorted(re.findall(r"`(\w+)`", listed.group(1))) == bound, (listed, bound)
+    assert "Per-request step counts" in docs

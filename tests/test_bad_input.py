@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from conftest import invoke, run_cli, small_profile
+from conftest import invoke, one_error_line, profile_with, run_cli, small_profile
 
 
 def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
@@ -13,15 +13,7 @@ def cli(monkeypatch, capsys, *args: str) -> tuple[int, str]:
     return code, err
 
 
-def _with(**changes):
-    profile = small_profile()
-    for dotted, value in changes.items():
-        section, _, key = dotted.partition("__")
-        if key:
-            profile[section][key] = value
-        else:
-            profile[section] = value
-    return profile
+_with = profile_with
 
 
 CASES = {
@@ -740,18 +732,13 @@ def measured_run(tmp_path):
 
 @pytest.mark.parametrize("case", list(REVIEW_CASES))
 def test_review_bad_inputs_exit_2_with_one_line_and_keep_results(case, measured_run, tmp_path, monkeypatch, capsys):
-    import re
-
     setup, pattern = REVIEW_CASES[case]
     work = tmp_path / "case"
     work.mkdir()
     before = {p.name: p.read_bytes() for p in measured_run.iterdir()}
     args = setup(work, measured_run)
     code, err = cli(monkeypatch, capsys, *args)
-    lines = err.strip().splitlines()
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("error: ") and re.search(pattern, lines[0]), lines[0]
+    one_error_line(code, err, pattern)
     assert {p.name: p.read_bytes() for p in measured_run.iterdir()} == before  # nothing measured changed
     assert not (work / "training").exists()
 

@@ -9,25 +9,18 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
-from conftest import invoke, small_profile
+from conftest import invoke, one_error_line, profile_with, small_profile
 
 COMMITTED = Path(__file__).resolve().parents[1] / "reports" / "quickstart"
 
 
 def _profile(tmp: Path, **changes) -> list[str]:
-    data = small_profile()
-    for key, value in changes.items():
-        section, _, inner = key.partition("__")
-        if inner:
-            data[section][inner] = value
-        else:
-            data[section] = value
+    data = profile_with(**changes)
     path = tmp / "p.yaml"
     path.write_text(yaml.safe_dump(data, allow_unicode=True))
     return ["plan", str(path)]
@@ -206,11 +199,8 @@ def test_a_bad_input_exits_2_with_one_line_and_keeps_the_run(case, run, tmp_path
     work.mkdir()
     before = _tree(run)
     args = setup(work, run)
-    code, out, err = invoke(monkeypatch, capsys, *args)
-    lines = err.strip().splitlines()
-    assert code == 2, (out, err)
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("error: ") and re.search(pattern, lines[0]), lines[0]
+    code, _, err = invoke(monkeypatch, capsys, *args)
+    one_error_line(code, err, pattern)
     assert _tree(run) == before
 
 

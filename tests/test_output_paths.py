@@ -57,6 +57,7 @@ PROTECTED = [
     "run/environment.json",
     "run/cells.planned.json",
     "run/report.md",
+    "run/omni-accel.log",
     "run/outputs/mini-flux/baseline.npz",
     "run/outputs/mini-flux/new.npz",
     "run/images/mini-flux/baseline/p0_s0_n0.png",
@@ -165,3 +166,66 @@ def test_a_run_directory_may_be_resumed_but_not_through_a_link_to_the_profile(wo
     (run / "report.md").symlink_to(world / "profile.yaml")
     with pytest.raises(ConfigError, match=r"--out .*run: refusing to write report\.md there: it is the profile"):
         check_run_dir(run, "--out", world / "profile.yaml")
+
+
+def _no_training(monkeypatch) -> None:
+    """Training would start where the rule failed to refuse (and write there): fail the test at once instead."""
+    from accel.zoo import mini_flux, mini_wan
+
+    def refused_too_late(out_dir, **_):
+        pytest.fail(f"zoo train started training into {out_dir}: the output rule let it through")
+
+    monkeypatch.setattr(mini_flux, "train", refused_too_late)
+    monkeypatch.setattr(mini_wan, "train", refused_too_late)
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["run", "run/outputs", "run/outputs/mini-flux", "checkpoint", "checkpoint/vae", "zoo", "zoo/tiny-flux-0"],
+)
+def test_zoo_train_out_never_writes_into_a_run_a_checkpoint_or_the_zoo_root(world, monkeypatch, capsys, relative):
+    _no_training(monkeypatch)
+    for path in _cases(world, relative):
+        _refused(monkeypatch, capsys, world, ["zoo", "train", "mini-flux", "--out", path], "--out", path)
+
+
+@pytest.mark.parametrize("name", ["mini-flux", "mini-wan"])
+def test_zoo_train_out_never_writes_over_the_committed_weights(world, monkeypatch, capsys, name):
+    """The committed weights are checked by their hash at every build: training over them would replace them
+    before anyone compared the losses. Refused there, inside them and through a link to them; each trained
+    entry's, whichever entry is trained."""
+    from accel.zoo.mini_flux import WEIGHTS_DIR as FLUX_WEIGHTS
+    from accel.zoo.mini_wan import WEIGHTS_DIR as WAN_WEIGHTS
+
+    WEIGHTS_DIR = WAN_WEIGHTS if name == "mini-wan" else FLUX_WEIGHTS
+    _no_training(monkeypatch)
+    paths = dict.fromkeys([WEIGHTS_DIR, WEIGHTS_DIR / "new-run", WEIGHTS_DIR.parent, FLUX_WEIGHTS, WAN_WEIGHTS])
+    for number, path in enumerate(paths):
+        before = _tree(WEIGHTS_DIR.parent)
+        link = world / f"link-{number}"
+        link.symlink_to(path)
+        for given in (path, link):
+            code, _, err = invoke(monkeypatch, capsys, "zoo", "train", name, "--out", str(given))
+            assert code == 2 and "committed weights" in err and err.count("\n") == 1, err
+        assert _tree(WEIGHTS_DIR.parent) == before and not (WEIGHTS_DIR / "new-run").exists()
+
+
+def test_zoo_train_may_write_a_new_folder_inside_the_zoo_cache(world):
+    """Its default (``<zoo>/<name>-training``) is inside the zoo cache: allowed, where a built entry is not."""
+    from accel.outputs import check_training_dir
+    from accel.zoo.mini_flux import WEIGHTS_DIR
+
+    check_training_dir(world / "zoo" / "mini-flux-training", "--out", WEIGHTS_DIR.parent)  # no error
+
+
+def test_a_sweep_whose_outputs_folder_links_into_another_run_is_refused(world, monkeypatch, capsys):
+    """A run directory whose ``outputs/`` (or ``images/``) is a link into another run's: the sweep would write
+    its cells' files among the other run's. Refused before anything is written."""
+    for folder in ("outputs", "images"):
+        mine = world / f"mine-{folder}"
+        mine.mkdir()
+        (mine / folder).symlink_to(world / "run" / folder)
+        before = _tree(world)
+        code, _, err = invoke(monkeypatch, capsys, "sweep", str(world / "profile.yaml"), "--out", str(mine))
+        assert code == 2 and f"refusing to write {folder} there" in err and "run directory" in err, err
+        assert _tree(world) == before

@@ -119,3 +119,25 @@ def test_a_last_line_cut_short_is_noted_in_the_header(pytester):
     (pytester.path / "results.jsonl").write_text(text)
     result = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "--accel-only")
     result.stdout.fnmatch_lines([f"note: results.jsonl:{len(records)}: last line cut short*"])
+
+
+def test_cells_are_selected_by_their_node_ids_with_k_and_deselect(pytester):
+    """The supported ways to pick cells (docs/gates.md): ``-k`` on the cell's name and ``--deselect`` with the
+    full node id, which carries the results' (or profile's) path. A node id given as a positional argument is
+    not: the cells have no file collector, so pytest answers "not found" (exit 4) and runs nothing."""
+    import json
+
+    from synthetic import results
+
+    records = results()
+    (pytester.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    key = f"{records[0]['model']}/{records[0]['variant']}"
+    picked = pytester.runpytest_subprocess("--accel-results", "results.jsonl", "-k", key)
+    picked.assert_outcomes(passed=1, deselected=len(records) - 1)
+    dropped = pytester.runpytest_subprocess(
+        "--accel-results", "results.jsonl", "--deselect", f"results.jsonl::accel[{key}]"
+    )
+    assert dropped.parseoutcomes()["deselected"] == 1
+    positional = pytester.runpytest_subprocess("--accel-results", "results.jsonl", f"results.jsonl::accel[{key}]")
+    assert positional.ret == pytest.ExitCode.USAGE_ERROR
+    positional.stderr.fnmatch_lines(["*not found*results.jsonl::accel*"])

@@ -18,7 +18,11 @@ if TYPE_CHECKING:
 
 
 def quiet_libraries(verbose: bool = False) -> None:
-    """Silence progress bars, warnings and library logs unless ``verbose``; cheap: imports nothing."""
+    """Silence progress bars, warnings and library logs unless ``verbose``; cheap: imports nothing. Warnings
+    and the log lines of ``accel.sweep.runlog.HELD_LOGGERS`` are kept for the run's log file either way."""
+    from accel.sweep.runlog import HELD_LOGGERS, hold_library_logs
+
+    hold_library_logs(verbose)
     if verbose:
         return
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
@@ -26,19 +30,18 @@ def quiet_libraries(verbose: bool = False) -> None:
     os.environ.setdefault("DIFFUSERS_VERBOSITY", "error")
     os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "ERROR")
     os.environ.setdefault("CACHE_DIT_LOG_LEVEL", "error")
-    warnings.filterwarnings("ignore")
+    warnings.filterwarnings("default")  # each warning once per place, to the log file (py.warnings), not stderr
 
     for name in (
         "torch",
-        "torch.utils._pytree",
-        "torchao",
         "diffusers",
         "transformers",
         "cache_dit",
         "accelerate",
         "huggingface_hub",
     ):
-        logging.getLogger(name).setLevel(logging.ERROR)
+        if name not in HELD_LOGGERS:
+            logging.getLogger(name).setLevel(logging.ERROR)
     # diffusers and transformers read the variables above when they are imported; once imported, they are told.
     if "diffusers" in sys.modules:
         from diffusers.utils import logging as diffusers_logging

@@ -196,8 +196,13 @@ def run_sweep(
 
 
 def _remove_if_empty(run_dir: Path) -> None:
-    """Remove a run directory this sweep created when nothing was written into it."""
+    """Remove a run directory this sweep created when nothing was written into it but its log file."""
+    from accel.sweep.runlog import LOG_FILE, stop_run_log
+
     with contextlib.suppress(OSError):
+        if [path.name for path in run_dir.iterdir()] == [LOG_FILE]:
+            stop_run_log()
+            (run_dir / LOG_FILE).unlink()
         run_dir.rmdir()  # fails, leaving it, when it holds anything
 
 
@@ -336,6 +341,7 @@ def _run_sweep(
     from accel.report.markdown import write_report
     from accel.sweep.executors import get_executor
     from accel.sweep.quiet import import_comparison_libraries, import_libraries_quietly
+    from accel.sweep.runlog import start_run_log
 
     started = time.perf_counter()
     previous: list[dict[str, Any]] = []
@@ -356,6 +362,7 @@ def _run_sweep(
             f"choose 1 to {cores}, or leave it unset (one thread per core)"
         )
     prepare_run_dir(run_dir)
+    start_run_log(run_dir)  # the warnings the quiet start kept off the terminal, and every later one
     # The CPU's peak first, while nothing else runs: the forkserver's imports, started next, would slow its GEMM.
     peaks = cpu_peaks(profile, run_dir, resume)
     # The process executor's forkserver imports torch and diffusers while this process does the same and
