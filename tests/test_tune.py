@@ -308,3 +308,22 @@ def test_a_real_tune_on_the_tiny_zoo_runs_sweeps_the_gate_reads(tmp_path, monkey
     code, out, _ = invoke(monkeypatch, capsys, "gate", str(tmp_path / "t"))
     assert code == 1  # the inert TeaCache cell fails: its cache never engaged
     assert "tiny-flux+r01-screen/tea-cache-1.02" in out and "never measured" not in out
+
+
+def test_a_quantization_candidate_leaves_out_the_layers_the_measured_pick_names(monkeypatch):
+    """The sensitivity table's measured pick (accel.diverge.sensitivity.measured_pick) is what tune excludes."""
+    import accel.diverge.run
+    from accel.diverge.sensitivity import LayerError, Pick
+    from accel.tune import _sensitivity_exclude
+
+    rows = [LayerError("transformer", f"blocks.{i}.ff", 0.1 / (i + 1)) for i in range(4)]
+    pick = Pick(rows[:2], [(0, 0.004), (1, 0.003), (2, 0.002), (3, 0.002)])
+    asked: list[tuple[str, str]] = []
+
+    def measured(profile, model, variant):
+        asked.append((model, variant))
+        return rows, "int8wo", pick
+
+    monkeypatch.setattr(accel.diverge.run, "sensitivity", measured)
+    exclude = _sensitivity_exclude(parse_profile(small_profile(), "p.yaml"), "tiny-flux")
+    assert exclude("int8") == ["blocks.0.ff", "blocks.1.ff"] and asked == [("tiny-flux", "int8")]

@@ -123,10 +123,9 @@ def _judge_round(
 def _sensitivity_exclude(profile: Profile, model: str) -> Callable[[str], list[str]]:
     def exclude(variant: str) -> list[str]:
         from accel.diverge.run import sensitivity
-        from accel.diverge.sensitivity import leave_unquantized
 
-        rows, _ = sensitivity(profile, model, variant)
-        return [row.layer for row in leave_unquantized(rows)]
+        _, _, pick = sensitivity(profile, model, variant)  # the layers leaving out measurably helps
+        return [row.layer for row in pick.layers]
 
     return exclude
 
