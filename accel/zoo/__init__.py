@@ -113,7 +113,7 @@ ZOO: dict[str, ZooEntry] = {
             pipeline_class="WanPipeline",
             modality="video",
             description="Wan 2.2 layout trained by the project on the moving-shapes world (two experts switched "
-            "at boundary_ratio 0.875, causal video VAE, UMT5)",
+            f"at boundary_ratio {mini_wan.MINI_WAN_CONFIG['boundary_ratio']}, causal video VAE, UMT5)",
             config={"model": mini_wan.MINI_WAN_CONFIG},
             weights_fingerprint=mini_wan.weights_fingerprint,
             verify_weights=mini_wan.verify_weights,
