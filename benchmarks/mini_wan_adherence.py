@@ -10,7 +10,7 @@ motion, persistence) and prints, per guidance scale and expert setting, each att
         [--experts both transformer transformer_2] [--seen]
 
 ``--experts transformer`` runs every step on the high-noise expert, ``transformer_2`` every step on the
-low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.zoo.mini_wan_eval.only_expert``). ``--cfg 1``
+low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.measure.mini_wan_eval.only_expert``). ``--cfg 1``
 runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default).
 ``--seen`` scores as many training combinations (new seeds) instead.
 """
@@ -38,9 +38,10 @@ def main() -> None:
 
     import torch
 
+    from accel.measure import mini_wan_eval
     from accel.measure.adherence import paired_loss
     from accel.measure.video_adherence import VIDEO_ATTRIBUTES
-    from accel.zoo import mini_wan_eval, video_world
+    from accel.zoo import video_world
 
     torch.set_num_threads(args.threads)
     pipe = mini_wan_eval.load_pipeline(Path(args.weights) if args.weights else None)

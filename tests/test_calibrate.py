@@ -11,8 +11,8 @@ import pytest
 
 from accel.calibrate import Calibration, load_calibration, save_calibration, threshold_status
 from accel.calibrate.fit import average_ratios, fit_tea_cache
-from accel.calibrate.inert import _mag_skips
-from accel.calibrate.store import DenoiserCalibration, Percentiles, SignalRange
+from accel.calibration.inert import _mag_skips
+from accel.calibration.store import DenoiserCalibration, Percentiles, SignalRange
 from accel.errors import ConfigError
 
 TRUE = np.poly1d([3.0, -2.0, 0.5, 0.8, 0.01])  # a degree-4 rescaling, as TeaCache's authors fit

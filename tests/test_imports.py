@@ -29,6 +29,8 @@ LAYERS = {
     "cli": 9,
     "pytest_plugin": 9,
     "sweep": 8,
+    "calibrate": 8,
+    "tune": 8,
     "diverge": 8,
     "report": 7,
     "gate": 7,
@@ -42,6 +44,7 @@ LAYERS = {
     "env": 4,
     "measure": 3,
     "outputs": 3,
+    "calibration": 3,
     "zoo": 2,
     "errors": 1,
     "cpu_time": 1,
@@ -55,7 +58,16 @@ LAYERS = {
 # accel.docs_gen: the markdown helpers, then one module per page family (the features page uses the profile
 # page's option tables), then the __init__ with the list of pages and the staleness check, then ``-m``'s entry.
 PACKAGE_LAYERS = {
-    "accel.gate": {"verdict": 0, "data": 0, "limits": 1, "evidence": 1, "judge": 2, "render": 3, "__init__": 4},
+    "accel.gate": {
+        "verdict": 0,
+        "data": 0,
+        "limits": 1,
+        "evidence": 1,
+        "video": 2,
+        "judge": 3,
+        "render": 4,
+        "__init__": 5,
+    },
     "accel.docs_gen": {"markdown": 0, "profile": 1, "cli": 1, "api": 1, "features": 2, "__init__": 3, "__main__": 4},
 }
 # The package root is the public facade (``from accel import apply`` imports accel.features lazily).

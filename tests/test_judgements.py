@@ -385,9 +385,10 @@ def test_offload_is_partial_when_a_called_denoiser_onloaded_nothing_of_its_own(n
 
 
 def test_vae_tiling_and_slicing_need_their_decode_on_every_run():
-    tiling = _verify("vae_use_tiling", _handle([{"tiled_decode": 1}, {"tiled_decode": 0}]))
+    geometry = "tiles of 32 px every 24 px"  # what the handle says of diffusers' tiles (accel.features.vae)
+    tiling = _verify("vae_use_tiling", _handle([{"tiled_decode": 1}, {"tiled_decode": 0}], geometry=geometry))
     assert not tiling.engaged
-    assert _verify("vae_use_tiling", _handle([{"tiled_decode": 1}, {"tiled_decode": 2}])).engaged
+    assert _verify("vae_use_tiling", _handle([{"tiled_decode": 1}, {"tiled_decode": 2}], geometry=geometry)).engaged
     # Slicing: more slices than decodes (batch 2 decoded one sample at a time) on every run.
     assert _verify("vae_use_slicing", _handle([{"_decode": 2, "decode": 1}] * 2)).engaged
     assert not _verify("vae_use_slicing", _handle([{"_decode": 2, "decode": 1}, {"_decode": 1, "decode": 1}])).engaged

@@ -209,7 +209,7 @@ def test_tampered_weights_are_refused(tmp_path):
 def pipe():
     import torch
 
-    from accel.zoo import mini_wan_eval
+    from accel.measure import mini_wan_eval
 
     torch.set_num_threads(1)
     return mini_wan_eval.load_pipeline()
@@ -217,7 +217,7 @@ def pipe():
 
 @pytest.fixture(scope="module")
 def both_experts(pipe):
-    from accel.zoo import mini_wan_eval
+    from accel.measure import mini_wan_eval
 
     return mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)
 
@@ -233,7 +233,7 @@ def test_held_out_captions_with_guidance_reach_the_colour_and_direction_targets(
 
 
 def test_the_high_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):
-    from accel.zoo import mini_wan_eval
+    from accel.measure import mini_wan_eval
 
     with mini_wan_eval.only_expert(pipe, "transformer"):
         alone = mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)
@@ -249,7 +249,7 @@ def test_the_high_noise_expert_alone_loses_more_than_it_gains_video_by_video(pip
     "guidance 5: lost 0.062, gained 0.094; docs/zoo.md): the high-noise expert has not learnt what only it can do",
 )
 def test_the_low_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):
-    from accel.zoo import mini_wan_eval
+    from accel.measure import mini_wan_eval
 
     with mini_wan_eval.only_expert(pipe, "transformer_2"):
         alone = mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)

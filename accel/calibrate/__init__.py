@@ -2,8 +2,8 @@
 
 TeaCache's rescaling polynomial and MagCache's magnitude ratios are fitted per model (per denoiser where a pipeline
 has two), and the observed range of every cache's decision signal is kept, so a threshold that can never act is
-called inert before anything is timed. The file format is ``accel.calibrate.store``; the measurement
-``accel.calibrate.run``; the inert check ``accel.calibrate.inert``. Public API::
+called inert before anything is timed. The file format is ``accel.calibration.store``; the measurement
+``accel.calibrate.run``; the inert check ``accel.calibration.inert``. Public API::
 
     from accel.calibrate import calibrate, load_calibration, threshold_status
     calibration = calibrate("profiles/calibration.yaml", "tiny-wan22", out="calibration/tiny-wan22.yaml")
@@ -12,9 +12,9 @@ called inert before anything is timed. The file format is ``accel.calibrate.stor
 
 from __future__ import annotations
 
-from accel.calibrate.inert import THRESHOLD_OPTIONS, ThresholdStatus, observed_ranges, threshold_status
 from accel.calibrate.profile import calibrate
-from accel.calibrate.store import Calibration, load_calibration, save_calibration
+from accel.calibration.inert import THRESHOLD_OPTIONS, ThresholdStatus, observed_ranges, threshold_status
+from accel.calibration.store import Calibration, load_calibration, save_calibration
 
 __all__ = [
     "THRESHOLD_OPTIONS",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from accel.calibrate.store import MagCacheCalibration, Percentiles, TeaCacheFit
+from accel.calibration.store import MagCacheCalibration, Percentiles, TeaCacheFit
 from accel.errors import ConfigError
 
 DEGREE = 4  # TeaCache's authors fit degree 4 (ali-vilab/TeaCache #2: np.polyfit over their prompts)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from accel.calibrate.store import Calibration, save_calibration
+from accel.calibration.store import Calibration, save_calibration
 from accel.errors import ConfigError
 
 

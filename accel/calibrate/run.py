@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from accel.calibrate.fit import average_ratios, fit_tea_cache
-from accel.calibrate.store import Calibration, DenoiserCalibration, Percentiles, SignalRange
+from accel.calibration.store import Calibration, DenoiserCalibration, Percentiles, SignalRange
 from accel.features.base import denoisers
 
 NEVER = 1e-12  # a threshold no signal falls below: every step computed, every signal observed

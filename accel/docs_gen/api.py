@@ -88,9 +88,9 @@ def modules_page() -> str:
         "Every module of the `accel` package with the first paragraph of its docstring (a module without one "
         "says so: give it one). Imports go one way, in the layer order `tests/test_imports.py` enforces "
         "(`LAYERS`, and `PACKAGE_LAYERS` inside a package split by concern): "
-        "(docs_gen, bytecode) -> (__main__, cli, pytest_plugin) -> (sweep, diverge) -> (report, gate) "
-        "-> (results, record) -> (targets, features, engines, profile) -> (native, env) -> (measure, outputs) -> zoo "
-        "-> (errors, cpu_time, data, yaml_bounds).",
+        "(docs_gen, bytecode) -> (__main__, cli, pytest_plugin) -> (sweep, calibrate, tune, diverge) "
+        "-> (report, gate) -> (results, record) -> (targets, features, engines, profile) -> (native, env) "
+        "-> (measure, outputs, calibration) -> zoo -> (errors, cpu_time, data, yaml_bounds).",
         "",
         "| module | what it holds |",
         "|---|---|",

@@ -194,7 +194,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
         ):
             return Support.no(f"Cache-DiT has no adapter for {type(pipeline).__name__}", Owner.LIBRARY)
         if options.calibration is not None:
-            from accel.calibrate.check import calibration_refusal
+            from accel.features.calibration import calibration_refusal
 
             refusal = calibration_refusal(self.name, pipeline, options)
             if refusal is not None:

@@ -74,7 +74,7 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
                     Owner.HARNESS,
                 )
         if getattr(options, "calibration", None) is not None:
-            from accel.calibrate.check import calibration_refusal
+            from accel.features.calibration import calibration_refusal
 
             refusal = calibration_refusal(self.name, pipeline, options)
             if refusal is not None:
@@ -198,7 +198,7 @@ def _calibrated_ratios(pipeline: Any, model: Any, options: MagCacheConfig) -> tu
     """The calibration's ratios for ``model`` and the denoiser's steps per run they were taken at (None: none)."""
     if options.calibration is None:
         return None
-    from accel.calibrate.store import load_calibration
+    from accel.calibration.store import load_calibration
 
     name = next(n for n, m in denoisers(pipeline).items() if m is model)
     section = load_calibration(options.calibration).denoisers.get(name)
@@ -244,7 +244,7 @@ class MagCache(_DiffusersHookFeature[MagCacheConfig]):
         if calibrated is not None:
             ratios, own_steps = calibrated
             if len(denoisers(pipeline)) > 1:  # each denoiser counts its own steps (its state resets after them)
-                from accel.calibrate.store import load_calibration
+                from accel.calibration.store import load_calibration
 
                 at = load_calibration(str(options.calibration)).steps
                 if at != context.steps:

@@ -125,7 +125,7 @@ def coefficients_for(
     if options.coefficients is not None:
         return list(options.coefficients), "user-supplied", None
     if options.calibration is not None:
-        from accel.calibrate.store import load_calibration
+        from accel.calibration.store import load_calibration
 
         fit = load_calibration(options.calibration).tea_cache_fit(name)
         if fit is not None:
@@ -305,7 +305,7 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
                     Owner.MODEL,
                 )
         if options.calibration is not None:
-            from accel.calibrate.check import calibration_refusal
+            from accel.features.calibration import calibration_refusal
 
             refusal = calibration_refusal(self.name, pipeline, options)
             if refusal is not None:

@@ -28,8 +28,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import accel.zoo.trained_weights as trained_weights
 from accel.errors import ConfigError
-from accel.zoo import trained_weights
 from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog
 from accel.zoo.mini_flux_model import (
     COMPONENT_FILES,

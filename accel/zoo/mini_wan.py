@@ -21,8 +21,8 @@ import math
 from pathlib import Path
 from typing import Any
 
+import accel.zoo.trained_weights as trained_weights
 from accel.errors import ConfigError
-from accel.zoo import trained_weights
 from accel.zoo.mini_flux_model import LOG_FILE, MANIFEST_FILE
 from accel.zoo.mini_wan_model import COMPONENT_FILES, MAX_SEQUENCE_LENGTH, MINI_WAN_CONFIG, build_components
 from accel.zoo.mini_wan_train import EXPERTS, make_dataset, sigma_range, train

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from accel.calibrate.store import Calibration, load_calibration
+from accel.calibration.store import Calibration, load_calibration
 from accel.errors import ConfigError
 
 # Feature -> its threshold option (what ``threshold_status`` judges).

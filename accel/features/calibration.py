@@ -11,8 +11,8 @@ from accel.features.base import Owner, Support, denoisers
 def calibration_refusal(feature: str, pipeline: Any, options: Any) -> Support | None:
     """None when ``options.calibration`` is unset or fits; otherwise the refusal (a wrong model, an inert
     threshold)."""
-    from accel.calibrate.inert import THRESHOLD_OPTIONS, threshold_status
-    from accel.calibrate.store import load_calibration
+    from accel.calibration.inert import THRESHOLD_OPTIONS, threshold_status
+    from accel.calibration.store import load_calibration
 
     path = getattr(options, "calibration", None)
     if path is None:
