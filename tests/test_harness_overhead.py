@@ -174,14 +174,19 @@ def test_a_variants_bare_call_runs_none_of_its_evidence_and_its_harness_call_all
     script = _script()
     spec = script.baseline_cell("tiny-flux", "cpu", steps=2, size=32, images=1)
     result = script.run_mechanism(spec, MECHANISM_FEATURES[mechanism], rounds=2, warmup=1)
-    assert result["evidence_moved"] == {"bare": [False, False], "harness": [True, True]}, result["evidence_moved"]
-    assert [len(result["samples"][arm]) for arm in ("bare", "harness")] == [2, 2]
-    ratio = result["ratio"]
-    assert ratio["low"] <= ratio["median"] <= ratio["high"]
+    # two bare calls and two of the identical control (a bare call again), none moving evidence
+    assert result["evidence_moved"] == {"bare": [False] * 4, "harness": [True, True]}, result["evidence_moved"]
+    assert [len(result["samples"][arm]) for arm in ("bare", "harness", "control")] == [2, 2, 2]
+    for ratio in (result["ratio"], result["control"]):
+        assert ratio["low"] <= ratio["median"] <= ratio["high"]
     assert result["hooks_after_remove"] == 0
     if mechanism == "collective-wrappers":  # every rank's bare calls ran no wrapper, its harness calls all
         assert result["evidence_moved_per_rank"] == [result["evidence_moved"]] * 2, result["evidence_moved_per_rank"]
         assert result["engaged"] == {"context_parallel": True}
+        # the counted bound: a call's collectives, each wrapper's cost measured (above zero: it does work)
+        assert result["per_call"]["collectives"] > 0 and result["per_call"]["wrapper_s"] > 0
+    else:
+        assert result["per_call"] == {"collectives": 0, "wrapper_s": 0.0}
 
 
 def test_the_evidence_comes_back_after_a_bare_call():
@@ -200,3 +205,17 @@ def test_the_evidence_comes_back_after_a_bare_call():
         with script.evidence_suspended(on):
             assert script.installed_hooks(target.pipeline) <= hooks - work_hooks
         assert script.installed_hooks(target.pipeline) == hooks
+
+
+def test_a_median_over_the_limit_passes_only_when_timing_cannot_resolve_it_and_the_count_bounds_it():
+    script = _script()
+    noisy = {"median": 1.04, "low": 0.96, "high": 1.09}
+    control = {"median": 1.03, "low": 0.94, "high": 1.07}
+    assert script.bounded_by_count(noisy, control, 0.0013)
+    assert not script.bounded_by_count(noisy, control, None)  # no count: the timing alone decides
+    assert not script.bounded_by_count(noisy, control, 0.03)  # the count itself over the limit
+    apart = {"median": 1.10, "low": 1.08, "high": 1.12}  # resolved: slower than the identical control
+    assert not script.bounded_by_count(apart, control, 0.0013)
+    found = {"per_call": {"collectives": 500, "wrapper_s": 1e-6}}
+    assert script.counted_bound(found, bare_ms=400.0) == pytest.approx(500e-6 / 0.4)
+    assert script.counted_bound({"per_call": {"collectives": 0, "wrapper_s": 0.0}}, bare_ms=400.0) is None

@@ -21,6 +21,7 @@ from accel.results import RESULTS_FILE, ResultsLog
 from accel.sweep.resume import PLANNED_CELLS_FILE, RESOLVED_PROFILE_FILE, measured_records
 from accel.tune import tune
 from accel.tune.axes import threshold_axis
+from accel.tune.candidates import build_space
 
 # The fake model's truth: TeaCache's SSIM falls 0.0813 per unit of threshold, so the gate's lossy SSIM limit (0.9)
 # holds up to 1.230; its speed rises with the threshold. Cheap rounds (fewer steps) may flatter it (``flattery``).
@@ -127,6 +128,19 @@ def test_the_search_finds_the_largest_threshold_that_holds_and_validates_it(tmp_
     assert not set(validate.workload.prompts) & set(full.workload.prompts)
     assert not set(validate.workload.seeds) & set(full.workload.seeds)
     assert set(validate.workload.prompts) | set(full.workload.prompts) == set(PROMPTS)
+
+
+def test_the_screen_starts_from_the_profiles_own_rungs(tmp_path):
+    # The user's ladder (0.8 and 1.1 on TeaCache, 0.3 with another option) is screened beside the evenly spaced
+    # points, so a rung that holds is never missed for falling between them.
+    variants = [
+        {"name": "tea-a", "features": {"tea_cache": 0.8}},
+        {"name": "tea-b", "features": {"tea_cache": {"rel_l1_thresh": 1.1}}},
+    ]
+    result = tune(tea_profile(variants), tmp_path / "t", evaluate=FakeEvaluator(), seed=0)
+    screened = {o.threshold for o in result.search.outcomes if o.stage == "screen"}
+    assert {0.8, 1.1} <= screened
+    assert [axis.rungs for axis in build_space(tea_profile(variants), "tiny-flux").axes] == [(0.8, 1.1)]
 
 
 def test_a_threshold_the_cheap_screen_flatters_is_caught_at_full_fidelity(tmp_path):

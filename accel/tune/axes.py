@@ -36,7 +36,9 @@ class Axis:
     """One cache feature's threshold between ``low`` and ``high``, the feature's other options fixed (``base``).
 
     ``observed``: the range of the decision signal a calibration measured (None: not calibrated); a threshold
-    below its low end is inert (``inert``). ``label`` names the axis in variant names."""
+    below its low end is inert (``inert``). ``label`` names the axis in variant names. ``rungs``: the thresholds
+    the profile's own variants give this setting (a user's ladder), screened beside the evenly spaced points so
+    the search starts from every rung the user already runs."""
 
     feature: str
     option: str
@@ -45,6 +47,7 @@ class Axis:
     label: str
     base: dict[str, Any] = field(default_factory=dict)
     observed: tuple[float, float] | None = None
+    rungs: tuple[float, ...] = ()
 
     @property
     def source(self) -> str:
@@ -63,10 +66,12 @@ class Axis:
         """Whether a calibration shows ``value`` can skip nothing (under every observed signal)."""
         return self.observed is not None and value < self.observed[0]
 
-    def points(self, low: float, high: float, count: int) -> list[float]:
-        """``count`` thresholds evenly inside (``low``, ``high``), rounded, without repeats."""
+    def points(self, low: float, high: float, count: int, rungs: tuple[float, ...] = ()) -> list[float]:
+        """``count`` thresholds evenly inside (``low``, ``high``), and the ``rungs`` above ``low`` up to ``high``,
+        rounded, sorted, without repeats."""
         values = [rounded(low + (high - low) * (i + 1) / (count + 1)) for i in range(count)]
-        return sorted(dict.fromkeys(v for v in values if low < v < high))
+        values = [v for v in values if low < v < high] + [v for v in map(rounded, rungs) if low < v <= high]
+        return sorted(set(values))
 
 
 def threshold_axis(

@@ -12,7 +12,7 @@ axis with an admitted candidate, only where the conflict rules and the stage ord
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from accel.features.base import FeatureClass
@@ -73,8 +73,12 @@ def build_space(
     space = Space()
     seen: set[tuple[str, str]] = set()
 
-    def add_axis(name: str, base: dict[str, Any]) -> None:
+    rungs: dict[tuple[str, str], list[float]] = {}
+
+    def add_axis(name: str, base: dict[str, Any], rung: float | None = None) -> None:
         key = (name, repr(sorted(base.items())))
+        if rung is not None:
+            rungs.setdefault(key, []).append(rung)
         if key in seen:
             return
         seen.add(key)
@@ -88,7 +92,7 @@ def build_space(
             continue
         for name, raw in variant.features.items():
             if name in DEFAULT_RANGES:
-                add_axis(name, _base_options(name, raw))
+                add_axis(name, _base_options(name, raw), _threshold(name, raw))
         if len(variant.features) != 1 or next(iter(variant.features)) in DEFAULT_RANGES:
             continue
         name, raw = next(iter(variant.features.items()))
@@ -99,7 +103,18 @@ def build_space(
         space.fixed.append(Candidate(variant.name, features, _feature_class(name, raw)))
     for name in extra_features or []:
         add_axis(name, {})
+    space.axes = [
+        replace(axis, rungs=tuple(sorted(set(rungs.get((axis.feature, repr(sorted(axis.base.items()))), [])))))
+        for axis in space.axes
+    ]
     return space
+
+
+def _threshold(name: str, raw: Any) -> float:
+    """The threshold a variant gives cache ``name`` (its default where the variant leaves it out)."""
+    from accel.features import parse_feature_options
+
+    return float(getattr(parse_feature_options(name, raw, "tune"), DEFAULT_RANGES[name][0]))
 
 
 def compatible(features: dict[str, Any]) -> bool:

@@ -205,9 +205,11 @@ class Search:
         self.budget.spent += len(fresh)
         self.outcomes += outcomes
 
-    def _points(self, axis: Axis, low: float, high: float) -> list[tuple[Candidate, Axis | None, float | None]]:
+    def _points(
+        self, axis: Axis, low: float, high: float, rungs: tuple[float, ...] = ()
+    ) -> list[tuple[Candidate, Axis | None, float | None]]:
         wanted: list[tuple[Candidate, Axis | None, float | None]] = []
-        for value in axis.points(low, high, self.spec.points):
+        for value in axis.points(low, high, self.spec.points, rungs):
             name = axis.variant_name(value)
             if axis.inert(value):
                 self.untimed_inert.append(f"{name}: under the calibrated signal range {axis.observed}: skips nothing")
@@ -240,7 +242,8 @@ class Search:
     # --- stages -------------------------------------------------------------------------------------------
     def screen(self) -> None:
         fixed = [(c, None, None) for c in self.space.fixed]
-        axes = self._interleaved([self._points(a, a.low, a.high) for a in self.axes])
+        # The profile's own rungs beside the evenly spaced points: the search starts from every rung the user runs.
+        axes = self._interleaved([self._points(a, a.low, a.high, a.rungs) for a in self.axes])
         self._round(SCREEN, [*fixed, *axes])
 
     def refine(self) -> None:
