@@ -43,9 +43,12 @@ class FakeEvaluator:
     ``quality(features, steps)``, with ``overrides`` (``variant`` or ``stage:variant`` -> record values) over it;
     after ``stop_after`` cells in total it raises KeyboardInterrupt (a Ctrl-C)."""
 
-    def __init__(self, stop_after: int | None = None, flattery: float = 0.0, **overrides: Any) -> None:
+    def __init__(
+        self, stop_after: int | None = None, flattery: float = 0.0, inert_below: float = 0.0, **overrides: Any
+    ) -> None:
         self.stop_after = stop_after
         self.flattery = flattery
+        self.inert_below = inert_below  # TeaCache thresholds under this skip nothing (not engaged)
         self.overrides = overrides  # variant name -> record values over the model's
         self.cells: list[str] = []  # every cell measured, in order
 
@@ -56,6 +59,8 @@ class FakeEvaluator:
             flattery = self.flattery if steps < 8 else 0.0  # the cheap screen looks better than full fidelity
             ssim = 1 - SSIM_SLOPE * threshold + flattery
             values.update(speedup=1 + threshold, ssim=ssim, psnr=25 + 100 * (ssim - 0.9))
+            if threshold < self.inert_below:
+                values.update(speedup=0.97, ssim=1.0, psnr=math.inf, engaged=False)
         if "attention_backend" in features:
             values["speedup"] *= 1.2
         return values
@@ -152,6 +157,48 @@ def test_a_threshold_the_cheap_screen_flatters_is_caught_at_full_fidelity(tmp_pa
     assert any(o.threshold > BOUNDARY for o in full)  # the flattered survivors were tried
     assert all(o.judgement.passed == (o.threshold <= BOUNDARY) for o in full)
     assert BOUNDARY - 2 * (2.0 - 0.05) / 4**3 <= recommended_threshold(result) <= BOUNDARY
+
+
+def test_a_threshold_the_cheap_screen_is_too_strict_about_is_found_at_full_fidelity(tmp_path):
+    # Fewer steps make each reused step cost more: here the cheap rounds fail everything above 0.74 while full
+    # fidelity holds up to BOUNDARY (1.23). The survivors hold at full fidelity, so the axis above them is
+    # k-sectioned there: the recommendation is near the true boundary, not the cheap one.
+    fake = FakeEvaluator(flattery=-0.04)
+    result = tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0)
+    cheap_boundary = (0.1 - 0.04) / SSIM_SLOPE
+    cheap = [o for o in result.search.outcomes if o.stage in ("screen", "refine") and o.threshold is not None]
+    assert max(o.threshold for o in cheap if o.judgement.passed) <= cheap_boundary
+    full = [o for o in result.search.outcomes if o.stage == "full" and o.threshold is not None]
+    assert any(o.judgement.passed and o.threshold > cheap_boundary for o in full)
+    assert all(o.judgement.passed == (o.threshold <= BOUNDARY) for o in full)
+    assert BOUNDARY - (2.0 - 0.05) / 4**2 <= recommended_threshold(result) <= BOUNDARY
+
+
+def test_an_axis_the_cheap_screen_fails_everywhere_is_still_tried_at_full_fidelity(tmp_path):
+    # The cheap rounds fail every threshold (their boundary is 0.06, under every point screened); full fidelity
+    # holds up to BOUNDARY. The axis's lowest cheap failure is re-run at full fidelity, holds, and the axis is
+    # k-sectioned upward there: a recommendation, near the true boundary.
+    fake = FakeEvaluator(flattery=-0.095)
+    result = tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0)
+    cheap = [o for o in result.search.outcomes if o.stage in ("screen", "refine") and o.threshold is not None]
+    assert cheap and not any(o.judgement.passed for o in cheap)
+    assert BOUNDARY - (2.0 - 0.05) / 4**2 <= recommended_threshold(result) <= BOUNDARY
+
+
+def test_an_inert_threshold_bounds_the_axis_from_below_not_above(tmp_path):
+    # As mini-flux's TeaCache at half the steps: thresholds under 0.2 skip nothing (inert, a failure for being
+    # too low), every other cheap threshold fails for loss. The inert failure must not become the axis's upper
+    # bound: the lowest lossy failure above it is re-run at full fidelity, holds, and the axis opens upward.
+    fake = FakeEvaluator(flattery=-0.095, inert_below=0.2)
+    result = tune(tea_profile(refine_rounds=2), tmp_path / "t", evaluate=fake, seed=0)
+    cheap = [o for o in result.search.outcomes if o.stage in ("screen", "refine")]
+    assert any(o.judgement.inert for o in cheap) and not any(o.judgement.passed for o in cheap)
+    # no cell is spent under a threshold already found inert (nothing acts there)
+    for index, outcome in enumerate(result.search.outcomes):
+        if outcome.judgement.inert:
+            later = result.search.outcomes[index + 1 :]
+            assert not any(o.threshold is not None and o.threshold < outcome.threshold for o in later)
+    assert BOUNDARY - (2.0 - 0.05) / 4**2 <= recommended_threshold(result) <= BOUNDARY
 
 
 def test_same_seed_same_recommendation_and_the_seed_orders_the_search(tmp_path):

@@ -224,12 +224,13 @@ class Search:
         """The part of the axis still undecided: from its highest threshold that held (below every one that
         failed) to the lowest that failed."""
         tried = self._on_axis(axis, stages)
-        failed = [o.threshold for o in tried if not o.judgement.passed and o.threshold is not None]
+        # An inert threshold (it skipped nothing) fails for being too low, not too lossy: it bounds from below.
+        failed = [o.threshold for o in tried if too_lossy(o) and o.threshold is not None]
         lowest_fail = min(failed) if failed else None
         held = [
             o.threshold
             for o in tried
-            if o.judgement.passed and o.threshold is not None and (lowest_fail is None or o.threshold < lowest_fail)
+            if not too_lossy(o) and o.threshold is not None and (lowest_fail is None or o.threshold < lowest_fail)
         ]
         return (max(held) if held else axis.low, lowest_fail if lowest_fail is not None else axis.high)
 
@@ -274,6 +275,16 @@ class Search:
             wanted += [(o.candidate, axis, o.threshold) for o in survivors]
             if survivors and survivors[0].threshold is not None:
                 best_per_axis.append(survivors[0].candidate)
+            # The cheap screen errs both ways: fewer steps make each reused step cost more, so a threshold that
+            # failed there may hold at full fidelity. The lowest one that failed above the survivors is re-run,
+            # so an axis the screen failed everywhere (mini-flux's TeaCache at half the steps) is still tried.
+            cheap = self._on_axis(axis, (SCREEN, REFINE))
+            below = [*survivors, *(o for o in cheap if o.judgement.inert)]  # held, or too low to act
+            floor = max([o.threshold or 0.0 for o in below], default=0.0)
+            above = [o for o in cheap if too_lossy(o) and (o.threshold or 0.0) > floor]
+            if above:
+                first = min(above, key=lambda o: o.threshold or 0.0)
+                wanted.append((first.candidate, axis, first.threshold))
         admitted = self._admitted()
         wanted += [(o.candidate, None, None) for o in admitted]
         gained = [o.candidate for o in admitted if o.value is not None and o.value > 1.0]
@@ -283,18 +294,21 @@ class Search:
                 if pair is not None:
                     wanted.append((pair, None, None))
         self._round(FULL, wanted)
-        for _ in range(max(1, self.spec.refine_rounds)):
-            lower = []
+        # k-section each axis at full fidelity inside what the full rounds left undecided. The cheap screen errs
+        # both ways: below a threshold it flattered (it fails here), and above its survivors where it was too
+        # strict (fewer steps make each reused step cost more: a survivor holding here opens the axis above it).
+        for _ in range(self.spec.full_rounds):
+            narrowed = []
             for axis in self.axes:
                 tried = self._on_axis(axis, (FULL,))
-                if not tried or not any(not o.judgement.passed for o in tried):
-                    continue  # not run at full fidelity, or nothing above its survivors was found to fail there
+                if not tried:
+                    continue  # not run at full fidelity
                 low, high = self.bracket(axis, (FULL,))
                 if not any(o.usable for o in tried) or high - low > 0.02 * (axis.high - axis.low):
-                    lower.append(self._points(axis, low, high))
-            if not lower:
+                    narrowed.append(self._points(axis, low, high))
+            if not narrowed:
                 return
-            self._round(FULL, self._interleaved(lower))
+            self._round(FULL, self._interleaved(narrowed))
 
     def ranked(self, stage: str) -> list[Outcome]:
         """Usable outcomes of ``stage`` that gain on the objective (value above 1), best first (ties: by name, so
@@ -323,6 +337,12 @@ class Search:
         self.full()
         recommended = self.validate()
         return SearchResult(self.outcomes, recommended, self.untimed_inert, self.split, self.notes)
+
+
+def too_lossy(outcome: Outcome) -> bool:
+    """Whether a threshold failed above the axis's boundary: it failed and was not inert (an inert one skipped
+    nothing: it failed below the part of the axis that acts)."""
+    return not outcome.judgement.passed and not outcome.judgement.inert
 
 
 def lossless_rejected(outcomes: list[Outcome]) -> list[Outcome]:

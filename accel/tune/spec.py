@@ -64,6 +64,9 @@ class TuneSpec(StrictModel):
     points: int = Field(default=3, ge=1, le=9, description="Thresholds per axis per round (k-section).")
     refine_rounds: int = Field(default=1, ge=0, le=5, description="Cheap rounds narrowing each axis after the screen.")
     survivors: int = Field(default=2, ge=1, le=5, description="Thresholds per axis re-run at full fidelity.")
+    full_rounds: int = Field(
+        default=2, ge=0, le=5, description="Rounds k-sectioning each axis at full fidelity after the first full round."
+    )
 
 
 def parse_tune_section(raw: Any, source: str) -> TuneSpec:
