@@ -109,6 +109,41 @@ def test_contract_declares_components_and_blocks():
     assert "FluxTransformer2DModel" not in {type(m).__name__ for m in pipeline.modules()}
 
 
+def test_a_native_transformer_names_its_block_lists_once_and_runs_them_in_order():
+    """``NativeTransformer``: the block lists declared once (``_block_lists``) are what Cache-DiT's adapter and
+    layerwise offload read; ``run_blocks`` calls every block of every list in that order, each block's
+    ``(encoder_hidden_states, hidden_states)`` feeding the next; ``RENAMES`` is the port's weight-name mapping."""
+    import torch
+
+    from accel.native.blocks import NativeTransformer
+
+    calls: list[str] = []
+
+    class Block(torch.nn.Module):
+        def __init__(self, name: str) -> None:
+            super().__init__()
+            self.name = name
+
+        def forward(self, hidden_states, encoder_hidden_states, temb, image_rotary_emb):
+            calls.append(self.name)
+            return encoder_hidden_states + 1, hidden_states * 2 + temb
+
+    class Toy(NativeTransformer):
+        _block_lists = ("first", "second")
+        RENAMES = ((r"\.ff\.net\.2\.", ".ff.fc2."),)
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.first = torch.nn.ModuleList([Block("a"), Block("b")])
+            self.second = torch.nn.ModuleList([Block("c")])
+
+    assert Toy._cache_blocks == Toy._layerwise_offload_blocks_attrs == ("first", "second")
+    text, image = Toy().run_blocks(torch.zeros(1), torch.zeros(1), torch.ones(1), None)
+    assert calls == ["a", "b", "c"] and (text.item(), image.item()) == (3.0, 7.0)  # ((0 * 2 + 1) * 2 + 1) * 2 + 1
+    assert Toy.map_name("blocks.0.ff.net.2.weight") == "blocks.0.ff.fc2.weight"
+    assert Toy.map_name("blocks.0.attn.to_q.weight") == "blocks.0.attn.to_q.weight"
+
+
 VARIANTS = [
     {"name": "attn-math", "features": {"attention_backend": "_native_math"}},
     {"name": "compile", "features": {"compile": {"granularity": "regional", "backend": "aot_eager"}}},

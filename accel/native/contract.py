@@ -10,6 +10,13 @@ on the class (``_dit_modules``, ``_encoder_modules``, ``_vae_modules``, ``_resid
 allowed) so that features find them without guessing. Native pipelines register under the
 ``model_index.json`` ``_class_name`` they implement; out-of-tree ones are named by import path.
 ``registry.py`` finds the pipeline for a checkpoint.
+
+What the in-tree pipelines share is here too, as defaults a port overrides or fills in: ``encode_prompt`` (the
+prompt's ``encode_text``, the negative prompt's under ``negative_`` keys with true CFG), ``denoise`` (the loop over
+``euler_loop``: latents and timestep / 1000, the call's ``denoiser_inputs``, each branch's embeddings) and
+``combine_cfg`` (``uncond + scale * (cond - uncond)``). Loading, latent packing and the timestep shift of the
+flow-match pipelines are ``flow_match.FlowMatchPipeline``'s; a transformer's block lists, its loop over them, its
+weight names and its building are ``blocks.NativeTransformer``'s.
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ def runs_true_cfg(request: Any) -> bool:
     ``QwenImagePipeline``'s ``do_true_cfg``; an empty negative prompt counts, as there)."""
     return bool(request.true_cfg_scale > 1 and request.negative_prompt is not None)
 
+
+# The prefix of the negative prompt's embeddings: the unconditional branch's inputs.
+NEGATIVE = "negative_"
 
 STAGE_NAMES = ("text_encoding", "prepare", "denoising", "decode_prep", "vae_decode", "post_processing")
 
@@ -222,13 +232,54 @@ class NativePipeline(torch.nn.Module):
 
     # --- stages ---------------------------------------------------------------------------------------
     def encode_prompt(self, request: Any) -> dict[str, torch.Tensor]:
-        raise NotImplementedError
+        """The prompt's ``encode_text``; with true CFG the negative prompt's too, encoded the same way, under
+        ``negative_`` keys (what ``denoise`` hands the unconditional branch)."""
+        embeddings = self.encode_text(request.prompt, request)
+        if runs_true_cfg(request):
+            negative = self.encode_text(request.negative_prompt, request)
+            embeddings.update({f"{NEGATIVE}{key}": value for key, value in negative.items()})
+        return embeddings
+
+    def encode_text(self, prompt: str, request: Any) -> dict[str, torch.Tensor]:
+        """One prompt's denoiser inputs by the denoiser's keyword (a port that uses the default
+        ``encode_prompt`` and ``denoise`` defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} defines neither encode_prompt nor encode_text")
 
     def prepare_latents(self, request: Any) -> dict[str, Any]:
         raise NotImplementedError
 
     def denoise(self, request: Any, embeddings: dict[str, torch.Tensor], state: dict[str, Any]) -> torch.Tensor:
-        raise NotImplementedError
+        """``euler_loop`` from ``state["latents"]``: each transformer call takes the latents as ``hidden_states``,
+        the step's timestep / 1000 as ``timestep`` (flow matching's [0, 1]), the call's ``denoiser_inputs`` and
+        its branch's embeddings (the prompt's; the negative prompt's for the unconditional branch); with true CFG
+        the branches combine by ``combine_cfg`` at the request's ``true_cfg_scale``."""
+        latents: torch.Tensor = state["latents"]
+        fixed = self.denoiser_inputs(request, state)
+        scale = float(request.true_cfg_scale)
+
+        def combine(cond: torch.Tensor, uncond: torch.Tensor) -> torch.Tensor:
+            return self.combine_cfg(cond, uncond, scale)
+
+        def step_inputs(latents: torch.Tensor, t: torch.Tensor) -> dict[str, Any]:
+            timestep = t.expand(latents.shape[0]).to(latents.dtype)
+            return {"hidden_states": latents, "timestep": timestep / 1000, **fixed}
+
+        def predict(branch: str, inputs: dict[str, Any], prefix: str) -> torch.Tensor:
+            """The prompt's embeddings (``prefix`` ``negative_``: the negative prompt's) with this step's inputs."""
+            text = {key: embeddings[f"{prefix}{key}"] for key in embeddings if not key.startswith(NEGATIVE)}
+            return self.branch_call(branch, **inputs, **text)
+
+        return self.euler_loop(request, latents, step_inputs, predict, combine)
+
+    def denoiser_inputs(self, request: Any, state: dict[str, Any]) -> dict[str, Any]:
+        """The transformer's inputs that stay the same over one call's steps and branches (position ids, a
+        guidance embedding's scale), from ``prepare_latents``' state: none here."""
+        return {}
+
+    def combine_cfg(self, cond: torch.Tensor, uncond: torch.Tensor, scale: float) -> torch.Tensor:
+        """One true-CFG step's guided prediction from its branches: ``uncond + scale * (cond - uncond)``
+        (``FluxPipeline``'s formula and order of operations; a port whose reference differs overrides it)."""
+        return uncond + scale * (cond - uncond)
 
     def decode(self, latents: torch.Tensor, state: dict[str, Any]) -> torch.Tensor:
         raise NotImplementedError
@@ -256,7 +307,7 @@ class NativePipeline(torch.nn.Module):
                 inputs = step_inputs(latents, t)
                 cond = functools.partial(predict, "cond", inputs, "")
                 if runs_true_cfg(request):
-                    uncond = functools.partial(predict, "uncond", inputs, "negative_")
+                    uncond = functools.partial(predict, "uncond", inputs, NEGATIVE)
                     noise = self.cfg_branches.predict(cond, uncond, combine)
                 else:
                     noise = cond()

@@ -2,52 +2,28 @@
 
 Written here (diffusers' ``FluxTransformer2DModel`` is not imported at run time) and numerically the same
 as diffusers 0.42's, so a native port can be checked against the library from one checkpoint.
-``load_weights`` maps diffusers' tensor names onto this module's and is strict.
+``RENAMES`` maps diffusers' tensor names onto this module's (``load_weights`` is strict). Layers Qwen-Image
+computes alike (timestep embedding, embedding MLP, feed-forward, output norm) are ``accel.native.layers``'.
 
-Class attributes declare what acceleration features need: ``_repeated_blocks`` (regional compile),
-``_layerwise_offload_blocks_attrs`` (layerwise offload), ``_cache_blocks`` (Cache-DiT's block adapter:
-the ModuleLists whose blocks take ``hidden_states, encoder_hidden_states, temb, image_rotary_emb`` and
-return ``(encoder_hidden_states, hidden_states)``), ``_cp_plan`` (context parallelism: diffusers' plan for its
-FLUX model, which this forward's signature shares; ``accel.native.context_parallel``).
+Class attributes declare what acceleration features need: ``_block_lists`` (the double- then single-stream
+blocks, run by ``NativeTransformer.run_blocks``; they are also ``_cache_blocks``, Cache-DiT's block adapter,
+and ``_layerwise_offload_blocks_attrs``), ``_repeated_blocks`` (regional compile), ``_cp_plan`` (context
+parallelism: diffusers' plan for its FLUX model, which this forward's signature shares;
+``accel.native.context_parallel``).
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
-from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
-from diffusers.models.cache_utils import CacheMixin
 from torch import nn
 
 from accel.native.attention import Attention
-from accel.native.weights import load_named_weights
-
-
-def timestep_embedding(timesteps: torch.Tensor, dim: int = 256, max_period: int = 10000) -> torch.Tensor:
-    """Sinusoidal embedding, cos first (diffusers' ``Timesteps(flip_sin_to_cos=True, shift=0)``)."""
-    half = dim // 2
-    exponent = -math.log(max_period) * torch.arange(half, dtype=torch.float32, device=timesteps.device) / half
-    angles = timesteps[:, None].float() * torch.exp(exponent)[None, :]
-    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
-
-
-class MLPEmbedder(nn.Module):
-    """linear -> activation -> linear."""
-
-    def __init__(self, in_dim: int, out_dim: int) -> None:
-        super().__init__()
-        self.linear_1 = nn.Linear(in_dim, out_dim)
-        self.act = nn.SiLU()
-        self.linear_2 = nn.Linear(out_dim, out_dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.linear_2(self.act(self.linear_1(x)))
-        return out
+from accel.native.blocks import NativeTransformer, register_blocks
+from accel.native.layers import FeedForward, MLPEmbedder, clip_half, timestep_embedding
 
 
 class TimeTextEmbedding(nn.Module):
@@ -142,19 +118,6 @@ class JointAttention(nn.Module):
         return self.to_out(image.contiguous()), self.to_add_out(text.contiguous())
 
 
-class FeedForward(nn.Module):
-    """dim -> 4 dim (tanh GELU) -> dim."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.fc1 = nn.Linear(dim, 4 * dim)
-        self.fc2 = nn.Linear(4 * dim, dim)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = self.fc2(nn.functional.gelu(self.fc1(x), approximate="tanh"))
-        return out
-
-
 class DoubleStreamBlock(nn.Module):
     """Image and text streams with their own weights, joined in one attention."""
 
@@ -184,9 +147,7 @@ class DoubleStreamBlock(nn.Module):
         encoder_hidden_states = encoder_hidden_states + c_gate_msa.unsqueeze(1) * context_attn
         c = self.norm2_context(encoder_hidden_states) * (1 + c_scale_mlp[:, None]) + c_shift_mlp[:, None]
         encoder_hidden_states = encoder_hidden_states + c_gate_mlp.unsqueeze(1) * self.ff_context(c)
-        if encoder_hidden_states.dtype == torch.float16:
-            encoder_hidden_states = encoder_hidden_states.clip(-65504, 65504)
-        return encoder_hidden_states, hidden_states
+        return clip_half(encoder_hidden_states), hidden_states
 
 
 class SingleStreamBlock(nn.Module):
@@ -211,42 +172,19 @@ class SingleStreamBlock(nn.Module):
         x, gate = self.norm(residual, emb=temb)
         mlp = nn.functional.gelu(self.proj_mlp(x), approximate="tanh")
         out = residual + gate.unsqueeze(1) * self.proj_out(torch.cat([self.attn(x, image_rotary_emb), mlp], dim=2))
-        if out.dtype == torch.float16:
-            out = out.clip(-65504, 65504)
+        out = clip_half(out)
         return out[:, :text_len], out[:, text_len:]
 
 
-class OutputNorm(nn.Module):
-    """Final LayerNorm modulated by ``temb`` (scale first, then shift)."""
-
-    def __init__(self, dim: int) -> None:
-        super().__init__()
-        self.linear = nn.Linear(dim, 2 * dim)
-        self.norm = nn.LayerNorm(dim, elementwise_affine=False, eps=1e-6)
-
-    def forward(self, x: torch.Tensor, emb: torch.Tensor) -> torch.Tensor:
-        scale, shift = self.linear(nn.functional.silu(emb).to(x.dtype)).chunk(2, dim=1)
-        out: torch.Tensor = self.norm(x) * (1 + scale)[:, None] + shift[:, None]
-        return out
+register_blocks(DoubleStreamBlock, SingleStreamBlock)
 
 
-for _block in (DoubleStreamBlock, SingleStreamBlock):
-    # diffusers' cache hooks (FirstBlockCache, MagCache, ...) find block outputs through this registry.
-    TransformerBlockRegistry.register(
-        _block, TransformerBlockMetadata(return_hidden_states_index=1, return_encoder_hidden_states_index=0)
-    )
+class NativeFluxTransformer(NativeTransformer):
+    """FLUX.1 transformer built from a diffusers ``transformer/config.json`` (block lists, loop, weight names and
+    building: ``NativeTransformer``)."""
 
-
-class NativeFluxTransformer(nn.Module, CacheMixin):
-    """FLUX.1 transformer built from a diffusers ``transformer/config.json``.
-
-    ``CacheMixin`` (diffusers' generic cache-hook interface, not its FLUX model) gives it ``enable_cache``
-    and ``cache_context``, so diffusers' cache hooks apply to the native blocks as to the library's.
-    """
-
+    _block_lists = ("transformer_blocks", "single_transformer_blocks")
     _repeated_blocks = ("DoubleStreamBlock", "SingleStreamBlock")
-    _layerwise_offload_blocks_attrs = ("transformer_blocks", "single_transformer_blocks")
-    _cache_blocks = ("transformer_blocks", "single_transformer_blocks")
     # Context parallelism (diffusers' FluxTransformer2DModel._cp_plan): the image and text tokens and their
     # position ids split over the ranks on entry (RoPE is computed from each rank's ids), gathered at proj_out.
     _cp_plan: ClassVar[dict[str, Any]] = {
@@ -287,8 +225,7 @@ class NativeFluxTransformer(nn.Module, CacheMixin):
         self.single_transformer_blocks = nn.ModuleList(
             SingleStreamBlock(dim, num_attention_heads, attention_head_dim) for _ in range(num_single_layers)
         )
-        self.norm_out = OutputNorm(dim)
-        self.proj_out = nn.Linear(dim, patch_size * patch_size * (out_channels or in_channels))
+        self.add_output(dim, patch_size * patch_size * (out_channels or in_channels))
 
     def forward(
         self,
@@ -308,46 +245,13 @@ class NativeFluxTransformer(nn.Module, CacheMixin):
             temb = self.time_text_embed(timestep, guidance.to(hidden_states.dtype) * 1000, pooled_projections)
         encoder_hidden_states = self.context_embedder(encoder_hidden_states)
         rotary = rope(torch.cat((txt_ids, img_ids), dim=0), self.axes_dims_rope)
-        for block in self.transformer_blocks:
-            encoder_hidden_states, hidden_states = block(
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                temb=temb,
-                image_rotary_emb=rotary,
-            )
-        for block in self.single_transformer_blocks:
-            encoder_hidden_states, hidden_states = block(
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                temb=temb,
-                image_rotary_emb=rotary,
-            )
-        out: torch.Tensor = self.proj_out(self.norm_out(hidden_states, temb))
-        return out
+        _, hidden_states = self.run_blocks(hidden_states, encoder_hidden_states, temb, rotary)
+        return self.output(hidden_states, temb)
 
-    def compile_repeated_blocks(self, **compile_kwargs: Any) -> None:
-        """Compile, in place, every block whose class is in ``_repeated_blocks`` (regional compile)."""
-        for module in self.modules():
-            if type(module).__name__ in self._repeated_blocks:
-                module.compile(**compile_kwargs)
-
-    # diffusers tensor name -> ours (first match wins); anything else keeps its name.
+    # diffusers tensor name -> ours (first match wins; ``NativeTransformer.map_name``).
     RENAMES = (
         (r"\.ff(_context)?\.net\.0\.proj\.", r".ff\1.fc1."),
         (r"\.ff(_context)?\.net\.2\.", r".ff\1.fc2."),
         (r"\.attn\.to_out\.0\.", ".attn.to_out."),
         (r"^norm_out\.", "norm_out."),
     )
-
-    @classmethod
-    def map_name(cls, name: str) -> str:
-        """Our name for a diffusers tensor name."""
-        for pattern, replacement in cls.RENAMES:
-            name, count = re.subn(pattern, replacement, name)
-            if count:
-                break
-        return name
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy named tensors (diffusers names) into this module; missing or unexpected names are an error."""
-        load_named_weights(self, weights, self.map_name, type(self).__name__)

@@ -15,44 +15,30 @@ computation of diffusers 0.42's, so that in float32 the two give the same bits f
   image position, on all three axes.
 
 One prompt per call, so the text stream has no padding and no attention mask (diffusers drops an all-ones
-mask too). ``load_weights`` maps diffusers' tensor names onto this module's and is strict. Class attributes
-declare what acceleration features need, as the native FLUX transformer's do.
+mask too). ``RENAMES`` maps diffusers' tensor names onto this module's (``load_weights`` is strict). The block
+list, its loop, the declarations features read and the building are ``accel.native.blocks.NativeTransformer``'s;
+the layers FLUX computes alike (embedding MLP, feed-forward, output norm, timestep embedding) are
+``accel.native.layers``'.
 """
 
 from __future__ import annotations
 
-import math
-import re
 from collections.abc import Iterable
 from typing import Any, ClassVar
 
 import torch
-from diffusers.hooks._helpers import TransformerBlockMetadata, TransformerBlockRegistry
 from diffusers.models._modeling_parallel import ContextParallelInput, ContextParallelOutput
-from diffusers.models.cache_utils import CacheMixin
 from torch import nn
 
 from accel.errors import ConfigError
 from accel.native.attention import Attention
-from accel.native.flux.transformer import FeedForward, MLPEmbedder, OutputNorm
-from accel.native.weights import load_named_weights
+from accel.native.blocks import NativeTransformer, register_blocks
+from accel.native.layers import FeedForward, MLPEmbedder, clip_half, timestep_embedding
 
 # Rotary tables cover positions -4096 .. 4095 per axis, as diffusers' QwenEmbedRope.
 ROPE_POSITIONS = 4096
 # Transformer options of Qwen-Image variants (Edit-2511, Layered) this port does not implement.
 UNSUPPORTED_OPTIONS = ("guidance_embeds", "zero_cond_t", "use_additional_t_cond", "use_layer3d_rope")
-
-
-def timestep_embedding(
-    timesteps: torch.Tensor, dim: int = 256, scale: float = 1000, max_period: int = 10000
-) -> torch.Tensor:
-    """Sinusoidal embedding of ``timesteps`` (diffusers' ``Timesteps(256, flip_sin_to_cos=True,
-    downscale_freq_shift=0, scale=1000)``): phases ``scale * (t * freq)``, cos first."""
-    half = dim // 2
-    exponent = -math.log(max_period) * torch.arange(start=0, end=half, dtype=torch.float32, device=timesteps.device)
-    exponent = exponent / half
-    angles = scale * (timesteps[:, None].float() * torch.exp(exponent)[None, :])
-    return torch.cat([torch.cos(angles), torch.sin(angles)], dim=-1)
 
 
 class TimestepEmbedding(nn.Module):
@@ -63,7 +49,7 @@ class TimestepEmbedding(nn.Module):
         self.timestep_embedder = MLPEmbedder(256, dim)
 
     def forward(self, timestep: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        out: torch.Tensor = self.timestep_embedder(timestep_embedding(timestep).to(dtype=dtype))
+        out: torch.Tensor = self.timestep_embedder(timestep_embedding(timestep, scale=1000).to(dtype=dtype))
         return out
 
 
@@ -214,29 +200,21 @@ class QwenImageBlock(nn.Module):
         hidden_states = hidden_states + img_gate2 * self.img_mlp(img)
         txt, txt_gate2 = modulate(self.txt_norm2(encoder_hidden_states), txt_mod2)
         encoder_hidden_states = encoder_hidden_states + txt_gate2 * self.txt_mlp(txt)
-        if encoder_hidden_states.dtype == torch.float16:
-            encoder_hidden_states = encoder_hidden_states.clip(-65504, 65504)
-        if hidden_states.dtype == torch.float16:
-            hidden_states = hidden_states.clip(-65504, 65504)
-        return encoder_hidden_states, hidden_states
+        return clip_half(encoder_hidden_states), clip_half(hidden_states)
 
 
-# diffusers' cache hooks (FirstBlockCache, MagCache, ...) find block outputs through this registry.
-TransformerBlockRegistry.register(
-    QwenImageBlock, TransformerBlockMetadata(return_hidden_states_index=1, return_encoder_hidden_states_index=0)
-)
+register_blocks(QwenImageBlock)
 
 
-class NativeQwenImageTransformer(nn.Module, CacheMixin):
-    """The Qwen-Image transformer built from a diffusers ``transformer/config.json``.
+class NativeQwenImageTransformer(NativeTransformer):
+    """The Qwen-Image transformer built from a diffusers ``transformer/config.json`` (block list, loop, weight
+    names and building: ``NativeTransformer``).
 
-    ``CacheMixin`` (diffusers' generic cache-hook interface) gives it ``enable_cache`` and ``cache_context``.
     The text-to-image model only: a config enabling one of ``UNSUPPORTED_OPTIONS`` is refused.
     """
 
+    _block_lists = ("transformer_blocks",)
     _repeated_blocks = ("QwenImageBlock",)
-    _layerwise_offload_blocks_attrs = ("transformer_blocks",)
-    _cache_blocks = ("transformer_blocks",)
     # Context parallelism: the image and text streams split as img_in and txt_in return them, the rotary tables
     # as pos_embed returns them (computed from the whole sequence's shape first), the image stream gathered at
     # proj_out. diffusers' QwenImageTransformer2DModel._cp_plan splits at the first block's input instead; here
@@ -281,8 +259,7 @@ class NativeQwenImageTransformer(nn.Module, CacheMixin):
         self.transformer_blocks = nn.ModuleList(
             QwenImageBlock(dim, num_attention_heads, attention_head_dim) for _ in range(num_layers)
         )
-        self.norm_out = OutputNorm(dim)
-        self.proj_out = nn.Linear(dim, patch_size * patch_size * (out_channels or in_channels))
+        self.add_output(dim, patch_size * patch_size * (out_channels or in_channels))
 
     def forward(
         self,
@@ -299,38 +276,12 @@ class NativeQwenImageTransformer(nn.Module, CacheMixin):
         timestep = timestep.to(hidden_states.dtype)
         encoder_hidden_states = self.txt_in(self.txt_norm(encoder_hidden_states))
         temb = self.time_text_embed(timestep, hidden_states.dtype)
-        for block in self.transformer_blocks:
-            encoder_hidden_states, hidden_states = block(
-                hidden_states=hidden_states,
-                encoder_hidden_states=encoder_hidden_states,
-                temb=temb,
-                image_rotary_emb=rotary,
-            )
-        out: torch.Tensor = self.proj_out(self.norm_out(hidden_states, temb))
-        return out
+        _, hidden_states = self.run_blocks(hidden_states, encoder_hidden_states, temb, rotary)
+        return self.output(hidden_states, temb)
 
-    def compile_repeated_blocks(self, **compile_kwargs: Any) -> None:
-        """Compile, in place, every block whose class is in ``_repeated_blocks`` (regional compile)."""
-        for module in self.modules():
-            if type(module).__name__ in self._repeated_blocks:
-                module.compile(**compile_kwargs)
-
-    # diffusers tensor name -> ours (first match wins); anything else keeps its name.
+    # diffusers tensor name -> ours (first match wins; ``NativeTransformer.map_name``).
     RENAMES = (
         (r"\.(img|txt)_mlp\.net\.0\.proj\.", r".\1_mlp.fc1."),
         (r"\.(img|txt)_mlp\.net\.2\.", r".\1_mlp.fc2."),
         (r"\.attn\.to_out\.0\.", ".attn.to_out."),
     )
-
-    @classmethod
-    def map_name(cls, name: str) -> str:
-        """Our name for a diffusers tensor name."""
-        for pattern, replacement in cls.RENAMES:
-            name, count = re.subn(pattern, replacement, name)
-            if count:
-                break
-        return name
-
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy named tensors (diffusers names) into this module; missing or unexpected names are an error."""
-        load_named_weights(self, weights, self.map_name, type(self).__name__)
