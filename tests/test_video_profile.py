@@ -1,6 +1,6 @@
 """profiles/video.yaml on mini-wan (two experts): every variant engages and its evidence shows both experts.
 
-A cut-down copy of the profile (its first caption, one seed, one untimed-comparison pass; the same model, steps,
+A cut-down copy of the profile (its first caption, one seed, one timed pass, no noise floor; the same model, steps,
 frames, guidance and variants) runs through the sweep; each variant must be engaged, and its per-denoiser
 evidence (``accel.features.denoiser_evidence``: block work skipped, calls through compiled code, linear layers
 quantized, collectives in the attention) must show ``transformer`` and ``transformer_2`` on every timed run. The
@@ -24,9 +24,6 @@ from accel.zoo.mini_wan import EXPERTS
 
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "video.yaml"
-
-pytestmark = pytest.mark.slow
-
 
 def test_the_profile_loads_with_every_feature_family_the_issue_names():
     profile = load_profile(PROFILE)
@@ -56,6 +53,7 @@ def cut_down(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
     return run_dir, read_results(run_dir)
 
 
+@pytest.mark.slow
 def test_every_variant_engages_with_evidence_for_both_experts(cut_down):
     _, records = cut_down
     variants = [r for r in records if r["variant"] != "baseline"]
@@ -70,6 +68,7 @@ def test_every_variant_engages_with_evidence_for_both_experts(cut_down):
             assert not shown.missing(EXPERTS), (record["variant"], feature, shown)
 
 
+@pytest.mark.slow
 def test_the_report_shows_each_expert_s_evidence_and_the_per_frame_curves(cut_down):
     run_dir, records = cut_down
     report = (run_dir / "report.md").read_text()
@@ -92,3 +91,14 @@ def test_a_denoiser_missing_on_one_run_reads_as_missing():
     read = by_denoiser("context_parallel", collectives)
     assert read is not None and read.least == {"transformer": 8.0} and read.missing(EXPERTS) == ["transformer_2"]
     assert by_denoiser("vae_use_tiling", {"skipped_work_per_run": [{"transformer": 1.0}]}) is None
+
+
+def test_quantization_counts_the_layers_it_quantized_per_expert():
+    """tiny-wan22 (Wan 2.2's two denoisers, random weights): int8 counts each expert's quantized layers."""
+    from features_helpers import applied_runs, loaded
+
+    verdict, _ = applied_runs(loaded("tiny-wan22"), "quantization", "int8wo", runs=2)
+    shown = by_denoiser("quantization", verdict.evidence)
+    assert verdict.engaged and shown is not None and not shown.missing(EXPERTS), (verdict.summary, shown)
+    census = verdict.evidence["components"]
+    assert shown.least == {name: float(census[name]["eligible_linears"]) for name in EXPERTS}
