@@ -25,6 +25,7 @@ from accel.zoo.mini_wan import EXPERTS
 ROOT = Path(__file__).resolve().parents[1]
 PROFILE = ROOT / "profiles" / "video.yaml"
 
+
 def test_the_profile_loads_with_every_feature_family_the_issue_names():
     profile = load_profile(PROFILE)
     features = {name for variant in profile.variants for name in variant.features}
