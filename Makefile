@@ -13,7 +13,7 @@ HASH := $(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 RUN_STAMP := $(VENV)/.installed-run-$(HASH)
 STAMP := $(VENV)/.installed-dev-$(HASH)
 
-.PHONY: sweep test setup clean docs docs-reference report report-engines report-parallel gpu-check gpu-wheels roofline coverage mutation mutmut
+.PHONY: sweep test setup clean docs docs-reference report report-video report-engines report-parallel gpu-check gpu-wheels roofline coverage mutation mutmut
 
 setup: $(STAMP)
 
@@ -76,6 +76,17 @@ report: $(STAMP)
 	$(VENV)/bin/omni-accel sweep --out reports/quickstart
 	# The ladders are meant to break at their aggressive end: the gate's verdicts are committed in gate.md.
 	-$(VENV)/bin/omni-accel gate reports/quickstart
+
+# Regenerate reports/video (profiles/video.yaml: mini-wan, two experts, every feature on both): mini-wan's
+# calibration first (TeaCache's polynomials and MagCache's ratios follow the committed weights), then the sweep and
+# its gate; the folder's README (command, machine, load, wall time) is kept and must be updated by hand.
+report-video: $(STAMP)
+	$(VENV)/bin/omni-accel calibrate calibration/profile.yaml --model mini-wan --out calibration/mini-wan.yaml
+	rm -rf reports/video.new
+	$(VENV)/bin/omni-accel sweep profiles/video.yaml --out reports/video.new
+	-$(VENV)/bin/omni-accel gate reports/video.new
+	test ! -f reports/video/README.md || cp reports/video/README.md reports/video.new/
+	rm -rf reports/video && mv reports/video.new reports/video
 
 # Regenerate reports/coverage: every zoo pipeline family x every feature family (profiles/coverage.yaml),
 # support and parity only (sequential timing, one repeat, no noise floor); the gate's verdicts go to gate.md.

@@ -240,6 +240,7 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
 
     name = "attention_backend"
     reach = Reach.EVERY_DENOISER
+    denoiser_evidence = ("attention_calls_by_denoiser_per_run", "attention calls")
     family = "attention"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.ATTENTION

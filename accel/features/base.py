@@ -309,6 +309,10 @@ class Feature(ABC, Generic[ConfigT, HandleT]):
     # which would run untouched (``untouched_denoisers_refusal``); ``untouched_hint`` says what to do instead.
     reach: ClassVar[Reach] = Reach.PIPELINE
     untouched_hint: ClassVar[str] = ""
+    # Where its verdict's evidence shows each denoiser reached: (the evidence key holding, per timed run, a number
+    # or a mapping of numbers per denoiser; what that number counts). ``accel.features.denoiser_evidence`` reads
+    # it for the record's and the report's evidence per denoiser (Wan 2.2's two experts). None: no such key.
+    denoiser_evidence: ClassVar[tuple[str, str] | None] = None
 
     def parse_options(self, raw: Any) -> ConfigT:
         """Options from a profile value: a mapping, ``true``/``{}``/null for defaults, or a scalar."""

@@ -169,6 +169,7 @@ class CacheDit(Feature[CacheDitConfig, _CacheDitHandle]):
 
     name = "cache_dit"
     reach = Reach.EVERY_DENOISER
+    denoiser_evidence = ("skipped_work_per_run", "block work skipped (share)")
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE

@@ -159,6 +159,7 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
 
     name = "compile"
     reach = Reach.EVERY_DENOISER
+    denoiser_evidence = ("compiled_calls_by_denoiser_per_run", "calls through compiled code")
     family = "compile"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.COMPILE

@@ -47,6 +47,7 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     stage = Stage.CACHE
     lossy_limits = LOSSY_LIMITS
     roofline_exempt = SKIPS_WORK
+    denoiser_evidence = ("skipped_work_per_run", "block work skipped (share)")
     global_state = ("attention_backends",)  # the work counter wraps diffusers' registered backends
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep

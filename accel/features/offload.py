@@ -215,6 +215,7 @@ class ModelOffload(Feature[ModelOffloadConfig, _ClassHookCounter]):
 
     name = "enable_cpu_offload"
     family = "offload"
+    denoiser_evidence = ("onloads_by_denoiser_per_run", "onloads")
     no_effect_on_cpu = OFFLOAD_NO_EFFECT_ON_CPU
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.OFFLOAD
@@ -244,6 +245,7 @@ class SequentialOffload(Feature[SequentialOffloadConfig, _ClassHookCounter]):
 
     name = "enable_sequential_cpu_offload"
     family = "offload"
+    denoiser_evidence = ("onloads_by_denoiser_per_run", "onloads")
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.OFFLOAD
     config_cls = SequentialOffloadConfig
@@ -282,6 +284,7 @@ class GroupOffloadConfig(FeatureConfig):
 
 class _GroupOffloadFeature(Feature[ConfigT, _OnloadCounter]):
     family = "offload"
+    denoiser_evidence = ("onloads_by_denoiser_per_run", "onloads")
     no_effect_on_cpu = OFFLOAD_NO_EFFECT_ON_CPU
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.OFFLOAD

@@ -551,6 +551,7 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
     """Split the transformer's sequence over ranks: Ulysses (all-to-all) and/or Ring attention (diffusers)."""
 
     name = "context_parallel"
+    denoiser_evidence = ("attention_collectives_by_denoiser_per_run", "collectives in the attention")
     reach = Reach.EVERY_DENOISER  # Wan 2.2's transformer_2 too: diffusers' plan is per model
     family = "parallel"
     feature_class = FeatureClass.LOSSLESS  # reduction order only: judged at the dtype's lossless thresholds

@@ -252,6 +252,7 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
     global_state = ("inductor",)  # torchao's quantize_ sets inductor flags
     primary_option = "method"
     description = "torchao quantization of linear layers (quantize_ / PipelineQuantizationConfig)"
+    denoiser_evidence = ("quantized_linears_by_component_per_run", "linear layers quantized")
     reach = Reach.EVERY_DENOISER  # by default; the denoisers named in components otherwise (``denoisers_reached``)
     untouched_hint = "name every denoiser in quantization's components, e.g. [transformer, transformer_2]"
 
@@ -390,6 +391,7 @@ class Quantization(Feature[QuantizationConfig, _QuantHandle]):
         evidence = {
             "components": census,
             "quantized_linears_per_run": per_run,
+            "quantized_linears_by_component_per_run": [dict(run.get("quantized", {})) for run in handle.runs],
             "quantized_share_per_run": [round(share, 4) for share in shares],
             "min_quantized_share": handle.min_share,
             "partial": bool(shares) and min(shares) < 1.0,

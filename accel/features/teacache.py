@@ -272,6 +272,7 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
 
     name = "tea_cache"
     reach = Reach.EVERY_DENOISER
+    denoiser_evidence = ("skipped_work_per_run", "block work skipped (share)")
     family = "cache"
     feature_class = FeatureClass.LOSSY
     stage = Stage.CACHE

@@ -20,6 +20,7 @@ from accel.measure.speedup import (
 )
 from accel.measure.video import VIDEO_PARITY_DEFINITION
 from accel.profile import Profile
+from accel.report.denoisers import denoiser_table
 from accel.report.drift import drift_table
 from accel.report.format import fmt, percent, table_lines
 from accel.report.video import video_table
@@ -34,6 +35,16 @@ from accel.results import (
 )
 
 REPORT_FILE = "report.md"
+
+
+# What the report's banner says of each trained zoo model a profile runs.
+TRAINED_MODELS = {
+    "mini-flux": "mini-flux is a real FLUX pipeline trained by the project on a procedural shapes world.",
+    "mini-wan": (
+        "mini-wan is a real two-expert Wan 2.2 pipeline (transformer, transformer_2) trained by the project on a "
+        "world of moving balls."
+    ),
+}
 
 
 def _mib(value: int | None) -> str:
@@ -256,12 +267,13 @@ def render(
     from accel import zoo
 
     lines = [f"# omni-accel report: {profile.name}", ""]
-    if any(zoo.is_zoo_name(m.source) and zoo.ZOO[m.source].trained for m in profile.models):
+    trained = {m.source for m in profile.models if zoo.is_zoo_name(m.source) and zoo.ZOO[m.source].trained}
+    if trained:
         lines += [
-            "> **Miniature models on a CPU.** mini-flux is a real FLUX pipeline trained by the project on a",
-            "> procedural shapes world: its images have a ground truth, scored as prompt adherence. The other",
-            "> zoo pipelines have random weights (mechanics only). None of the speeds is a real model's on a",
-            "> real accelerator.",
+            "> **Miniature models on a CPU.** "
+            + " ".join(TRAINED_MODELS.get(name, f"{name} was trained by the project.") for name in sorted(trained)),
+            "> Their outputs have a ground truth, scored as prompt adherence. The other zoo pipelines have random",
+            "> weights (mechanics only). None of the speeds is a real model's on a real accelerator.",
             "",
         ]
     elif any(zoo.is_zoo_name(m.source) for m in profile.models):
@@ -327,6 +339,7 @@ def render(
             "",
             compute_table(measured),
             *drift_table(measured, model),
+            *denoiser_table(measured, model),
             *video_table(measured, model),
             *[f"![{Path(f).stem}]({f})\n" for f in (figures or {}).get(model, [])],
         ]
