@@ -275,9 +275,9 @@ def test_the_vae_draws_the_held_out_videos_background_motion_and_ball(round_trip
 
 @pytest.mark.xfail(
     strict=True,
-    reason="the committed VAE draws the ball of 24 held-out rendered videos in the right colour on 0.62 of them, "
-    "of held-in ones on 0.88 (48 each): purple on blue or green drawn blue, white on yellow cyan (docs/zoo.md); "
-    "generated colour cannot reach issue 43's 0.9",
+    reason="the committed VAE draws the ball in the right colour on 0.62 of 24 held-out rendered videos and 0.88 "
+    "of 48 held-in ones: purple on blue or green drawn blue, white on yellow cyan (docs/zoo.md); generated colour "
+    "cannot reach issue 43's 0.9",
 )
 def test_the_vae_lets_the_held_out_colours_through(round_trip):
     assert round_trip["colour"] >= 0.9, round_trip
