@@ -7,12 +7,15 @@ motion, persistence) and prints, per guidance scale and expert setting, each att
 95% interval, and what one-expert runs lost against both experts video by video.
 
     python benchmarks/mini_wan_adherence.py [--seeds 0 1 2] [--cfg 1 5] [--steps 20] [--weights DIR]
-        [--experts both transformer transformer_2] [--seen]
+        [--experts both transformer transformer_2] [--seen] [--diagnose]
 
 ``--experts transformer`` runs every step on the high-noise expert, ``transformer_2`` every step on the
 low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.measure.mini_wan_eval.only_expert``). ``--cfg 1``
 runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default).
-``--seen`` scores as many training combinations (new seeds) instead.
+``--seen`` scores as many training combinations (new seeds) instead. ``--diagnose`` first prints what limits
+the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``) and how the
+high-noise expert's mean prediction follows a direction word and a colour word against the data
+(``direction_response``).
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--experts", nargs="+", default=["both", "transformer", "transformer_2"])
     parser.add_argument("--seen", action="store_true", help="score training combinations instead")
+    parser.add_argument("--diagnose", action="store_true", help="first the VAE round trip and the word responses")
     args = parser.parse_args()
     quiet_libraries()
 
@@ -50,6 +54,17 @@ def main() -> None:
         training = video_world.training_scenes()
         scenes = [training[(i * 37) % len(training)] for i in range(len(scenes))]
     which = "seen" if args.seen else "held-out"
+    if args.diagnose:
+        trip = mini_wan_eval.vae_round_trip_adherence(pipe.vae, scenes, args.seeds)
+        print(
+            f"VAE round trip of {which} rendered videos: " + ", ".join(f"{k} {trip[k]:.3f}" for k in VIDEO_ATTRIBUTES)
+        )
+        base = video_world.VideoScene("blue", "red", "left")
+        for word, other in (("direction", video_world.VideoScene("blue", "red", "right")),
+                            ("colour", video_world.VideoScene("blue", "green", "left"))):  # fmt: skip
+            r = mini_wan_eval.direction_response(pipe, base, other, timestep=990.0)
+            print(f"high-noise expert vs data, {word} word: correlation {r['correlation']:.3f}, "
+                  f"std {r['model_std']:.4f} (data {r['data_std']:.4f})")  # fmt: skip
     print(f"{which}: {len(scenes)} captions x {len(args.seeds)} seeds, {args.steps} steps")
     for cfg in args.cfg:
         both: dict[str, dict[str, int]] = {}

@@ -255,3 +255,56 @@ def test_the_low_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe
         alone = mini_wan_eval.held_out_adherence(pipe, SCENES, [0], guidance_scale=5.0)
     paired = adherence.paired_loss(both_experts["per_image"], alone["per_image"])
     assert paired["loss"] > paired["gained"], paired
+
+
+# ---- what limits it: the VAE's round trip and the high-noise expert's response to a caption's words -----------
+
+
+@pytest.fixture(scope="module")
+def round_trip(pipe):
+    from accel.measure import mini_wan_eval
+
+    return mini_wan_eval.vae_round_trip_adherence(pipe.vae, list(video_world.HELD_OUT_SCENES), [0])
+
+
+def test_the_vae_draws_the_held_out_videos_background_motion_and_ball(round_trip):
+    assert round_trip["n"] == len(video_world.HELD_OUT_SCENES)
+    for kind in ("background", "direction", "persistence"):
+        assert round_trip[kind] >= 0.9, (kind, round_trip)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the committed VAE draws the ball in the right colour on 0.62 of 24 held-out rendered videos and 0.88 "
+    "of 48 held-in ones: purple on blue or green drawn blue, white on yellow cyan (docs/zoo.md); generated colour "
+    "cannot reach issue 43's 0.9",
+)
+def test_the_vae_lets_the_held_out_colours_through(round_trip):
+    assert round_trip["colour"] >= 0.9, round_trip
+
+
+def _response(pipe, first, second):
+    from accel.measure import mini_wan_eval
+
+    return mini_wan_eval.direction_response(pipe, first, second, timestep=990.0)
+
+
+def test_the_high_noise_expert_s_prediction_follows_the_ball_colour_word(pipe):
+    # The probe's positive control: another ball colour moves the expert's mean prediction the way the data moves.
+    response = _response(
+        pipe, video_world.VideoScene("blue", "red", "left"), video_world.VideoScene("blue", "green", "left")
+    )
+    assert response["correlation"] > 0.3, response
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="Wan's transformer has no absolute position (RoPE in self-attention is relative, cross-attention has "
+    "none): the committed high-noise expert's mean prediction for 'left' minus 'right' has std 0.013 against the "
+    "data's 0.38 and correlation -0.01 (colour: 0.52); docs/zoo.md",
+)
+def test_the_high_noise_expert_s_prediction_follows_the_direction_word(pipe):
+    response = _response(
+        pipe, video_world.VideoScene("blue", "red", "left"), video_world.VideoScene("blue", "red", "right")
+    )
+    assert response["correlation"] > 0.3, response

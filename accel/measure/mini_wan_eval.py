@@ -2,7 +2,10 @@
 
 Shared by ``benchmarks/mini_wan_adherence.py`` and the tests: ``load_pipeline`` assembles the committed (or a
 retrain's) weights into a ``WanPipeline``, ``only_expert`` makes every step run on one expert (the pipeline's
-own switch, moved by ``boundary_ratio``), ``held_out_adherence`` generates and scores a set of scenes.
+own switch, moved by ``boundary_ratio``), ``held_out_adherence`` generates and scores a set of scenes. Two
+diagnoses of what limits it: ``vae_round_trip_adherence`` scores the world's own videos after the VAE (what
+the decoder lets through), ``direction_response`` whether the high-noise expert moves the ball where a
+caption's data has it.
 """
 
 from __future__ import annotations
@@ -74,3 +77,67 @@ def held_out_adherence(
             scores.append(score_video(scene, video))
             keys.append(f"p{i}_s{seed}")
     return summarise(scores, keys, VIDEO_ATTRIBUTES)
+
+
+def vae_round_trip_adherence(vae: Any, scenes: list[VideoScene], seeds: list[int]) -> dict[str, Any]:
+    """Adherence summary of the world's rendered videos after the VAE's encode and decode (its latent mean).
+
+    What the VAE lets through: generated videos cannot score better than the decoder draws the world's own
+    videos. ``per_image`` keys ``p<i>_s<seed>``; scene ``i`` at ``seed`` is rendered with seed
+    ``10_000 + 100 * seed + i`` (not a training seed).
+    """
+    import numpy as np
+    import torch
+
+    from accel.zoo.video_world import render_array
+
+    scores, keys = [], []
+    for seed in seeds:
+        for i, scene in enumerate(scenes):
+            video = torch.from_numpy(render_array(scene, seed=10_000 + 100 * seed + i))[None]
+            with torch.no_grad():
+                decoded = vae.decode(vae.encode(video).latent_dist.mean).sample.clamp(-1, 1)[0]
+            frames = ((decoded.permute(1, 2, 3, 0).numpy() + 1.0) / 2.0).astype(np.float32)
+            scores.append(score_video(scene, frames))
+            keys.append(f"p{i}_s{seed}")
+    return summarise(scores, keys, VIDEO_ATTRIBUTES)
+
+
+def direction_response(
+    pipe: Any, first: VideoScene, second: VideoScene, timestep: float, draws: int = 24
+) -> dict[str, float]:
+    """How the high-noise expert's predicted clean latent follows a caption change, against the data's.
+
+    ``first`` and ``second`` differ in one attribute (left and right). The data's answer is the difference of
+    their rendered videos' mean normalised latents (the committed VAE; ``draws`` seeds each); the expert's is
+    the difference of its mean predicted clean latent (``x_t - sigma * v`` over ``draws`` pure-noise inputs
+    at ``timestep``). Returns both differences' standard deviations and their correlation (1: the expert puts
+    the ball where the captions' data has it; 0: the caption change moves nothing where it should).
+    """
+    import numpy as np
+    import torch
+
+    from accel.zoo.video_world import render_array
+
+    config = pipe.vae.config
+    view = (1, -1, 1, 1, 1)
+    mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
+    shape = (config.z_dim, (FRAMES - 1) // 4 + 1, FRAME_SIZE // 8, FRAME_SIZE // 8)  # Wan's VAE: 4x time, 8x space
+    noise = torch.randn(draws, *shape, generator=torch.Generator().manual_seed(0))
+
+    def data(scene: VideoScene) -> Any:
+        videos = torch.from_numpy(np.stack([render_array(scene, seed=50_000 + i) for i in range(draws)]))
+        with torch.no_grad():
+            return ((pipe.vae.encode(videos).latent_dist.mean - mean) / std).mean(0)
+
+    def model(scene: VideoScene) -> Any:
+        embeds = pipe.encode_prompt([scene.caption(0)], do_classifier_free_guidance=False,
+                                    max_sequence_length=MAX_SEQUENCE_LENGTH)[0].expand(draws, -1, -1)  # fmt: skip
+        with torch.no_grad():
+            velocity = pipe.transformer(hidden_states=noise, timestep=torch.full((draws,), timestep),
+                                        encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
+        return (noise - timestep / 1000 * velocity).mean(0)
+
+    wanted, got = data(first) - data(second), model(first) - model(second)
+    correlation = float((wanted * got).sum() / (wanted.norm() * got.norm()))
+    return {"data_std": float(wanted.std()), "model_std": float(got.std()), "correlation": correlation}
