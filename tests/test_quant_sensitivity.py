@@ -141,3 +141,18 @@ def test_the_pick_stops_at_the_first_layer_that_cuts_the_error_by_less_than_the_
     assert grow_while_gaining(lambda k: errors[k], limit=7, min_gain=0.0)[0] == 6  # any gain: six layers
     assert grow_while_gaining(lambda k: errors[k], limit=1)[0] == 1  # the limit holds
     assert grow_while_gaining(lambda k: [1.0, 0.95][k], limit=1)[0] == 0  # 5% is too little
+
+
+def test_a_quantization_variant_without_components_is_measured_on_every_denoiser():
+    # `quantization: int8wo` names no components: the feature quantizes every denoiser, so the table (and the
+    # tune's exclusion, which calls this) covers both of Wan 2.2's experts, not a crash on components=None.
+    from conftest import small_profile
+
+    from accel.diverge.run import sensitivity
+    from accel.profile import parse_profile
+
+    data = small_profile(["tiny-wan22"], [{"name": "q", "features": {"quantization": "int8wo"}}])
+    data["workload"]["steps"] = 2
+    rows, method, pick = sensitivity(parse_profile(data), "tiny-wan22", "q")
+    assert method == "int8wo" and {row.component for row in rows} == {"transformer", "transformer_2"}
+    assert pick.tried and pick.tried[0][0] == 0

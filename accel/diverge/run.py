@@ -207,7 +207,9 @@ def sensitivity(profile: Profile | str | Path, model: str, variant: str) -> tupl
         )
     request = build_requests(loaded.workload_for(spec))[0]
     side = _load(spec, model, None, request.steps)
-    components = tuple(quant.components)
+    from accel.features.quant import quantized_components
+
+    components = quantized_components(side.target.pipeline, quant)  # unnamed: every denoiser, as the feature does
     rows = layer_sensitivity(side.target, request, quant.method, components)
     return rows, quant.method, measured_pick(side.target, request, rows, quant.method, components)
 
