@@ -91,6 +91,20 @@ def test_tensor_parallel_reaches_both_denoisers_each_checked_and_refused_by_its_
     assert not both.supported and "needs 2 ranks with torch.distributed initialised" in both.reason, both.reason
 
 
+def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_untouched(wan22, monkeypatch):
+    """No built-in reaches the first denoiser only now (tensor parallelism reaches both, above): a feature that
+    did (first_block_cache narrowed here) is refused before anything is applied, as the harness's gap."""
+    from accel.features.applied import ACTIVE_ATTRIBUTE, FeatureUnavailable
+
+    feature = FEATURES["first_block_cache"]
+    monkeypatch.setattr(type(feature), "reach", Reach.FIRST_DENOISER)
+    with pytest.raises(FeatureUnavailable) as refused:
+        apply(wan22.pipeline, feature.parse_options(0.5), num_inference_steps=4)
+    assert refused.value.scope == "model" and refused.value.owner is Owner.HARNESS  # the library reaches both
+    assert "first_block_cache reaches transformer only, so transformer_2 would run untouched" in str(refused.value)
+    assert getattr(wan22.pipeline, ACTIVE_ATTRIBUTE, None) is None  # refused before anything was applied
+
+
 def test_quantization_reaches_every_denoiser_by_default_or_those_its_components_name(wan22):
     quant = FEATURES["quantization"]
     assert untouched_denoisers_refusal(quant, wan22.pipeline, QuantizationConfig()) is None
