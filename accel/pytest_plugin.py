@@ -190,13 +190,15 @@ class AccelCells:
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
         if not self.collected:
             # The source file was not among what pytest collected (its testpaths, say): the cells are added. The
-            # node id carries the profile's (or results') path as given: "FAILED profiles/ci.yaml::accel[sd15/
-            # vae-tile]", not "::accel[...]", so a failure names where its cell comes from (and -k selects it).
+            # node id carries the profile's (or results') path as pytest would name the file (relative to the
+            # rootdir, else as given): "FAILED profiles/ci.yaml::accel[sd15/vae-tile]", not "::accel[...]", so a
+            # failure names where its cell comes from, -k selects it, and the node id pasted back re-runs it.
+            source = _node_path(self.source, self.config.rootpath)
             for model, variant in self.cell_keys():
                 name = f"accel[{model}/{variant}]"
                 items.append(
                     AccelItem.from_parent(
-                        session, name=name, nodeid=f"{self.source}::{name}", cells=self, cell=(model, variant)
+                        session, name=name, nodeid=f"{source}::{name}", cells=self, cell=(model, variant)
                     )
                 )
         if self.config.getoption("accel_only"):
@@ -264,6 +266,14 @@ class AccelItem(pytest.Item):
 
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
+
+
+def _node_path(source: str, rootpath: Path) -> str:
+    """``source`` as pytest names a file in a node id: relative to the rootdir, or as given outside it."""
+    import os
+
+    absolute = Path(os.path.abspath(source))
+    return absolute.relative_to(rootpath).as_posix() if absolute.is_relative_to(rootpath) else source
 
 
 def _pasted_source(config: pytest.Config) -> str | None:

@@ -153,6 +153,10 @@ def test_a_pasted_node_id_reruns_exactly_that_cell(pytester):
     key = f"{failing['model']}/{failing['variant']}"
     whole = pytester.runpytest_subprocess("--accel-results", "run", "-rf")
     whole.stdout.fnmatch_lines([f"FAILED run/results.jsonl::accel[[]{key}[]]*"])
+    # beside the project's tests (pytest collects tests/, not run/): the cells are added with the same node ids
+    pytester.mkpydir("tests").joinpath("test_plain.py").write_text("def test_plain():\n    assert True\n")
+    beside = pytester.runpytest_subprocess("--accel-results", "run", "tests", "-rf")
+    beside.stdout.fnmatch_lines([f"FAILED run/results.jsonl::accel[[]{key}[]]*"])
     node_id = f"run/results.jsonl::accel[{key}]"
     for args in (["--accel-results", "run", node_id], [node_id]):
         again = pytester.runpytest_subprocess(*args, "-rf")
