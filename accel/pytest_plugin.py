@@ -46,7 +46,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if config.getoption("accel_profile") or config.getoption("accel_results"):
+    if config.getoption("accel_profile") or config.getoption("accel_results") or _pasted_source(config):
         from accel.errors import AccelError
 
         try:
@@ -74,7 +74,19 @@ class AccelCells:
         self.report: GateReport | None = None
         self.profile: Profile | None = None  # None when the records were read (--accel-results)
         self.notice: str | None = None
+        self.collected = False  # True once pytest collected the source file itself (a path or node id given)
+        self.selected: list[tuple[str, str]] | None = None  # the cells pytest kept (a node id, -k), once collected
         results = option("accel_results")
+        profile = option("accel_profile")
+        if not results and not profile:  # a pasted node id alone: "pytest profiles/ci.yaml::accel[sd15/vae-tile]"
+            pasted = _pasted_source(config)
+            assert pasted is not None  # pytest_configure registers the cells only with a source
+            results, profile = (pasted, None) if pasted.endswith(".jsonl") else (None, pasted)
+        self.source = str(results or profile)
+        # a run directory's cells come from its results file: "runs/x/results.jsonl::accel[...]", a node id
+        # pytest can take back as an argument (it refuses "::" after a directory)
+        if results and Path(results).is_dir():
+            self.source = str(Path(results) / "results.jsonl")
         if results:
             from accel.results import load_results
             from accel.sweep.runner import run_measure, unmeasured_cells
@@ -92,7 +104,7 @@ class AccelCells:
             from accel.measure.speedup import noise_band
             from accel.profile import load_profile
 
-            self.profile_path = option("accel_profile")
+            self.profile_path = str(profile)
             self.profile = load_profile(self.profile_path)
             if option("accel_out"):
                 from accel.outputs import check_run_dir
@@ -115,7 +127,8 @@ class AccelCells:
             from accel.sweep.runner import run_sweep
 
             assert self.profile is not None  # no records: a profile was loaded
-            self.records = run_sweep(self.profile, self.profile_path, self.run_dir, show_progress=False).records
+            profile = _narrowed(self.profile, self.selected) if self.selected is not None else self.profile
+            self.records = run_sweep(profile, self.profile_path, self.run_dir, show_progress=False).records
         return self.records
 
     def verdict(self, cell: tuple[str, str]) -> CellVerdict:
@@ -130,7 +143,9 @@ class AccelCells:
 
             records = self.measured()
             recorded = {(r["model"], r["variant"]) for r in records}
-            unmeasured = [key for key in self.cell_keys() if key not in recorded]
+            # a profile measured for the selected cells only: the cells left out were not asked for, not lost
+            planned = self.selected if self.profile is not None and self.selected is not None else self.cell_keys()
+            unmeasured = [key for key in planned if key not in recorded]
             self.report = judge_records(records, self.data, unmeasured, self.run)
         return self.report
 
@@ -163,24 +178,60 @@ class AccelCells:
         elif self.judged().nothing_qualified():
             terminalreporter.write_line(f"omni-accel: {self.judged().nothing_qualified()}", yellow=True)
 
+    def pytest_collect_file(self, file_path: Path, parent: pytest.Collector) -> AccelFile | None:
+        """The profile's (or results') file as a collector of the cells, when pytest collects that file: given as
+        an argument, or as a pasted node id (``pytest 'profiles/ci.yaml::accel[sd15/vae-tile]'`` re-runs that
+        cell). Only that one file: no other YAML or JSONL file is ever collected."""
+        if file_path.resolve() != Path(self.source).resolve():
+            return None
+        self.collected = True
+        return AccelFile.from_parent(parent, path=file_path, cells=self)
+
     def pytest_collection_modifyitems(self, session: pytest.Session, items: list[pytest.Item]) -> None:
+        if not self.collected:
+            # The source file was not among what pytest collected (its testpaths, say): the cells are added. The
+            # node id carries the profile's (or results') path as pytest would name the file (relative to the
+            # rootdir, else as given): "FAILED profiles/ci.yaml::accel[sd15/vae-tile]", not "::accel[...]", so a
+            # failure names where its cell comes from, -k selects it, and the node id pasted back re-runs it.
+            source = _node_path(self.source, self.config.rootpath)
+            for model, variant in self.cell_keys():
+                name = f"accel[{model}/{variant}]"
+                items.append(
+                    AccelItem.from_parent(
+                        session, name=name, nodeid=f"{source}::{name}", cells=self, cell=(model, variant)
+                    )
+                )
         if self.config.getoption("accel_only"):
             others = [item for item in items if not isinstance(item, AccelItem)]
             if others:
                 self.config.hook.pytest_deselected(items=others)
                 items[:] = [item for item in items if isinstance(item, AccelItem)]
-        # The node id carries the profile's (or results') path: "FAILED profiles/ci.yaml::accel[sd15/vae-tile]",
-        # not "::accel[...]", so a failure names where its cell comes from (and -k selects it).
-        source = self.config.getoption("accel_profile") or self.config.getoption("accel_results")
-        for model, variant in self.cell_keys():
-            name = f"accel[{model}/{variant}]"
-            items.append(
-                AccelItem.from_parent(session, name=name, nodeid=f"{source}::{name}", cells=self, cell=(model, variant))
-            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        """The cells pytest kept (after node ids, ``-k`` and ``--deselect``): a profile measures only those (with
+        their models' baselines), so a re-run of one failed cell measures that cell, not the whole sweep."""
+        kept = [item.cell for item in session.items if isinstance(item, AccelItem)]
+        if len(kept) < len(self.cell_keys()):
+            self.selected = kept
 
     def pytest_report_header(self, config: pytest.Config) -> list[str]:
-        source = self.config.getoption("accel_results") or self.config.getoption("accel_profile")
-        return [f"omni-accel: gating {source}", *([self.notice] if self.notice else [])]
+        return [f"omni-accel: gating {self.source}", *([self.notice] if self.notice else [])]
+
+
+class AccelFile(pytest.File):
+    """The profile or results file given to pytest: its children are the cells, named ``accel[MODEL/VARIANT]``."""
+
+    def __init__(self, *, cells: AccelCells, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cells = cells
+
+    def collect(self) -> list[AccelItem]:
+        """One item per cell, as ``--accel-profile``/``--accel-results`` plans them."""
+        return [
+            AccelItem.from_parent(self, name=f"accel[{model}/{variant}]", cells=self.cells, cell=(model, variant))
+            for model, variant in self.cells.cell_keys()
+        ]
 
 
 class AccelGateFailure(Exception):
@@ -210,8 +261,39 @@ class AccelItem(pytest.Item):
         return super().repr_failure(excinfo)
 
     def reportinfo(self) -> tuple[str, int, str]:
-        return self.cells.config.getoption("accel_profile") or "results", 0, self.name
+        return self.cells.source, 0, self.name
 
 
 def _path(value: str | None) -> Path | None:
     return Path(value) if value else None
+
+
+def _node_path(source: str, rootpath: Path) -> str:
+    """``source`` as pytest names a file in a node id: relative to the rootdir, or as given outside it."""
+    import os
+
+    absolute = Path(os.path.abspath(source))
+    return absolute.relative_to(rootpath).as_posix() if absolute.is_relative_to(rootpath) else source
+
+
+def _pasted_source(config: pytest.Config) -> str | None:
+    """The file of the first cell node id given as an argument (``profiles/ci.yaml::accel[sd15/vae-tile]``), or
+    None: a pasted node id selects its cell without ``--accel-profile``/``--accel-results`` (a ``.jsonl`` file
+    is gated as results, anything else run as a profile). A plain YAML argument never activates the plugin."""
+    for arg in config.args:
+        path, _, names = arg.partition("::")
+        if names.split("::")[0].startswith("accel["):
+            return path
+    return None
+
+
+def _narrowed(profile: Profile, cells: list[tuple[str, str]]) -> Profile:
+    """``profile`` with only the models and variants of ``cells`` (each model's baseline and noise floor stay)."""
+    from dataclasses import replace
+
+    models = {model for model, _ in cells}
+    variants = {variant for _, variant in cells}
+    plan = profile.variant_plan()
+    narrowed = profile.model_copy(update={"models": [m for m in profile.models if m.name in models]})
+    narrowed._variant_plan = replace(plan, variants=[v for v in plan.variants if v.name in variants])
+    return narrowed

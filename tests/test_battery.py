@@ -175,6 +175,59 @@ BATTERY = {
 }
 
 
+# Each class of bad input the battery runs, as docs/bad-input.md's table names it (a row's first cell), with the
+# battery's cases of that class: ``test_every_class_the_battery_runs_is_in_the_doc`` keeps the two in step.
+DOC_ROWS = {
+    "`/dev/null`, `/dev/zero` (a device) as a profile, thresholds or claims file": [
+        "dev-null-as-profile",
+        "dev-zero-as-claims",
+        "dev-null-as-thresholds",
+    ],
+    "a FIFO as a profile, results or `--inject` file": ["fifo-as-profile", "fifo-as-results", "fifo-as-inject"],
+    "a symbolic link loop or a dangling link as an input file": [
+        "symlink-loop-as-results",
+        "symlink-loop-as-profile",
+        "dangling-link-as-claims",
+    ],
+    "random bytes as a weight file": ["random-bytes-as-safetensors"],
+    "a `model_index.json` that is a directory": ["model-index-a-directory"],
+    "a name too long for a file name (model, variant, profile, pairwise prefix)": [
+        "10000-character-model-name",
+        "300-character-variant-name",
+        "300-character-profile-name",
+        "200-character-pairwise-prefix",
+    ],
+    "a name that is `.` or `..`, or holds a slash, an emoji or a tab": [
+        "profile-name-dot-dot",
+        "model-name-dot",
+        "profile-name-with-a-slash",
+        "emoji-model-name",
+        "tab-in-variant-name",
+    ],
+    "a homoglyph key (Cyrillic `о` in `workload`)": ["homoglyph-top-level-key"],
+    "a float seed": ["float-seed"],
+    "a record whose model or variant cannot be a file name (10,000 characters, `..`)": [
+        "record-with-a-10000-character-model",
+        "record-variant-dot-dot",
+    ],
+    "a record's `outputs_file` or `images` that are not paths inside the run directory": [
+        "record-outputs-file-a-nul",
+        "record-images-not-a-list-of-paths",
+    ],
+}
+DOC = Path(__file__).resolve().parents[1] / "docs" / "bad-input.md"
+
+
+def test_every_class_the_battery_runs_is_in_the_doc():
+    """docs/bad-input.md does not drift from the battery: every case belongs to one class, and every class is a
+    row of the doc's table."""
+    classed = sorted(case for cases in DOC_ROWS.values() for case in cases)
+    assert classed == sorted(BATTERY), "give each battery case one class in DOC_ROWS (its docs/bad-input.md row)"
+    rows = {line.split("|")[1].strip() for line in DOC.read_text().splitlines() if line.startswith("| ")}
+    missing = [row for row in DOC_ROWS if row not in rows]
+    assert not missing, f"docs/bad-input.md has no row for: {missing}; add '| <class> | <its message> |' for each"
+
+
 def _dangling(tmp: Path) -> Path:
     link = tmp / "claims.yaml"
     link.symlink_to(tmp / "nowhere.yaml")

@@ -96,7 +96,7 @@ def test_each_feature_says_what_it_reaches_and_what_a_second_denoiser_gets():
     assert reaches("compile") == "every denoiser"
     assert reaches("cache_dit") == "every denoiser"
     assert reaches("context_parallel") == "every denoiser"
-    assert reaches("tensor_parallel") == "first denoiser (refused on a pipeline with a second denoiser)"
+    assert reaches("tensor_parallel") == "every denoiser"
     assert reaches("tea_cache") == "every denoiser"
     assert reaches("vae_use_tiling") == "pipeline"
     assert reaches("quantization").startswith("the denoisers its options name (refused while a denoiser is left out;")

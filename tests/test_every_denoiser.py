@@ -10,7 +10,6 @@ from features_helpers import generate, loaded
 
 from accel import apply
 from accel.features import FEATURES, CompileConfig, QuantizationConfig
-from accel.features.applied import ACTIVE_ATTRIBUTE, FeatureUnavailable
 from accel.features.base import Owner, Reach, denoisers, untouched_denoisers_refusal
 
 TWO_DENOISERS = "tiny-wan22"
@@ -66,26 +65,43 @@ def test_compile_removed_from_the_second_denoiser_is_partial_not_engaged(wan22):
     assert verdict.evidence["partial"] and set(verdict.evidence["untouched_denoiser_calls"]) == {"transformer_2"}
 
 
-@pytest.mark.parametrize(
-    "name, raw",
-    [
-        # The caches (TeaCache included), context parallelism, the attention backend and layerwise offload reach
-        # both (below). Tensor parallelism's own check wants ranks: taken as passed here, the reach check is next.
-        ("tensor_parallel", {"tp": 2}),
-    ],
-)
-def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_untouched(
-    wan22, name, raw, monkeypatch
-):
-    from accel.features.base import Support
+def test_tensor_parallel_reaches_both_denoisers_each_checked_and_refused_by_its_owner(wan22, monkeypatch):
+    """Tensor parallelism shards every denoiser: no reach refusal on Wan 2.2, and each denoiser is checked with
+    diffusers' own check (no ranks run): one without a ``_tp_plan`` is refused by the library, named; a head
+    count the degree does not divide is the model's, named."""
 
-    monkeypatch.setattr(type(FEATURES[name]), "check", lambda self, pipeline, device, options: Support.yes())
-    monkeypatch.setattr(type(FEATURES[name]), "probe", lambda self, device, options, dtype=None: Support.yes())
-    config = FEATURES[name].parse_options(raw)
+    feature = FEATURES["tensor_parallel"]
+    options = feature.parse_options({"tp": 2})
+    pipeline = wan22.pipeline
+    assert untouched_denoisers_refusal(feature, pipeline, options) is None
+    assert feature.denoisers_reached(pipeline, options) == {"transformer", "transformer_2"}
+    refused = feature.check(pipeline, "cpu", options)
+    assert not refused.supported and refused.owner is Owner.LIBRARY
+    assert refused.reason.startswith('transformer (WanTransformer3DModel): diffusers: "`_tp_plan` must be set')
+    plan = {"proj_out": "colwise"}
+    monkeypatch.setattr(pipeline.transformer, "_tp_plan", plan, raising=False)  # the first planned: the second
+    refused = feature.check(pipeline, "cpu", options)
+    assert refused.owner is Owner.LIBRARY and refused.reason.startswith("transformer_2 (WanTransformer3DModel): ")
+    monkeypatch.setattr(pipeline.transformer_2, "_tp_plan", plan, raising=False)
+    heads = pipeline.transformer_2.config.num_attention_heads
+    indivisible = feature.check(pipeline, "cpu", feature.parse_options({"tp": heads + 1}))
+    assert indivisible.owner is Owner.MODEL and indivisible.reason.startswith("transformer (WanTransformer3DModel): ")
+    assert f"must divide the number of attention heads ({heads})" in indivisible.reason
+    both = feature.check(pipeline, "cpu", options)  # both planned: what is left is the ranks
+    assert not both.supported and "needs 2 ranks with torch.distributed initialised" in both.reason, both.reason
+
+
+def test_a_first_denoiser_feature_is_refused_naming_the_denoiser_it_would_leave_untouched(wan22, monkeypatch):
+    """No built-in reaches the first denoiser only now (tensor parallelism reaches both, above): a feature that
+    did (first_block_cache narrowed here) is refused before anything is applied, as the harness's gap."""
+    from accel.features.applied import ACTIVE_ATTRIBUTE, FeatureUnavailable
+
+    feature = FEATURES["first_block_cache"]
+    monkeypatch.setattr(type(feature), "reach", Reach.FIRST_DENOISER)
     with pytest.raises(FeatureUnavailable) as refused:
-        apply(wan22.pipeline, config, num_inference_steps=4)
+        apply(wan22.pipeline, feature.parse_options(0.5), num_inference_steps=4)
     assert refused.value.scope == "model" and refused.value.owner is Owner.HARNESS  # the library reaches both
-    assert f"{name} reaches transformer only, so transformer_2 would run untouched" in str(refused.value)
+    assert "first_block_cache reaches transformer only, so transformer_2 would run untouched" in str(refused.value)
     assert getattr(wan22.pipeline, ACTIVE_ATTRIBUTE, None) is None  # refused before anything was applied
 
 

@@ -213,6 +213,40 @@ def test_a_second_denoiser_whose_attention_ran_unsplit_is_partial_not_engaged():
     assert _verify(_cp_handle([idle], ulysses), ("all_to_all_single",)).engaged
 
 
+def test_tensor_parallel_evidence_is_per_denoiser_and_a_second_denoiser_unsharded_is_partial():
+    """Tensor parallelism's collectives are counted by the denoiser whose call made them (its all-reduces are in
+    the sharded Linear layers, not the attention): a denoiser that ran without one is "partial", named."""
+    from accel.features.parallel import _Collectives, _verify
+
+    collectives = _Collectives()
+    try:
+        counted = collectives._counted("all_reduce", lambda *args: None)
+        collectives.denoiser = "transformer"
+        counted()
+        counted()
+        collectives.denoiser = "transformer_2"
+        counted()
+        assert collectives.take_by_denoiser() == {"transformer": {"all_reduce": 2}, "transformer_2": {"all_reduce": 1}}
+    finally:
+        collectives.remove()
+    reduced = {"all_reduce": {"calls": 8, "bytes": 512}}
+    first_only = {
+        "collectives": reduced,
+        "collectives_by_denoiser": {"transformer": {"all_reduce": 8}},
+        "denoiser_calls": {"transformer": 1, "transformer_2": 1},
+    }
+    verdict = _verify(_cp_handle([first_only], {}), ("all_reduce", "all_gather_tensor", "all_gather"))
+    assert not verdict.engaged and verdict.evidence["untouched_denoiser_calls"] == {"transformer_2": 1}
+    assert verdict.summary.startswith("partial: a denoiser ran without a all_reduce or "), verdict.summary
+    both = {
+        **first_only,
+        "collectives_by_denoiser": {n: {"c10d.all_reduce": 4} for n in ("transformer", "transformer_2")},
+    }
+    verdict = _verify(_cp_handle([both], {}), ("all_reduce", "all_gather_tensor", "all_gather"))
+    assert verdict.engaged, verdict.summary
+    assert verdict.evidence["collectives_by_denoiser_per_run"] == [both["collectives_by_denoiser"]]
+
+
 def test_context_parallel_reaches_both_denoisers_of_wan22_and_checks_each():
     """diffusers declares a ``_cp_plan`` on Wan's transformer, so both of tiny-wan22's denoisers can be split: no
     reach refusal, and the per-model checks name the denoiser they refuse."""

@@ -593,8 +593,8 @@ def test_gate_and_pytest_plugin_agree_on_every_fixture(pytester):
         gate = {f"accel[{v.key}]": words[v.outcome] for v in judge_records(records, load_gate_data()).verdicts}
         result = pytester.runpytest_subprocess("--accel-results", str(path), "-v", "-p", "no:cacheprovider")
         plugin = {}
-        for line in result.stdout.lines:  # "<path>::accel[flux/compile] PASSED    [ 15%]": the node id names the file
-            found = re.match(rf"{re.escape(str(path))}::(accel\[[^\]]+\]) (PASSED|FAILED|SKIPPED)", line)
+        for line in result.stdout.lines:  # "<file>::accel[flux/compile] PASSED    [ 15%]": the node id names the file
+            found = re.match(rf"{re.escape(path.name)}::(accel\[[^\]]+\]) (PASSED|FAILED|SKIPPED)", line)
             if found:
                 plugin[found.group(1)] = found.group(2)
         assert len(plugin) == len(records), (name, result.stdout.lines[-5:])

@@ -122,9 +122,8 @@ def test_a_last_line_cut_short_is_noted_in_the_header(pytester):
 
 
 def test_cells_are_selected_by_their_node_ids_with_k_and_deselect(pytester):
-    """The supported ways to pick cells (docs/gates.md): ``-k`` on the cell's name and ``--deselect`` with the
-    full node id, which carries the results' (or profile's) path. A node id given as a positional argument is
-    not: the cells have no file collector, so pytest answers "not found" (exit 4) and runs nothing."""
+    """The ways to pick cells (docs/gates.md): ``-k`` on the cell's name and ``--deselect`` with the full node
+    id, which carries the results' (or profile's) path."""
     import json
 
     from synthetic import results
@@ -138,6 +137,61 @@ def test_cells_are_selected_by_their_node_ids_with_k_and_deselect(pytester):
         "--accel-results", "results.jsonl", "--deselect", f"results.jsonl::accel[{key}]"
     )
     assert dropped.parseoutcomes()["deselected"] == 1
-    positional = pytester.runpytest_subprocess("--accel-results", "results.jsonl", f"results.jsonl::accel[{key}]")
-    assert positional.ret == pytest.ExitCode.USAGE_ERROR
-    positional.stderr.fnmatch_lines(["*not found*results.jsonl::accel*"])
+
+
+def test_a_pasted_node_id_reruns_exactly_that_cell(pytester):
+    """The node id a run prints, given back as an argument, runs that one cell: with ``--accel-results``, and
+    alone (the file collector takes the results file); a run directory's node ids name its results file."""
+    import json
+
+    from synthetic import results
+
+    records = results()
+    run = pytester.mkdir("run")
+    (run / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    failing = next(r for r in records if r["variant"] == "fbc-loose")
+    key = f"{failing['model']}/{failing['variant']}"
+    whole = pytester.runpytest_subprocess("--accel-results", "run", "-rf")
+    whole.stdout.fnmatch_lines([f"FAILED run/results.jsonl::accel[[]{key}[]]*"])
+    # beside the project's tests (pytest collects tests/, not run/): the cells are added with the same node ids
+    pytester.mkpydir("tests").joinpath("test_plain.py").write_text("def test_plain():\n    assert True\n")
+    beside = pytester.runpytest_subprocess("--accel-results", "run", "tests", "-rf")
+    beside.stdout.fnmatch_lines([f"FAILED run/results.jsonl::accel[[]{key}[]]*"])
+    node_id = f"run/results.jsonl::accel[{key}]"
+    for args in (["--accel-results", "run", node_id], [node_id]):
+        again = pytester.runpytest_subprocess(*args, "-rf")
+        again.assert_outcomes(failed=1)
+        again.stdout.fnmatch_lines(
+            ["*SSIM, lossy (cache): measured 0.71*", f"FAILED run/results.jsonl::accel[[]{key}[]]*"]
+        )
+
+
+def test_no_other_yaml_or_jsonl_file_is_collected(pytester):
+    """Only the file of ``--accel-results`` (or a pasted cell node id) is collected: a profile, a results file
+    and a YAML file beside the tests are not, in a plain run or beside the cells."""
+    import json
+
+    from synthetic import results
+
+    records = results()
+    (pytester.path / "results.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (pytester.path / "other.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    pytester.makefile(".yaml", ci=yaml.safe_dump(small_profile(["tiny-flux"], VARIANTS)))
+    pytester.makepyfile("def test_plain():\n    assert True\n")
+    pytester.runpytest_subprocess(".", "ci.yaml", "results.jsonl").assert_outcomes(passed=1)
+    beside = pytester.runpytest_subprocess("--accel-results", "results.jsonl", ".", "other.jsonl", "ci.yaml")
+    beside.assert_outcomes(passed=11, failed=7, skipped=3)  # the project's test and the 20 cells, once each
+
+
+def test_a_pasted_node_id_measures_only_that_cell_of_a_profile(pytester):
+    """Re-running one cell of a profile measures that cell and its model's baseline, not the whole sweep."""
+    import json
+
+    profile = small_profile(["tiny-flux"], VARIANTS)
+    profile["measure"]["noise_floor"] = False
+    pytester.makefile(".yaml", ci=yaml.safe_dump(profile))
+    result = pytester.runpytest_subprocess("ci.yaml::accel[tiny-flux/attn-native]", "--accel-out", "out", "-v")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["ci.yaml::accel[[]tiny-flux/attn-native[]] PASSED*"])
+    lines = (pytester.path / "out" / "results.jsonl").read_text().splitlines()
+    assert sorted(json.loads(line)["variant"] for line in lines) == ["attn-native", "baseline"]

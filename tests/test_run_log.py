@@ -77,3 +77,52 @@ def test_a_sweeps_run_directory_keeps_the_import_warnings_it_did_not_print(tmp_p
         message = re.sub(r"^[A-Z]\d{4} [\d:.]+ \d+ \S+\] ", "", line)  # torch's own prefix (W1206 06:27:52 ...)
         assert message not in done.stdout + done.stderr, line
         assert message in log, (line, log)
+
+
+WORKER_SCRIPT = """
+import sys
+from pathlib import Path
+from accel.profile import parse_profile
+from accel.sweep import runlog
+from accel.sweep.quiet import quiet_libraries
+from accel.sweep.runner import plan
+from accel.sweep.workers import run_in_process
+import yaml
+
+quiet_libraries(verbose=sys.argv[3] == "1")
+run = Path(sys.argv[2])
+run.mkdir()
+runlog.start_run_log(run)
+cell = plan(parse_profile(yaml.safe_load(Path(sys.argv[1]).read_text())), run)[0]
+print("status:", run_in_process(cell, 600)["status"])
+"""
+
+
+@pytest.mark.parametrize("verbose", [False, True])
+def test_a_warning_in_a_cells_worker_lands_in_the_runs_log_naming_the_cell(tmp_path, verbose):
+    """executor: process: a warning raised in the worker is in the run's log, the line naming the cell and the
+    worker; on the terminal only with --verbose."""
+    profile = small_profile(["tiny-flux"], [], steps=1)
+    profile["measure"] = {"warmup": 0, "repeats": 1, "noise_floor": False, "pairs": 1}
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(profile))
+    env = {
+        **os.environ,
+        "OMNI_ACCEL_FAULT": "warn:tiny-flux/baseline",
+        "OMNI_ACCEL_VERBOSE": "1" if verbose else "0",
+    }
+    command = [
+        sys.executable,
+        "-c",
+        WORKER_SCRIPT,
+        str(tmp_path / "p.yaml"),
+        str(tmp_path / "run"),
+        env["OMNI_ACCEL_VERBOSE"],
+    ]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    assert "status: ok" in done.stdout, done.stdout + done.stderr[-2000:]
+    message = "omni-accel test fault: a library's warning in the cell's worker"
+    log = (tmp_path / "run" / runlog.LOG_FILE).read_text()
+    lines = [line for line in log.splitlines() if message in line and "py.warnings" in line]  # not its source line
+    assert len(lines) == 1, log
+    assert re.search(r"\[cell tiny-flux/baseline, worker \d+\] py\.warnings", lines[0]), lines[0]
+    assert (message in done.stdout + done.stderr) == verbose, done.stderr[-2000:]

@@ -4,8 +4,8 @@ runs as ``world_size`` processes, each one rank, and the comparison reads rank 0
 ``ranked_trace(spec, configs, request)`` starts the ranks from a forkserver, joined by a ``torch.distributed``
 file store (gloo on the CPU, NCCL on CUDA: rank r on GPU r), and supervises them: a rank that dies, or that is
 still running ``FINISH_GRACE_S`` after another finished (waiting in a collective its peer left), or the
-timeout, ends them all, naming the rank. (The sweep's own supervisor, ``accel.sweep.ranks``, runs sweep cells;
-the sweep imports this package for its drift curves, so this module does not import the sweep.) Each rank loads
+timeout, ends them all, naming the rank (``accel.ranksup``, the supervisor the sweep's parallel cells share: the
+sweep imports this package for its drift curves, so this module does not import the sweep). Each rank loads
 the model, applies the variant's features, makes one uncaptured warm-up
 call, then the designated call under ``accel.diverge.capture.Capture`` (hooks on the whole denoiser: its
 inputs before the sequence is split, its output after the gather), and sends its trace back. Every rank's
@@ -29,9 +29,9 @@ from typing import Any
 
 from accel.diverge.capture import Capture, Trace
 from accel.errors import UnavailableError
+from accel.ranksup import FINISH_GRACE_S, end_ranks, start_ranks, supervise
 
 DEFAULT_TIMEOUT_S = 600.0
-FINISH_GRACE_S = 60.0  # how long the other ranks may run on after one finished (as the sweep's cells)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,13 +88,10 @@ def ranked_trace(
         context = multiprocessing.get_context("forkserver")
         processes: list[Any] = []
         try:
-            for rank in range(size):
-                process = context.Process(target=_rank, args=(job, rank, paths[rank]), daemon=True)
-                process.start()
-                processes.append(process)
+            start_ranks(context, _rank, lambda rank: (job, rank, paths[rank]), size, processes)
             problem = _supervise(processes, paths, time.time() + timeout_s)
         except BaseException:
-            _end(processes)
+            end_ranks(processes)
             raise
         if problem is not None:
             raise UnavailableError(f"diverge: the ranked side failed: {problem}")
@@ -115,36 +112,14 @@ def ranked_trace(
 
 def _supervise(processes: list[Any], paths: list[str], deadline: float) -> str | None:
     """Wait for every rank; what went wrong (the ranks then ended), or None."""
-    from multiprocessing.connection import wait
-
-    size, first_done = len(processes), None
-    while True:
-        running = [p for p in processes if p.exitcode is None]
-        for rank, process in enumerate(processes):
-            if process.exitcode is not None and (process.exitcode != 0 or not os.path.isfile(paths[rank])):
-                _end(processes)
-                return f"rank {rank} of {size} died with exit code {process.exitcode}; the other ranks were ended"
-        if not running:
-            return None
-        now = time.time()
-        if first_done is None and len(running) < size:
-            first_done = now
-        if now >= deadline or (first_done is not None and now - first_done > FINISH_GRACE_S):
-            _end(processes)
-            stuck = ", ".join(str(processes.index(p)) for p in running)
-            return f"rank(s) {stuck} of {size} still running (timeout, or waiting in a collective?); all were ended"
-        wait([p.sentinel for p in running], timeout=0.5)
-
-
-def _end(processes: list[Any]) -> None:
-    """Kill every rank still running and reap them all."""
-    for process in processes:
-        if process.exitcode is None:
-            with contextlib.suppress(Exception):
-                process.kill()
-    for process in processes:
-        with contextlib.suppress(Exception):
-            process.join(10)
+    problem = supervise(processes, paths, deadline, FINISH_GRACE_S)
+    if problem is None:
+        return None
+    size = len(processes)
+    if problem.kind == "died":
+        return f"rank {problem.rank} of {size} died with exit code {problem.exitcode}; the other ranks were ended"
+    stuck = ", ".join(str(rank) for rank in problem.running)
+    return f"rank(s) {stuck} of {size} still running (timeout, or waiting in a collective?); all were ended"
 
 
 def _rank(job: _Job, rank: int, result_path: str) -> None:

@@ -249,24 +249,39 @@ def _mirrored_denoiser(
 ) -> Divergence:
     """Side B ran elsewhere (ranks): side A's denoiser on side B's inputs of this call; reproducing B's output
     says the inputs carry the difference, not B's computation."""
-    stage, step, what, found = row
     denoiser = getattr(a.pipeline, call_a.denoiser)
     args, kwargs = identical_inputs(call_b, call_a)  # A's calling convention, B's values
     with torch.no_grad():
         out = tensors_of(call_fresh(denoiser, args, kwargs)())[0]
     isolated = metrics(call_b.output, out.to(call_b.output.device))
-    if isolated.within(tolerance):
-        evidence = (
-            f"{a.label}'s denoiser fed {b.label}'s inputs of this call gives {b.label}'s output: the inputs carry "
-            "the difference (earlier differences within tolerance accumulated)"
-        )
-        return Divergence("accumulation", step, stage, what, found, evidence=evidence)
-    evidence = (
-        f"{a.label}'s denoiser fed {b.label}'s inputs of this call still differs from {b.label}'s output (rel-L2 "
-        f"{isolated.rel_l2:.3g}): {b.label}'s denoiser computes differently; it ran in other processes, so its "
-        "blocks are not bisected"
+    within = (
+        f"{a.label}'s denoiser fed {b.label}'s inputs of this call gives {b.label}'s output: the inputs carry "
+        "the difference (earlier differences within tolerance accumulated)"
     )
-    return Divergence(call_a.denoiser, step, stage, what, found, evidence=evidence)
+    beyond = (
+        f"{a.label}'s denoiser fed {b.label}'s inputs of this call still differs from {b.label}'s output (rel-L2 "
+        f"{REL_L2}): {b.label}'s denoiser computes differently; it ran in other processes, so its blocks are not "
+        "bisected"
+    )
+    return _owned(isolated, tolerance, row, ("accumulation", within), (call_a.denoiser, beyond))
+
+
+REL_L2 = "{rel_l2}"  # where an evidence text beyond tolerance says the isolated re-run's rel-L2
+
+
+def _owned(
+    isolated: Metrics,
+    tolerance: float,
+    row: tuple[str, int | None, str, Metrics],
+    within: tuple[str, str],
+    beyond: tuple[str, str],
+) -> Divergence:
+    """The divergence an isolated re-run names: ``within``'s (owner, evidence) when the re-run reproduces the
+    other side within ``tolerance``, else ``beyond``'s, its ``REL_L2`` replaced by the re-run's rel-L2."""
+    stage, step, what, found = row
+    owner, evidence = within if isolated.within(tolerance) else beyond
+    evidence = evidence.replace(REL_L2, f"{isolated.rel_l2:.3g}")
+    return Divergence(owner, step, stage, what, found, evidence=evidence)
 
 
 def _scheduler_owner(a: Traced, b: Traced, step: int, tolerance: float) -> Any:
@@ -283,17 +298,15 @@ def _scheduler_owner(a: Traced, b: Traced, step: int, tolerance: float) -> Any:
         )
         isolated = metrics(ran.prev_sample, replayed.to(ran.prev_sample.device))
         mine, theirs = (b.label, a.label) if b.capture is not None else (a.label, b.label)
-        if isolated.within(tolerance):
-            evidence = (
-                f"{mine}'s scheduler step fed {theirs}'s prediction and latents gives {theirs}'s latents: the "
-                "differences within tolerance before this step accumulated"
-            )
-            return Divergence("accumulation", step, stage, what, found, evidence=evidence)
-        evidence = (
-            f"{mine}'s scheduler step fed {theirs}'s prediction and latents still differs (rel-L2 "
-            f"{isolated.rel_l2:.3g}): the scheduler owns it"
+        within = (
+            f"{mine}'s scheduler step fed {theirs}'s prediction and latents gives {theirs}'s latents: the "
+            "differences within tolerance before this step accumulated"
         )
-        return Divergence("scheduler", step, stage, what, found, evidence=evidence)
+        beyond = (
+            f"{mine}'s scheduler step fed {theirs}'s prediction and latents still differs (rel-L2 {REL_L2}): the "
+            "scheduler owns it"
+        )
+        return _owned(isolated, tolerance, (stage, step, what, found), ("accumulation", within), ("scheduler", beyond))
 
     return owner
 
@@ -310,10 +323,8 @@ def _vae_owner(a: Traced, b: Traced, tolerance: float) -> Any:
             out = capture.vae_decode(z.to(fed[0].dtype), return_dict=False)[0]
         isolated = metrics(x, out.to(x.device))
         mine, theirs = (b.label, a.label) if b.capture is not None else (a.label, b.label)
-        if isolated.within(tolerance):
-            evidence = f"{mine}'s VAE decodes {theirs}'s latents to {theirs}'s output: the VAE's input owns it"
-            return Divergence("pipeline", step, stage, what, found, evidence=evidence)
-        evidence = f"{mine}'s VAE fed {theirs}'s latents still differs (rel-L2 {isolated.rel_l2:.3g}): the VAE owns it"
-        return Divergence("vae", step, stage, what, found, evidence=evidence)
+        within = f"{mine}'s VAE decodes {theirs}'s latents to {theirs}'s output: the VAE's input owns it"
+        beyond = f"{mine}'s VAE fed {theirs}'s latents still differs (rel-L2 {REL_L2}): the VAE owns it"
+        return _owned(isolated, tolerance, (stage, step, what, found), ("pipeline", within), ("vae", beyond))
 
     return owner

@@ -135,6 +135,22 @@ def tp_device_refusal(device_type: str) -> str | None:
     )
 
 
+def tp_model_refusal(model: Any, tp: int) -> str | None:
+    """diffusers' own reason ``model`` cannot be sharded over ``tp`` ranks (no ``_tp_plan``, a head count ``tp``
+    does not divide, a quantized or offloaded model), asked of ``enable_parallelism``'s check without sharding
+    anything; None when it can."""
+    from diffusers import TensorParallelConfig as DiffusersTensorParallelConfig
+    from diffusers.hooks.tensor_parallel import _check_tp_supported
+
+    heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
+    config = DiffusersTensorParallelConfig(tp_degree=tp)
+    try:
+        _check_tp_supported(type(model).__name__, getattr(model, "_tp_plan", None), heads, config, model=model)
+    except ValueError as error:
+        return f'diffusers: "{error}"'
+    return None
+
+
 def _world_fits(device: str, world_size: int) -> Support:
     import torch
 
@@ -281,6 +297,7 @@ class _Collectives:
         # collectives by the denoiser that called them: denoiser -> name -> calls.
         self.denoiser: str | None = None
         self.in_attention_by_denoiser: dict[str, dict[str, int]] = {}
+        self.by_denoiser: dict[str, dict[str, int]] = {}  # every collective by denoiser (tensor parallelism's)
         self.originals: list[tuple[Any, str, Any]] = []
         for module, names, prefix in ((funcol, FUNCTIONAL_COLLECTIVES, ""), (dist, C10D_COLLECTIVES, "c10d.")):
             for name in names:
@@ -295,6 +312,9 @@ class _Collectives:
             tally = self.calls.setdefault(name, [0, 0])
             tally[0] += 1
             tally[1] += _tensor_bytes(args[:2])
+            if self.denoiser is not None:
+                ours = self.by_denoiser.setdefault(self.denoiser, {})
+                ours[name] = ours.get(name, 0) + 1
             caller = sys._getframe(1).f_code.co_filename.replace("\\", "/")
             if caller.endswith(ATTENTION_SITES):
                 self.in_attention[name] = self.in_attention.get(name, 0) + 1
@@ -321,6 +341,12 @@ class _Collectives:
         """The attention's collectives since the last call, by the denoiser whose call made them."""
         taken = {name: dict(sorted(calls.items())) for name, calls in sorted(self.in_attention_by_denoiser.items())}
         self.in_attention_by_denoiser = {}
+        return taken
+
+    def take_by_denoiser(self) -> dict[str, dict[str, int]]:
+        """Every collective since the last call, by the denoiser whose call made it."""
+        taken = {name: dict(sorted(calls.items())) for name, calls in sorted(self.by_denoiser.items())}
+        self.by_denoiser = {}
         return taken
 
     def remove(self) -> None:
@@ -423,6 +449,7 @@ class ParallelHandle(Handle):
         self.collectives.take()
         self.collectives.take_attention()
         self.collectives.take_attention_by_denoiser()
+        self.collectives.take_by_denoiser()
         self.denoiser_calls = dict.fromkeys(self.models, 0)
         self.local_tokens.clear()
         self.gathered_tokens.clear()
@@ -431,6 +458,7 @@ class ParallelHandle(Handle):
         self.current["collectives"] = self.collectives.take()
         self.current["attention_collectives"] = self.collectives.take_attention()
         self.current["attention_collectives_by_denoiser"] = self.collectives.take_attention_by_denoiser()
+        self.current["collectives_by_denoiser"] = self.collectives.take_by_denoiser()
         self.current["denoiser_calls"] = dict(self.denoiser_calls)
         # Said only where a share was padded: with "anything" and even shares nothing was (64x64 FLUX: 8 + 8).
         self.padded_gather = self.uneven_gather is not None and self.uneven_gather.uneven_gathers > 0
@@ -480,12 +508,17 @@ def required_collectives(options: ContextParallelConfig) -> dict[str, tuple[str,
     return required
 
 
-def _unsplit_denoisers(runs: list[dict[str, Any]], names_needed: tuple[str, ...]) -> dict[str, int]:
-    """Denoisers called in a run whose attention called none of ``names_needed`` in it: their calls, summed (runs
-    without per-denoiser counts, as a handle of one transformer before them, say nothing)."""
+def _unsplit_denoisers(
+    runs: list[dict[str, Any]], names_needed: tuple[str, ...], counts: str = "attention_collectives_by_denoiser"
+) -> dict[str, int]:
+    """Denoisers called in a run whose attention (``counts``: or whole call) called none of ``names_needed`` in
+    it: their calls, summed (runs without per-denoiser counts, as a handle of one transformer before them, say
+    nothing)."""
     untouched: dict[str, int] = {}
     for run in runs:
-        by_denoiser = run.get("attention_collectives_by_denoiser", {})
+        if counts not in run:
+            continue
+        by_denoiser = {d: {n.removeprefix("c10d."): c for n, c in named.items()} for d, named in run[counts].items()}
         for name, calls in run.get("denoiser_calls", {}).items():
             if calls and not any(by_denoiser.get(name, {}).get(n, 0) for n in names_needed):
                 untouched[name] = untouched.get(name, 0) + calls
@@ -506,6 +539,7 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
         "attention_collectives_by_denoiser_per_run": [
             run.get("attention_collectives_by_denoiser", {}) for run in handle.runs
         ],
+        "collectives_by_denoiser_per_run": [run.get("collectives_by_denoiser", {}) for run in handle.runs],
         "denoiser_calls_per_run": [run.get("denoiser_calls", {}) for run in handle.runs],
         "tokens_per_run": tokens,
         "cpu_device_count_shim": CPU_SHIM_NOTE if handle.cpu_shim else None,
@@ -517,6 +551,15 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
     if not all(ran):
         return Verdict(
             False, f"no {' or '.join(wanted)} collective ran in {ran.count(0)} of {len(ran)} calls", evidence
+        )
+    untouched = _unsplit_denoisers(handle.runs, wanted, "collectives_by_denoiser")
+    if untouched:  # a denoiser (Wan 2.2's transformer_2) ran without any of the feature's collectives
+        unsplit = ", ".join(f"{name} on {calls} calls" for name, calls in untouched.items())
+        return Verdict(
+            False,
+            f"partial: a denoiser ran without a {' or '.join(wanted)} collective ({unsplit}); {handle.kind} "
+            "split the others only",
+            {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
         )
     for mode, names_needed in getattr(handle, "required", {}).items():
         attention = [run.get("attention_collectives", {}) for run in handle.runs]
@@ -670,10 +713,10 @@ class ContextParallel(_ParallelFeature, Feature[ContextParallelConfig, ParallelH
 
 
 class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHandle]):
-    """Shard the transformer's planned Linear layers over ranks (diffusers ``TensorParallelConfig``)."""
+    """Shard each transformer's planned Linear layers over ranks (diffusers ``TensorParallelConfig``)."""
 
     name = "tensor_parallel"
-    reach = Reach.FIRST_DENOISER
+    reach = Reach.EVERY_DENOISER  # every transformer with its own _tp_plan (Wan 2.2's second one too)
     family = "parallel"
     feature_class = FeatureClass.LOSSLESS
     stage = Stage.PARALLEL
@@ -700,22 +743,29 @@ class TensorParallel(_ParallelFeature, Feature[TensorParallelConfig, ParallelHan
                 f"pipeline {type(pipeline).__name__} has no diffusers transformer with enable_parallelism",
                 Owner.HARNESS,
             )
-        if getattr(transformer, "_tp_plan", None) is None:
-            return Support.no(
-                f"{type(transformer).__name__} has no _tp_plan (diffusers' tensor-parallel plan)", Owner.LIBRARY
-            )
-        heads = getattr(getattr(transformer, "config", None), "num_attention_heads", None)
-        if heads is not None and heads % options.tp:
-            return Support.no(f"tp {options.tp} must divide the transformer's {heads} attention heads", Owner.MODEL)
+        models = _split_models(pipeline)
+        for name, model in models.items():
+            # Each denoiser the feature shards (Wan 2.2's transformer_2 too), named where there are several.
+            where = f"{name} ({type(model).__name__})" if len(models) > 1 else type(model).__name__
+            if not hasattr(model, "enable_parallelism"):
+                return Support.no(f"{where} is not a diffusers model with enable_parallelism", Owner.HARNESS)
+            refusal = tp_model_refusal(model, options.tp)
+            if refusal:
+                heads = getattr(getattr(model, "config", None), "num_attention_heads", None)
+                planned = getattr(model, "_tp_plan", None) is not None
+                if planned and heads is not None and heads % options.tp:  # a head count tp cannot split
+                    return Support.no(f"{where}: {refusal}", Owner.MODEL)
+                return Support.no(f"{where}: {refusal}", Owner.LIBRARY)  # no plan, or a state it cannot shard
         return _in_ranks(options.tp)
 
     def apply(self, pipeline: Any, options: TensorParallelConfig, context: RunContext) -> ParallelHandle:
         from diffusers import TensorParallelConfig as DiffusersTensorParallelConfig
 
-        transformer = pipeline.transformer
-        handle = ParallelHandle(transformer, f"tp {options.tp}", options.tp)
+        models = _split_models(pipeline)
+        handle = ParallelHandle(pipeline.transformer, f"tp {options.tp}", options.tp, models)
         try:
-            transformer.enable_parallelism(config=DiffusersTensorParallelConfig(tp_degree=options.tp))
+            for model in models.values():  # each denoiser its own config: diffusers shards per model
+                model.enable_parallelism(config=DiffusersTensorParallelConfig(tp_degree=options.tp))
         except BaseException:
             handle.remove()
             raise

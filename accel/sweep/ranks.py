@@ -33,15 +33,12 @@ from typing import Any
 
 import numpy as np
 
+from accel.ranksup import FINISH_GRACE_S, end_ranks, start_ranks, supervise
 from accel.sweep.cell import PHASE_FILE_ENV, describe_phase, note_phase, run_cell
 from accel.sweep.resume import RERUN_ON_RESUME
 from accel.sweep.spec import CELL_FILES, CellSpec
 from accel.sweep.workers import FAULT_ENV, _describe_exit, _forkserver_context, failure, timeout_message
 
-# How long the other ranks may run on after one rank finished (collecting the record, compressing outputs)
-# before they are taken to be stuck in a collective and killed.
-FINISH_GRACE_S = 60.0
-POLL_S = 0.05
 # Fault injection (tests), in OMNI_ACCEL_FAULT: "kill-rank:<rank>:<model>/<variant>" kills that rank with
 # SIGKILL inside its first collective of the timed calls; "rank-seeds:<model>/<variant>" gives every rank
 # but 0 other seeds (their all-to-all then mixes different latents).
@@ -109,20 +106,17 @@ def run_ranks(spec: CellSpec, timeout_s: float, threads: int | None = None) -> d
         paths = [os.path.join(scratch, f"rank{rank}.pickle") for rank in range(size)]
         launch = _Launch(collective_backend(device), os.path.join(scratch, "store"), size, timeout_s)
         context = _forkserver_context()
-        ranks = []
+        ranks: list[Any] = []
         try:
-            for rank in range(size):
-                args = (spec, launch, rank, paths[rank], fault, verbose, threads)
-                process = context.Process(target=_rank_worker, args=args, daemon=True)
-                process.start()
-                ranks.append(process)
+            start_ranks(
+                context, _rank_worker, lambda r: (spec, launch, r, paths[r], fault, verbose, threads), size, ranks
+            )
         except (OSError, EOFError) as error:
-            _end(ranks)
             return failure(spec, f"rank {len(ranks)} of {size} could not be started: {error}", started)
         try:
             problem = _supervise(ranks, paths, started + timeout_s, timeout_s)
         except BaseException:  # Ctrl-C in the sweep: no rank outlives it
-            _end(ranks)
+            end_ranks(ranks)
             raise
         if problem is not None:
             record = failure(spec, problem, started)
@@ -146,47 +140,21 @@ class _Launch:
 
 def _supervise(ranks: list[Any], paths: list[str], deadline: float, timeout_s: float) -> str | None:
     """Wait for every rank; the error of the first that died or stuck (the others are ended), or None."""
-    from multiprocessing.connection import wait
-
+    problem = supervise(ranks, paths, deadline, FINISH_GRACE_S)
+    if problem is None:
+        return None
     size = len(ranks)
-    first_done: float | None = None
-    while True:
-        running = [p for p in ranks if p.exitcode is None]
-        for rank, process in enumerate(ranks):
-            code = process.exitcode
-            if code is not None and (code != 0 or not os.path.isfile(paths[rank])):
-                phase = describe_phase(paths[rank] + ".phase")
-                _end(ranks)
-                return f"rank {rank} of {size} died with {_describe_exit(code)}{phase}; the other ranks were ended"
-        if not running:
-            return None
-        now = time.time()
-        if first_done is None and len(running) < size:
-            first_done = now
-        if now >= deadline:
-            phases = "; ".join(f"rank {r}{describe_phase(paths[r] + '.phase') or ' (no phase)'}" for r in range(size))
-            _end(ranks)
-            return f"{timeout_message(timeout_s)}: {phases}"
-        if first_done is not None and now - first_done > FINISH_GRACE_S:
-            stuck = [r for r, p in enumerate(ranks) if p.exitcode is None]
-            phase = describe_phase(paths[stuck[0]] + ".phase")
-            _end(ranks)
-            return (
-                f"rank {stuck[0]} of {size} was still running {FINISH_GRACE_S:g} s after another rank finished"
-                f"{phase} (waiting in a collective?); it was ended"
-            )
-        wait([p.sentinel for p in running], timeout=POLL_S * 10)
-
-
-def _end(ranks: list[Any]) -> None:
-    """Kill every rank still running and reap them all."""
-    for process in ranks:
-        if process.exitcode is None:
-            with contextlib.suppress(Exception):
-                process.kill()
-    for process in ranks:
-        with contextlib.suppress(Exception):
-            process.join(10)
+    if problem.kind == "died":
+        died = f"died with {_describe_exit(problem.exitcode)}{describe_phase(paths[problem.rank] + '.phase')}"
+        return f"rank {problem.rank} of {size} {died}; the other ranks were ended"
+    if problem.kind == "timeout":
+        phases = "; ".join(f"rank {r}{describe_phase(paths[r] + '.phase') or ' (no phase)'}" for r in range(size))
+        return f"{timeout_message(timeout_s)}: {phases}"
+    phase = describe_phase(paths[problem.rank] + ".phase")
+    return (
+        f"rank {problem.rank} of {size} was still running {FINISH_GRACE_S:g} s after another rank finished"
+        f"{phase} (waiting in a collective?); it was ended"
+    )
 
 
 def _outputs(record: dict[str, Any]) -> dict[str, np.ndarray]:

@@ -4,8 +4,10 @@ start keeps off the terminal (issue 41), kept instead of thrown away.
 ``quiet_libraries`` attaches one handler (``HELD``) to the libraries' loggers and to ``py.warnings`` (Python
 warnings routed through logging). Quiet, the libraries' lines stop there; with ``--verbose`` they also go on to
 the terminal as before. The handler holds what it receives until a sweep names its log file
-(``start_run_log``), writes the held lines there, and appends every later line. Importing this module imports
-nothing heavy.
+(``start_run_log``), writes the held lines there, and appends every later line. A cell's worker process
+(``executor: process``) keeps its own lines in a scratch file beside its record (``start_worker_log``), each
+naming the cell and the worker; the sweep appends them to the run's log when the worker ends
+(``relay_worker_log``), a worker that crashed included. Importing this module imports nothing heavy.
 """
 
 from __future__ import annotations
@@ -41,6 +43,17 @@ class HeldLog(logging.Handler):
         except Exception:  # a log line must never stop a sweep
             self.handleError(record)
 
+    def add(self, lines: list[str]) -> None:
+        """Lines formatted elsewhere (a worker's): appended to the log file, or held until there is one."""
+        if self.path is None:
+            self.held.extend(lines)
+            return
+        try:
+            with self.path.open("a", encoding="utf-8") as log:
+                log.writelines(line + "\n" for line in lines)
+        except OSError:  # the run directory went away: hold them again
+            self.held.extend(lines)
+
     def start(self, path: Path) -> None:
         """Write the held lines to ``path`` (appending: a resumed run keeps its earlier log) and send later ones
         there too."""
@@ -69,6 +82,11 @@ def hold_library_logs(verbose: bool) -> None:
             logger.addHandler(HELD)
         logger.propagate = verbose
         logger.setLevel(logging.WARNING)
+    root = logging.getLogger()
+    if verbose and not root.handlers:
+        # logging's last resort (stderr) serves only a line no handler took, and HELD takes every one: without a
+        # handler of the root's own, --verbose would show nothing (a worker process, a CLI that set none)
+        root.addHandler(logging.StreamHandler())
 
 
 def start_run_log(run_dir: Path) -> Path:
@@ -76,6 +94,28 @@ def start_run_log(run_dir: Path) -> Path:
     path = run_dir / LOG_FILE
     HELD.start(path)
     return path
+
+
+def start_worker_log(path: Path, cell: str) -> None:
+    """In a cell's worker: send this process's held lines to ``path`` (a scratch file the sweep reads back), each
+    naming ``cell`` and the worker's pid. What the worker inherited held from the forkserver's imports is
+    dropped: the same imports' lines are the sweep's own, already in its log."""
+    HELD.held.clear()
+    label = cell.replace("%", "%%")
+    HELD.setFormatter(
+        logging.Formatter(f"%(asctime)s %(levelname)s [cell {label}, worker %(process)d] %(name)s: %(message)s")
+    )
+    HELD.start(path)
+
+
+def relay_worker_log(path: Path) -> None:
+    """In the sweep: append the lines a worker kept in ``path`` (``start_worker_log``) to the run's log."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:  # the worker logged nothing (or never started)
+        return
+    if text:
+        HELD.add(text.splitlines())
 
 
 def stop_run_log() -> None:

@@ -153,12 +153,17 @@ def stop_helper_processes() -> None:
 
 def _inject_fault(spec: CellSpec, fault: str) -> None:
     """``segfault:<model>/<variant>`` kills the cell with SIGSEGV; ``hang:<model>/<variant>`` makes it outlive
-    any timeout, ``hang-holding-a-semaphore:...`` too, holding a named semaphore that a killed worker leaks
-    (tests of the crash, timeout and interrupt paths, on every executor but inline)."""
+    any timeout, ``hang-holding-a-semaphore:...`` too, holding a named semaphore that a killed worker leaks;
+    ``warn:<model>/<variant>`` warns as a library would (tests of the crash, timeout, interrupt and log paths, on
+    every executor but inline)."""
     if fault == f"segfault:{spec.key}":
         import signal
 
         os.kill(os.getpid(), signal.SIGSEGV)
+    if fault == f"warn:{spec.key}":  # as a library warns inside a cell
+        import warnings
+
+        warnings.warn("omni-accel test fault: a library's warning in the cell's worker", UserWarning, stacklevel=1)
     if fault in (f"hang:{spec.key}", f"hang-holding-a-semaphore:{spec.key}"):
         import time
 
@@ -175,8 +180,10 @@ def _worker(spec: CellSpec, result_path: str, fault: str, verbose: bool, threads
     # Ctrl-C reaches the whole process group: the sweep stops this worker itself (no traceback here).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     from accel.sweep.quiet import quiet_libraries
+    from accel.sweep.runlog import start_worker_log
 
     quiet_libraries(verbose=verbose)
+    start_worker_log(Path(result_path + ".log"), spec.key)  # the sweep appends it to the run's log
     os.environ[PHASE_FILE_ENV] = result_path + ".phase"
     if threads:
         import torch
@@ -220,8 +227,11 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
         record: dict[str, Any] = pickle.loads(data)
         return record
     finally:
-        Path(result_path).unlink(missing_ok=True)
-        Path(result_path + ".phase").unlink(missing_ok=True)
+        from accel.sweep.runlog import relay_worker_log
+
+        relay_worker_log(Path(result_path + ".log"))  # the worker's warnings, in the run's log
+        for path in (result_path, result_path + ".phase", result_path + ".log"):
+            Path(path).unlink(missing_ok=True)
 
 
 def timeout_message(timeout_s: float) -> str:
