@@ -307,6 +307,23 @@ def test_a_configuration_that_gains_nothing_is_never_recommended(tmp_path):
     assert result.recommended is None
 
 
+def test_a_budget_cuts_the_full_rounds_tail_never_the_admitted_candidates_or_pairs(tmp_path):
+    # A round cut by the budget loses its tail: each axis's best survivor, the admitted candidates and the pairs
+    # come first, the axis's second survivor and its re-run cheap failure after them (mini-wan's tune lost its
+    # only admitted candidate, regional compile, that way).
+    variants = [
+        {"name": "tea", "features": {"tea_cache": 0.8}},
+        {"name": "attn", "features": {"attention_backend": "native"}},
+    ]
+    result = tune(tea_profile(variants), tmp_path / "t", evaluate=FakeEvaluator(), seed=0)
+    first_full = next(o.round for o in result.search.outcomes if o.stage == "full")
+    order = [o for o in result.search.outcomes if o.round == first_full]
+    thresholds = [i for i, o in enumerate(order) if o.threshold is not None]
+    fixed = [i for i, o in enumerate(order) if o.threshold is None]
+    assert len(thresholds) >= 2 and fixed, [o.candidate.name for o in order]
+    assert thresholds[0] < min(fixed) and max(fixed) < thresholds[1], [o.candidate.name for o in order]
+
+
 def test_the_cell_budget_is_kept(tmp_path):
     fake = FakeEvaluator()
     tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0, budget_cells=5)

@@ -265,6 +265,7 @@ class Search:
 
     def full(self) -> None:
         wanted: list[tuple[Candidate, Axis | None, float | None]] = []
+        later: list[tuple[Candidate, Axis | None, float | None]] = []  # after the fixed candidates and the pairs
         best_per_axis: list[Candidate] = []
         for axis in self.axes:
             held = sorted(
@@ -272,7 +273,8 @@ class Search:
                 key=lambda o: -(o.threshold or 0.0),
             )
             survivors = held[: self.spec.survivors]
-            wanted += [(o.candidate, axis, o.threshold) for o in survivors]
+            wanted += [(o.candidate, axis, o.threshold) for o in survivors[:1]]
+            later += [(o.candidate, axis, o.threshold) for o in survivors[1:]]
             if survivors and survivors[0].threshold is not None:
                 best_per_axis.append(survivors[0].candidate)
             # The cheap screen errs both ways: fewer steps make each reused step cost more, so a threshold that
@@ -284,7 +286,7 @@ class Search:
             above = [o for o in cheap if too_lossy(o) and (o.threshold or 0.0) > floor]
             if above:
                 first = min(above, key=lambda o: o.threshold or 0.0)
-                wanted.append((first.candidate, axis, first.threshold))
+                later.append((first.candidate, axis, first.threshold))
         admitted = self._admitted()
         wanted += [(o.candidate, None, None) for o in admitted]
         gained = [o.candidate for o in admitted if o.value is not None and o.value > 1.0]
@@ -293,7 +295,8 @@ class Search:
                 pair = combine(candidate, other)
                 if pair is not None:
                     wanted.append((pair, None, None))
-        self._round(FULL, wanted)
+        # A budget cuts a round's tail: each axis's best, the admitted candidates and the pairs come first.
+        self._round(FULL, wanted + later)
         # k-section each axis at full fidelity inside what the full rounds left undecided. The cheap screen errs
         # both ways: below a threshold it flattered (it fails here), and above its survivors where it was too
         # strict (fewer steps make each reused step cost more: a survivor holding here opens the axis above it).
