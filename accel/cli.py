@@ -388,7 +388,8 @@ def tune(
     )  # fmt: skip
     rec = result.recommended
     if rec is None:
-        typer.echo(f"no configuration held the constraints; see {result.report_path}")
+        why = "; ".join(result.search.notes) or "no configuration held the constraints"
+        typer.echo(f"nothing recommended: {why}; see {result.report_path}")
         raise typer.Exit(1)
     shown = f"{rec.value:.2f}x" if rec.value is not None else "-"
     if rec.interval is not None:

@@ -324,6 +324,21 @@ def test_a_budget_cuts_the_full_rounds_tail_never_the_admitted_candidates_or_pai
     assert thresholds[0] < min(fixed) and max(fixed) < thresholds[1], [o.candidate.name for o in order]
 
 
+def test_a_point_estimate_above_one_whose_interval_reaches_one_is_not_recommended(tmp_path):
+    from synthetic import _claim
+
+    # The attention backend holds every constraint at 1.2x, but its interval reaches down to 0.95: not shown
+    # faster, so nothing is recommended, and the report says that it held but was not shown faster.
+    unsure = {"speedup": 1.2, "speedup_ci": {**_claim(1.2), "low": 0.95, "high": 1.4}}
+    variants = [{"name": "attn", "features": {"attention_backend": "native"}}]
+    result = tune(tea_profile(variants), tmp_path / "t", evaluate=FakeEvaluator(attn=unsure), seed=0)
+    assert result.recommended is None
+    assert any("held the constraints at full fidelity but none was shown faster" in n for n in result.search.notes)
+    sure = {"speedup": 1.2, "speedup_ci": {**_claim(1.2), "low": 1.1, "high": 1.3}}
+    result = tune(tea_profile(variants), tmp_path / "u", evaluate=FakeEvaluator(attn=sure), seed=0)
+    assert result.recommended is not None and result.recommended.candidate.name == "attn"
+
+
 def test_the_cell_budget_is_kept(tmp_path):
     fake = FakeEvaluator()
     tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0, budget_cells=5)

@@ -58,6 +58,14 @@ class Outcome:
         """Holds the constraints, skips something, and is not slower than its baseline."""
         return self.judgement.passed and not self.judgement.inert and not self.judgement.harmful
 
+    @property
+    def gains(self) -> bool:
+        """Gains on the objective: its value above 1 and, where it has an interval, the whole interval above 1
+        (a point estimate above 1 whose interval reaches 1 is not shown faster)."""
+        if self.value is None or self.value <= 1.0:
+            return False
+        return self.interval is None or self.interval[0] > 1.0
+
 
 @dataclass
 class Budget:
@@ -289,7 +297,7 @@ class Search:
                 later.append((first.candidate, axis, first.threshold))
         admitted = self._admitted()
         wanted += [(o.candidate, None, None) for o in admitted]
-        gained = [o.candidate for o in admitted if o.value is not None and o.value > 1.0]
+        gained = [o.candidate for o in admitted if o.gains]
         for candidate in best_per_axis:
             for other in gained:
                 pair = combine(candidate, other)
@@ -316,19 +324,25 @@ class Search:
     def ranked(self, stage: str) -> list[Outcome]:
         """Usable outcomes of ``stage`` that gain on the objective (value above 1), best first (ties: by name, so
         the order is fixed). A configuration that changes nothing is never recommended."""
-        usable = [o for o in self.outcomes if o.stage == stage and o.usable and o.value is not None and o.value > 1.0]
+        usable = [o for o in self.outcomes if o.stage == stage and o.usable and o.gains]
         return sorted(usable, key=lambda o: (-(o.value or 0.0), o.candidate.name))
 
     def validate(self) -> Outcome | None:
         best = self.ranked(FULL)[:VALIDATED]
         if not best:
-            self.notes.append("no candidate held the constraints at full fidelity: nothing to validate")
+            held = [o for o in self.outcomes if o.stage == FULL and o.usable]
+            self.notes.append(
+                f"{len(held)} configuration(s) held the constraints at full fidelity but none was shown faster "
+                "(its whole interval above 1): nothing to validate"
+                if held
+                else "no candidate held the constraints at full fidelity: nothing to validate"
+            )
             return None
         self._round(VALIDATE, [(o.candidate, None, o.threshold) for o in best])
         validated = {o.candidate.name: o for o in self.outcomes if o.stage == VALIDATE}
         for candidate in best:
             outcome = validated.get(candidate.candidate.name)
-            if outcome is not None and outcome.usable and outcome.value is not None and outcome.value > 1.0:
+            if outcome is not None and outcome.usable and outcome.gains:
                 return outcome
         self.notes.append("no validated candidate held the constraints on the held-out prompts and seeds")
         return None
