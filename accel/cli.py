@@ -365,9 +365,13 @@ def tune(
 ) -> None:
     """Search for the fastest (or leanest) configuration that holds the constraints; write recommended.yaml."""
     from accel.errors import ConfigError
-    from accel.outputs import check_run_dir
+    from accel.outputs import check_files, check_run_dir
     from accel.profile import load_profile
+    from accel.tune.export import RECOMMENDED_FILE
+    from accel.tune.report import PARETO_PNG, TUNE_JSON, TUNE_MD
+    from accel.tune.rounds import ROUNDS_DIR
 
+    tune_outputs = (RECOMMENDED_FILE, TUNE_MD, TUNE_JSON, PARETO_PNG, ROUNDS_DIR)
     if executor is not None and executor not in EXECUTORS:
         raise ConfigError(f"--executor: unknown executor '{executor}'. Allowed: {', '.join(EXECUTORS)}")
     if budget_cells is not None and budget_min is not None:
@@ -375,6 +379,8 @@ def tune(
     loaded = load_profile(profile)
     _setup_logging(verbose)
     check_run_dir(out, "--out", profile, resume=resume)
+    inputs = {"the profile being tuned": profile, "the --calibration file": calibration}
+    check_files(out, tune_outputs, "--out", inputs)  # recommended.yaml, tune.md... never over an input
     from accel.tune import tune as run_tune
 
     observed = None
@@ -734,11 +740,10 @@ def diverge(
 
         raise ConfigError(f"{out}: --out: is a file; give a directory to write diverge.md, .png and .json in")
     if out is not None:  # its three files may not land on the profile or inside a run, a checkpoint, the zoo
-        from accel.outputs import Protected, check_outputs
+        from accel.outputs import check_files
 
-        protected = Protected()
-        protected.add_input(profile, "the profile")
-        check_outputs([(out / name, "--out") for name in ("diverge.md", "diverge.png", "diverge.json")], protected)
+        inputs = {"the profile": profile, "the --mapping file": mapping}
+        check_files(out, ("diverge.md", "diverge.png", "diverge.json"), "--out", inputs)
     _setup_logging(verbose)
     if sensitivity:
         _sensitivity(loaded, model, variant, json_out)

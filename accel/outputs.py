@@ -1,18 +1,19 @@
 """Where a command may write: one rule for every output path (``gate --junit/--summary``, ``table --inject``,
-``sweep --out``, ``roofline --json``, the pytest plugin's ``--accel-out``, ``zoo train --out``).
+``sweep --out``, ``tune --out``, ``calibrate --out``, ``diverge --out``, ``roofline --json``, the pytest plugin's
+``--accel-out``, ``zoo train --out``).
 
 An output path may not resolve (through links, ``Path.resolve``) to an input of the command, to a file or
-folder a run owns (``results.jsonl``, ``results.parquet``, ``outputs/``, ``images/``, ``profile.resolved.yaml``,
-``environment.json``...), to the profile being run, or to anything inside a checkpoint directory (a folder
-holding ``model_index.json``) or the zoo cache. The check runs before anything is written, and a refusal is one
-line naming the option, the path and why (exit 2): ``gate RUN --junit RUN/results.jsonl`` used to write its XML
-over the records it judged.
+folder a run owns (``results.jsonl``, ``results.parquet``, ``outputs/``, ``steps/``, ``images/``,
+``profile.resolved.yaml``, ``environment.json``...), to the profile being run, or to anything inside a checkpoint
+directory (a folder holding ``model_index.json``) or the zoo cache. The check runs before anything is written,
+and a refusal is one line naming the option, the path and why (exit 2): ``gate RUN --junit RUN/results.jsonl``
+used to write its XML over the records it judged.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,7 +30,7 @@ RUN_FILES = (
     ".omni-accel.lock",
     "omni-accel.log",
 )
-RUN_FOLDERS = ("outputs", "images", "figures")
+RUN_FOLDERS = ("outputs", "steps", "images", "figures")
 CHECKPOINT_MARKER = "model_index.json"
 
 
@@ -106,6 +107,17 @@ def check_outputs(outputs: Iterable[tuple[Path | None, str]], protected: Protect
         if target in seen:
             raise ConfigError(f"{option} {path}: {seen[target]} writes the same file; give each its own path")
         seen[target] = option
+
+
+def check_files(directory: Path, names: Iterable[str], option: str, inputs: Mapping[str, Path | str | None]) -> None:
+    """The files (or folders) ``names`` a command writes in ``directory`` (``tune --out``: recommended.yaml,
+    tune.md...; ``diverge --out``): none may resolve to one of its ``inputs`` (what -> path: "the profile being
+    tuned" -> the profile), into a run's own data, a checkpoint or the zoo cache. Refused before anything is
+    written."""
+    protected = Protected()
+    for what, path in inputs.items():
+        protected.add_input(path, what)
+    check_outputs([(directory / name, option) for name in names], protected)
 
 
 def check_run_dir(run_dir: Path, option: str, profile: Path | str | None, resume: bool = False) -> None:

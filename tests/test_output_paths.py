@@ -34,6 +34,8 @@ def world(tmp_path, monkeypatch):
     shutil.copytree(COMMITTED, run)
     (run / "outputs" / "mini-flux").mkdir(parents=True)
     (run / "outputs" / "mini-flux" / "baseline.npz").write_bytes(b"outputs")
+    (run / "steps" / "mini-flux").mkdir(parents=True)
+    (run / "steps" / "mini-flux" / "baseline.npz").write_bytes(b"per-step latents")
     checkpoint = tmp_path / "checkpoint"
     (checkpoint / "vae").mkdir(parents=True)
     (checkpoint / "model_index.json").write_text("{}")
@@ -60,6 +62,8 @@ PROTECTED = [
     "run/omni-accel.log",
     "run/outputs/mini-flux/baseline.npz",
     "run/outputs/mini-flux/new.npz",
+    "run/steps/mini-flux/baseline.npz",
+    "run/steps/mini-flux/new.npz",
     "run/images/mini-flux/baseline/p0_s0_n0.png",
     "run/figures/bars-mini-flux.png",
     "checkpoint/model_index.json",
@@ -221,7 +225,7 @@ def test_zoo_train_may_write_a_new_folder_inside_the_zoo_cache(world):
 def test_a_sweep_whose_outputs_folder_links_into_another_run_is_refused(world, monkeypatch, capsys):
     """A run directory whose ``outputs/`` (or ``images/``) is a link into another run's: the sweep would write
     its cells' files among the other run's. Refused before anything is written."""
-    for folder in ("outputs", "images"):
+    for folder in ("outputs", "steps", "images"):
         mine = world / f"mine-{folder}"
         mine.mkdir()
         (mine / folder).symlink_to(world / "run" / folder)
@@ -229,3 +233,81 @@ def test_a_sweep_whose_outputs_folder_links_into_another_run_is_refused(world, m
         code, _, err = invoke(monkeypatch, capsys, "sweep", str(world / "profile.yaml"), "--out", str(mine))
         assert code == 2 and f"refusing to write {folder} there" in err and "run directory" in err, err
         assert _tree(world) == before
+
+
+@pytest.mark.parametrize("folder", ["outputs", "steps"])
+def test_a_sweep_whose_run_folder_links_into_a_checkpoint_is_refused(world, monkeypatch, capsys, folder):
+    """A run directory whose ``steps/`` (per-step latents) or ``outputs/`` is a link to a checkpoint folder: the
+    sweep would write its cells' files among the checkpoint's weights."""
+    mine = world / "mine"
+    mine.mkdir()
+    (mine / folder).symlink_to(world / "checkpoint" / "vae", target_is_directory=True)
+    before = _tree(world)
+    code, _, err = invoke(monkeypatch, capsys, "sweep", str(world / "profile.yaml"), "--out", str(mine))
+    assert code == 2 and f"refusing to write {folder} there" in err and "checkpoint" in err, err
+    assert _tree(world) == before
+
+
+def _calibration_world(world: Path) -> Path:
+    """A profile calibrate accepts (3 steps) whose variant reads a calibration file: both inputs of calibrate."""
+    shutil.copy(Path(__file__).resolve().parents[1] / "calibration" / "tiny-flux.yaml", world / "calibrated.yaml")
+    variant = {"name": "fbc", "features": {"cache_dit": {"calibration": str(world / "calibrated.yaml")}}}
+    profile = world / "calib.yaml"
+    profile.write_text(yaml.safe_dump(small_profile(variants=[variant], steps=3)))
+    return profile
+
+
+@pytest.mark.parametrize(
+    "relative",
+    ["calib.yaml", "calibrated.yaml", "run/results.jsonl", "run/steps/mini-flux/baseline.npz", "checkpoint/new.txt"],
+)
+def test_calibrate_out_never_writes_over_its_inputs_a_run_or_a_checkpoint(world, monkeypatch, capsys, relative):
+    """``calibrate p.yaml --out p.yaml`` replaced the profile with calibration YAML; refused before the model
+    loads (a load here means the rule let the path through)."""
+    from accel.targets.adapter import AdapterTarget
+
+    profile = _calibration_world(world)
+    monkeypatch.setattr(AdapterTarget, "load", lambda self: pytest.fail("calibrate loaded the model: not refused"))
+    for path in _cases(world, relative):
+        args = ["calibrate", str(profile), "--model", "tiny-flux", "--out", path]
+        _refused(monkeypatch, capsys, world, args, "--out", path)
+
+
+def _no_tune(monkeypatch) -> None:
+    import accel.tune
+
+    monkeypatch.setattr(accel.tune, "tune", lambda *a, **k: pytest.fail("the tune started: --out not refused"))
+
+
+@pytest.mark.parametrize("name", ["recommended.yaml", "tune.md", "tune.json", "pareto.png"])
+def test_tune_out_never_writes_over_the_profile_it_tunes(world, monkeypatch, capsys, name):
+    """``tune D/recommended.yaml --out D`` overwrote the profile being tuned with its recommendation."""
+    _no_tune(monkeypatch)
+    (world / "tuned").mkdir()
+    shutil.copy(world / "profile.yaml", world / "tuned" / name)
+    for path in _cases(world, "tuned"):
+        args = ["tune", str(world / "tuned" / name), "--out", path]
+        _refused(monkeypatch, capsys, world, args, "--out", path)
+
+
+def test_tune_out_never_writes_over_its_calibration_file(world, monkeypatch, capsys):
+    _no_tune(monkeypatch)
+    (world / "tuned").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "calibration" / "tiny-flux.yaml", world / "tuned" / "tune.md")
+    for path in _cases(world, "tuned"):
+        args = ["tune", str(world / "profile.yaml"), "--out", path, "--calibration", str(world / "tuned" / "tune.md")]
+        _refused(monkeypatch, capsys, world, args, "--out", path)
+
+
+@pytest.mark.parametrize("name", ["diverge.json", "diverge.md"])
+def test_diverge_out_never_writes_over_its_mapping(world, monkeypatch, capsys, name):
+    """``diverge ... --mapping mo/diverge.json --out mo`` wrote its JSON over the mapping it read."""
+    import accel.diverge
+
+    monkeypatch.setattr(accel.diverge, "diverge", lambda *a, **k: pytest.fail("diverge ran: --out not refused"))
+    (world / "mo").mkdir()
+    (world / "mo" / name).write_text('{"ff.net.2": "ff.fc2"}\n')
+    for path in _cases(world, "mo"):
+        args = ["diverge", str(world / "profile.yaml"), "--model", "tiny-flux", "--against", "tiny-flux"]
+        args += ["--mapping", str(world / "mo" / name), "--out", path]
+        _refused(monkeypatch, capsys, world, args, "--out", path)
