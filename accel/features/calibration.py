@@ -1,7 +1,8 @@
 """What a cache feature's ``check`` asks of its ``calibration`` option: the file fits the pipeline, and the
-threshold is not inert on it (refused before anything is timed, with the verdict saying why). The range judged is
-the calibration workload's: for the run's workload (``accel.calibration.workload.current_workload``, set by
-``apply``) when it differs, nothing is refused as inert."""
+threshold is not inert on it (refused before anything is timed, with the verdict saying why).
+
+The range judged is the calibration workload's: where the run's workload differs (``current_workload`` of
+``accel.calibration.workload``, set by ``apply``), nothing is refused as inert."""
 
 from __future__ import annotations
 
