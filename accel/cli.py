@@ -183,22 +183,24 @@ def _refused_here(cell: Any) -> str | None:
         support = FEATURES[name].probe(device, config)
         if not support.supported:
             return f"{name}: {support.reason}"
-        inert = _inert(name, config)
+        inert = _inert(name, config, cell.workload)
         if inert:
             return f"{name}: {inert}"
     return None
 
 
-def _inert(name: str, config: Any) -> str | None:
-    """The inert verdict of a cache threshold against the calibration its options name (None: in range, or no
-    calibration): what the cell's check refuses before anything is timed."""
+def _inert(name: str, config: Any, workload: Any) -> str | None:
+    """The inert verdict of a cache threshold against the calibration its options name, on the cell's workload
+    (None: in range, no calibration, or one made for another workload): what the cell's check refuses before
+    anything is timed."""
     from accel.calibrate import THRESHOLD_OPTIONS, threshold_status
 
     path = getattr(config, "calibration", None)
     if path is None or name not in THRESHOLD_OPTIONS:
         return None
     mag = {key: getattr(config, key) for key in ("max_skip_steps", "retention_ratio") if hasattr(config, key)}
-    status = threshold_status(path, name, float(getattr(config, THRESHOLD_OPTIONS[name])), **mag)
+    threshold = float(getattr(config, THRESHOLD_OPTIONS[name]))
+    status = threshold_status(path, name, threshold, **mag, workload=workload.model_dump())
     return status.verdict if status.inert else None
 
 
@@ -385,13 +387,14 @@ def tune(
 
     observed = None
     if calibration is not None:
-        from accel.calibrate import observed_ranges
-
-        observed = observed_ranges(calibration)  # a bad file: one line naming it (ConfigError)
-    result = run_tune(
-        loaded, out, model=model, objective=objective, budget_cells=budget_cells, budget_min=budget_min,
-        seed=seed, resume=resume, executor=executor, observed=observed,
-    )  # fmt: skip
+        observed = _tune_ranges(loaded, model, calibration)
+    try:
+        result = run_tune(
+            loaded, out, model=model, objective=objective, budget_cells=budget_cells, budget_min=budget_min,
+            seed=seed, resume=resume, executor=executor, observed=observed,
+        )  # fmt: skip
+    except Interrupted as error:  # a round's sweep names its own --resume: the tune's continues every round
+        raise Interrupted(tune_interrupted(str(error), profile, out)) from None
     rec = result.recommended
     if rec is None:
         why = "; ".join(result.search.notes) or "no configuration held the constraints"
@@ -403,6 +406,28 @@ def tune(
     typer.echo(f"recommended: {rec.candidate.name} {shown} on held-out prompts ({rec.round})")
     typer.echo(f"profile: {result.recommended_path}")
     typer.echo(f"report:  {result.report_path}")
+
+
+def _tune_ranges(loaded: Any, model: str | None, calibration: Path) -> dict[str, tuple[float, float]]:
+    """The calibrated signal ranges the tune searches in, none where the calibration was made for another
+    workload than the tuned model's (said on stderr: the documented default ranges apply, nothing is inert)."""
+    from accel.calibrate import load_calibration, observed_ranges
+    from accel.calibration.workload import workload_difference
+
+    loaded_calibration = load_calibration(str(calibration))  # a bad file: one line naming it (ConfigError)
+    chosen = [spec for spec in loaded.models if model is None or spec.name == model]
+    workload = loaded.workload_for(chosen[0]).model_dump() if len(chosen) == 1 else None
+    other = workload_difference(loaded_calibration, workload)
+    if other is not None:
+        typer.echo(f"note: --calibration {calibration}: {other}; thresholds searched in the default ranges", err=True)
+    return observed_ranges(loaded_calibration, workload)
+
+
+def tune_interrupted(message: str, profile: Path, out: Path) -> str:
+    """An interrupted tune's message: what its round kept (the sweep's words) and the command that continues the
+    tune, not the round's sweep (a sweep --resume of one round would leave the search behind)."""
+    kept = message.split("; continue with", 1)[0]
+    return f"{kept}; continue the tune with 'omni-accel tune {profile} --out {out} --resume' (and the same options)"
 
 
 @engines_app.command("create")

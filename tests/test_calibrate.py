@@ -146,6 +146,61 @@ def test_a_mag_cache_threshold_is_replayed_on_the_ratios():
     assert _mag_skips(ratios, 1.0, max_skip_steps=9, retention_ratio=0.6) == 2  # steps 3 and 4 only
 
 
+def _two_denoisers(low: list[float], high: list[float]) -> Calibration:
+    """A calibration whose ``transformer`` observed ``low`` residual diffs and ``transformer_2`` ``high``."""
+    one = _calibration(low, [1.0, 0.9], [0.1, 0.2])
+    other = _calibration(high, [1.0, 0.9], [0.1, 0.2]).denoisers["transformer"]
+    return one.model_copy(update={"denoisers": {"transformer": one.denoisers["transformer"], "transformer_2": other}})
+
+
+def test_a_threshold_never_skipping_on_one_denoiser_and_skipping_all_on_the_other_is_inert_on_each():
+    calibration = _two_denoisers([0.01, 0.03, 0.05], [0.2, 0.3, 0.4])
+    mixed = threshold_status(calibration, "cache_dit", 0.1)  # above transformer's diffs, below transformer_2's
+    assert mixed.inert and mixed.state == "inert per denoiser", mixed
+    assert mixed.verdict.startswith("inert on each denoiser: transformer would skip every step"), mixed.verdict
+    assert "above every observed residual diff on transformer (max 0.05)" in mixed.verdict
+    assert "below every observed residual diff on transformer_2 (min 0.2)" in mixed.verdict
+    assert set(mixed.by_denoiser) == {"transformer", "transformer_2"}
+    # inside transformer_2's range it runs there, though transformer would skip every step: not inert, each said
+    runs = threshold_status(calibration, "cache_dit", 0.3)
+    assert not runs.inert and runs.state == "in range"
+    assert "inert: residual_diff_threshold 0.3 above every observed residual diff on transformer " in runs.verdict
+    assert "transformer_2: residual_diff_threshold 0.3 within the observed residual diff" in runs.verdict
+
+
+@pytest.mark.parametrize("feature", ["cache_dit", "first_block_cache", "tea_cache", "mag_cache"])
+def test_a_calibration_made_for_another_workload_calls_no_threshold_inert(feature):
+    """The observed range is the calibration workload's: another step count, size, frames or guidance moves the
+    signal, so a threshold outside that range is not refused on it (the verdict says why)."""
+    calibration = _calibration(DIFFS, [1.0, 0.97, 0.95, 0.9], [0.1, 0.2, 0.3]).model_copy(update={"num_frames": 5})
+    threshold = {
+        "cache_dit": max(DIFFS) * 2,
+        "first_block_cache": min(DIFFS) / 2,
+        "tea_cache": calibration.denoisers["transformer"].tea_cache.rescaled_change.min / 2,
+        "mag_cache": 0.001,
+    }[feature]
+    same = {"steps": calibration.steps, "height": 64, "width": 64, "num_frames": 5, "guidance_scale": 1.0}
+    mag = {"retention_ratio": 0.0} if feature == "mag_cache" else {}
+    assert threshold_status(calibration, feature, threshold, workload=same, **mag).inert
+    assert threshold_status(calibration, feature, threshold, workload={"height": None}, **mag).inert  # unknown
+    for key, value in (("steps", 50), ("height", 128), ("width", 32), ("num_frames", 9), ("guidance_scale", 5.0)):
+        status = threshold_status(calibration, feature, threshold, workload={**same, key: value}, **mag)
+        assert not status.inert and status.state == "other workload", (key, status)
+        assert f"made for another workload ({key} {getattr(calibration, key):g} there, {value:g} here)" in (
+            status.verdict
+        )
+        assert "calibrate on this workload (omni-accel calibrate PROFILE --model m)" in status.verdict
+
+
+def test_the_observed_ranges_apply_only_to_the_calibration_workload():
+    from accel.calibrate import observed_ranges
+
+    calibration = _calibration(DIFFS, [1.0, 0.9], [0.1, 0.2, 0.3])
+    ranges = observed_ranges(calibration, {"steps": calibration.steps, "height": 64})
+    assert ranges["cache_dit"] == (min(DIFFS), max(DIFFS)) and ranges == observed_ranges(calibration)
+    assert observed_ranges(calibration, {"steps": calibration.steps * 2}) == {}
+
+
 def test_an_uncalibrated_feature_is_said_so_not_inert():
     calibration = _calibration(DIFFS, [1.0, 0.9], [0.1, 0.2])
     section = calibration.denoisers["transformer"].model_copy(update={"cache_dit": None})
@@ -207,6 +262,11 @@ def test_plan_flags_an_inert_threshold_before_anything_runs(monkeypatch, capsys,
     assert f"[refused here: cache_dit: inert: residual_diff_threshold {largest * 1.5:g} above every observed" in inert
     fine = next(line for line in out.splitlines() if f"residual_diff_threshold': {largest * 0.9}" in line)
     assert "refused here" not in fine
+    # the same cells at 20 steps: the file's range (8 steps) does not apply, nothing is refused as inert
+    profile.write_text(profile.read_text().replace("steps: 8", "steps: 20"))
+    code, out, err = invoke(monkeypatch, capsys, "plan", str(profile))
+    assert code == 0, err
+    assert "residual_diff_threshold': " + f"{largest * 1.5}" in out and "refused here" not in out
 
 
 @pytest.mark.parametrize("feature", ["tea_cache", "first_block_cache", "cache_dit"])
@@ -238,7 +298,7 @@ def test_tune_searches_inside_the_calibrated_range(monkeypatch, capsys, tmp_path
     monkeypatch.setattr(accel.tune, "tune", fake_tune)
     profile = tmp_path / "p.yaml"
     profile.write_text(
-        "models: [{name: m, source: tiny-flux, device: cpu}]\nworkload: {prompts: [a fox], steps: 4}\n"
+        "models: [{name: m, source: tiny-flux, device: cpu}]\nworkload: {prompts: [a fox], steps: 8}\n"
         "variants: [{name: t, features: {tea_cache: 0.4}}]\n"
     )
     code, _, err = invoke(
@@ -246,3 +306,11 @@ def test_tune_searches_inside_the_calibrated_range(monkeypatch, capsys, tmp_path
     )
     assert code == 2 and "stop here" in err
     assert seen["observed"] == observed_ranges(path) and "tea_cache" in seen["observed"]
+    # tuned on another workload (50 steps, the file's 8): no calibrated range, so no threshold marked inert
+    profile.write_text(profile.read_text().replace("steps: 8", "steps: 50"))
+    code, _, err = invoke(
+        monkeypatch, capsys, "tune", str(profile), "--out", str(tmp_path / "t2"), "--calibration", str(path)
+    )
+    assert code == 2 and "stop here" in err
+    assert seen["observed"] == {}
+    assert "made for another workload (steps 8 there, 50 here)" in err

@@ -76,6 +76,27 @@ def test_a_threshold_outside_the_observed_range_is_refused_before_anything_runs(
     assert not refused.supported and "no step would be cached" in refused.reason
 
 
+def test_a_calibration_made_at_other_steps_refuses_no_threshold_as_inert():
+    """tiny-flux's file was made at 8 steps: a first_block_cache threshold below its range is inert there, but at
+    50 steps the signal differs (the same threshold skipped block work without the file), so apply() runs it."""
+    from accel import apply
+
+    path = _file("tiny-flux")
+    smallest = load_calibration(path).denoisers["transformer"].first_block_cache.observed.min
+    target = loaded("tiny-flux")
+    config = FEATURES["first_block_cache"].parse_options({"threshold": smallest * 0.9, "calibration": path})
+    with pytest.raises(FeatureUnavailable, match="no step would be cached"):
+        apply(target.pipeline, config, num_inference_steps=STEPS)
+    with apply(target.pipeline, config, num_inference_steps=50) as applied:
+        assert [feature.name for feature in applied.features] == ["first_block_cache"]
+        note = applied.evidence()["first_block_cache"]["calibration_workload"]
+        assert note.startswith("calibration of tiny-flux made for another workload (steps 8 there, 50 here)")
+    with pytest.raises(FeatureUnavailable, match="no step would be cached"):  # the same size: still judged
+        apply(target.pipeline, config, num_inference_steps=STEPS, workload={"height": 64, "width": 64})
+    with apply(target.pipeline, config, num_inference_steps=STEPS, workload={"height": 128, "width": 128}):
+        pass
+
+
 def test_a_calibration_of_another_model_is_refused():
     feature = FEATURES["tea_cache"]
     options = feature.parse_options({"rel_l1_thresh": 0.3, "calibration": _file("tiny-wan22")})

@@ -384,6 +384,34 @@ def test_the_cli_refuses_two_budgets_and_an_unknown_objective_before_any_work(tm
     assert code == 2 and "latency, memory" in err and not (tmp_path / "t").exists()
 
 
+def test_an_interrupted_tune_says_how_to_continue_the_tune_not_its_round(tmp_path, monkeypatch, capsys):
+    """Ctrl-C inside a round: the round's sweep names 'omni-accel sweep --resume ROUND', which would finish that
+    round and leave the search behind; the tune's message names the tune's own --resume."""
+    from conftest import invoke
+
+    import accel.tune
+    from accel.errors import Interrupted
+    from accel.sweep.resume import RESOLVED_PROFILE_FILE
+    from accel.sweep.runner import interrupted_message
+
+    profile = tmp_path / "p.yaml"
+    profile.write_text(yaml.safe_dump(small_profile(["tiny-flux"], [{"name": "tea", "features": {"tea_cache": 0.8}}])))
+    out = tmp_path / "t"
+    round_dir = out / "rounds" / "r01-screen"
+
+    def interrupted_tune(*args: Any, **kwargs: Any) -> None:
+        round_dir.mkdir(parents=True)
+        (round_dir / RESOLVED_PROFILE_FILE).write_text("{}\n")
+        raise Interrupted(interrupted_message(round_dir))
+
+    monkeypatch.setattr(accel.tune, "tune", interrupted_tune)
+    code, _, err = invoke(monkeypatch, capsys, "tune", str(profile), "--out", str(out))
+    assert code == 130
+    assert f"interrupted: 0 cell(s) recorded in {round_dir / 'results.jsonl'} are kept" in err
+    assert f"continue the tune with 'omni-accel tune {profile} --out {out} --resume'" in err
+    assert "sweep --resume" not in err
+
+
 @pytest.mark.slow
 def test_a_real_tune_on_the_tiny_zoo_runs_sweeps_the_gate_reads(tmp_path, monkeypatch, capsys):
     from conftest import invoke

@@ -5,15 +5,18 @@ below ``rel_l1_thresh``; FirstBlockCache and Cache-DiT reuse while the first blo
 their threshold; MagCache skips while its accumulated error stays within ``threshold``. The calibration file
 holds each signal's observed range on the calibration prompts; a threshold outside it is *inert*: it never
 triggers a skip (the hooks cost time and save none), or it skips every step it may (no longer a threshold).
+The range is the calibration workload's (``accel.calibration.workload``): on another one nothing is called inert.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from accel.calibration.store import Calibration, load_calibration
+from accel.calibration.workload import workload_difference
 from accel.errors import ConfigError
 
 # Feature -> its threshold option (what ``threshold_status`` judges).
@@ -23,13 +26,15 @@ THRESHOLD_OPTIONS = {
     "cache_dit": "residual_diff_threshold",
     "mag_cache": "threshold",
 }
-State = Literal["in range", "never skips", "skips every step", "not calibrated"]
+State = Literal["in range", "never skips", "skips every step", "inert per denoiser", "not calibrated", "other workload"]
+INERT_STATES = ("never skips", "skips every step", "inert per denoiser")
 
 
 @dataclass(frozen=True)
 class ThresholdStatus:
-    """A threshold against the calibrated signal range: ``inert`` when it never skips or skips every step;
-    ``verdict`` says so with the numbers, per denoiser in ``by_denoiser``."""
+    """A threshold against the calibrated signal range: ``inert`` when it never skips or skips every step (on
+    every denoiser; ``inert per denoiser``: never on one, every step on another); ``verdict`` says so with the
+    numbers, per denoiser in ``by_denoiser``. ``other workload``: the calibration's range does not apply."""
 
     state: State
     verdict: str
@@ -38,7 +43,7 @@ class ThresholdStatus:
     @property
     def inert(self) -> bool:
         """True when the threshold cannot act as a threshold on this model."""
-        return self.state in ("never skips", "skips every step")
+        return self.state in INERT_STATES
 
 
 def _mag_skips(ratios: list[float], threshold: float, max_skip_steps: int, retention_ratio: float) -> int:
@@ -128,11 +133,14 @@ def threshold_status(
     threshold: float,
     max_skip_steps: int = 3,
     retention_ratio: float = 0.2,
+    workload: Mapping[str, Any] | None = None,
 ) -> ThresholdStatus:
     """Whether ``threshold`` of ``feature`` (tea_cache, first_block_cache, cache_dit, mag_cache) lies inside the
-    signal range calibrated for the model (a ``Calibration`` or its file). Inert when, on every calibrated
-    denoiser, it never skips, or when it skips every step; the verdict names the threshold and the range.
-    ``max_skip_steps`` and ``retention_ratio``: mag_cache's options, with which its decisions are replayed."""
+    signal range calibrated for the model (a ``Calibration`` or its file). Inert when it is on every calibrated
+    denoiser (never skips, or skips every step); the verdict names the threshold and the range, and which denoiser
+    skips everything where they differ. ``max_skip_steps`` and ``retention_ratio``: mag_cache's options, with which
+    its decisions are replayed. ``workload``: the run's steps, height, width, num_frames, guidance_scale (None or
+    a key left out: not compared); where it differs from the calibration's, ``other workload``, never inert."""
     if feature not in THRESHOLD_OPTIONS:
         raise ConfigError(
             f"threshold_status: {feature} has no calibrated threshold; one of {', '.join(THRESHOLD_OPTIONS)}"
@@ -141,26 +149,42 @@ def threshold_status(
     results = {
         name: _one(loaded, name, feature, threshold, max_skip_steps, retention_ratio) for name in loaded.denoisers
     }
-    states = {state for state, _ in results.values() if state != "not calibrated"}
     by_denoiser = {name: line for name, (_, line) in results.items()}
+    other = workload_difference(loaded, workload)
+    if other is not None:
+        return ThresholdStatus("other workload", f"{THRESHOLD_OPTIONS[feature]} {threshold:g} not judged: {other}")
+    states = {state for state, _ in results.values() if state != "not calibrated"}
     if not states:
         return ThresholdStatus("not calibrated", f"{feature} not calibrated for {loaded.model}", by_denoiser)
-    if len(states) == 1 and (only := states.pop()) != "in range":
+    if len(states) == 1 and (only := next(iter(states))) != "in range":
         # The denoiser nearest the threshold names the range: the largest maximum above, the smallest minimum below.
         inert = [name for name, (state, _) in results.items() if state == only]
         bounds = {name: _bound(loaded, name, feature, only) for name in inert}
         nearest = (max if only == "skips every step" else min)(inert, key=lambda name: bounds[name])
         verdict = by_denoiser[nearest] + (" (and on every other calibrated denoiser)" if len(results) > 1 else "")
         return ThresholdStatus(only, verdict, by_denoiser)
+    if "in range" not in states:  # never skips on one denoiser, skips every step on another: inert on each
+        lines = [line for state, line in results.values() if state != "not calibrated"]
+        everything = [name for name, (state, _) in results.items() if state == "skips every step"]
+        verdict = (
+            f"inert on each denoiser: {', '.join(everything)} would skip every step, the other(s) none; "
+            + "; ".join(lines)
+        )
+        return ThresholdStatus("inert per denoiser", verdict, by_denoiser)
     return ThresholdStatus("in range", "; ".join(by_denoiser.values()), by_denoiser)
 
 
-def observed_ranges(calibration: Calibration | str | Path) -> dict[str, tuple[float, float]]:
+def observed_ranges(
+    calibration: Calibration | str | Path, workload: Mapping[str, Any] | None = None
+) -> dict[str, tuple[float, float]]:
     """The threshold range inside which each calibrated cache can act on this model, per feature, over every
     calibrated denoiser: TeaCache from the smallest rescaled step distance to the largest accumulated distance of a
     run; FirstBlockCache and Cache-DiT from the smallest to the largest observed residual difference. What
-    ``omni-accel tune --calibration`` searches between (MagCache's is a replay, not a range: left to its default)."""
+    ``omni-accel tune --calibration`` searches between (MagCache's is a replay, not a range: left to its default).
+    Empty where ``workload`` differs from the calibration's (``workload_difference`` says how): no range applies."""
     loaded = calibration if isinstance(calibration, Calibration) else load_calibration(str(calibration))
+    if workload_difference(loaded, workload) is not None:
+        return {}
     spans: dict[str, list[tuple[float, float]]] = {}
     for section in loaded.denoisers.values():
         if section.tea_cache is not None:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from typing import Any
 
@@ -72,6 +72,8 @@ class Applied:
         self._window_open = False
         self._removed = False
         self._before = PipelineState(pipeline)  # what the libraries' own removal leaves behind is deleted again
+        # Feature -> why its calibration's range was not applied (made for another workload): in its evidence.
+        self.calibration_notes: dict[str, str] = {}
 
     @property
     def features(self) -> list[AnyFeature]:
@@ -106,8 +108,15 @@ class Applied:
             handle.runs.clear()
 
     def verdicts(self) -> dict[str, Verdict]:
-        """Each feature's judgement of its evidence: did it engage on every call since apply (or the reset)."""
-        return {feature.name: feature.verify(handle) for feature, _, handle in self.applied}
+        """Each feature's judgement of its evidence: did it engage on every call since apply (or the reset); a
+        calibration made for another workload is said in the evidence (``calibration_workload``)."""
+        verdicts = {feature.name: feature.verify(handle) for feature, _, handle in self.applied}
+        for name, note in self.calibration_notes.items():
+            verdict = verdicts[name]
+            verdicts[name] = Verdict(
+                verdict.engaged, verdict.summary, {**verdict.evidence, "calibration_workload": note}
+            )
+        return verdicts
 
     def evidence(self) -> dict[str, dict[str, Any]]:
         """Per feature: ``engaged``, a one-line ``summary`` and the counters that prove it."""
@@ -212,6 +221,7 @@ def apply(
     device: str | None = None,
     check: bool = True,
     windows_on_calls: bool = True,
+    workload: Mapping[str, Any] | None = None,
 ) -> Applied:
     """Apply the features given by ``configs`` to a loaded ``pipeline``; returns the handle of all of them.
 
@@ -224,6 +234,8 @@ def apply(
       that plan by step (``tea_cache``, ``mag_cache``, ``cache_dit``) need it; a call with other steps is
       refused (ConfigError) instead of caching the wrong steps.
     - ``device``: where the pipeline runs; default: ``pipeline.device`` (else ``cpu``).
+    - ``workload``: the calls' ``height``, ``width``, ``num_frames``, ``guidance_scale`` where known: a cache's
+      calibration judges a threshold inert only on the workload it was made on (the steps are always compared).
     - ``windows_on_calls``: make each ``pipeline(...)`` call one evidence window (default). The sweep's cell
       opens the windows itself (``Applied.window``) to keep the evidence reads outside its timer.
     """
@@ -241,19 +253,15 @@ def apply(
     needing = [feature.name for feature, _ in resolved if feature.needs_steps]
     if needing and steps is None:
         raise ConfigError(f"apply(): {', '.join(needing)} plan by step: pass num_inference_steps=...")
-    if check:
-        dtype = compute_dtype(pipeline)
-        for feature, config in resolved:
-            for scope, support in (
-                ("environment", feature.probe(device, config, dtype)),
-                ("model", feature.check(pipeline, device, config)),
-            ):
-                if not support.supported:
-                    raise FeatureUnavailable(feature.name, scope, support.reason, support.owner)
-            untouched = untouched_denoisers_refusal(feature, pipeline, config)
-            if untouched is not None:  # the feature could reach it through the library: omni-accel does not yet
-                raise FeatureUnavailable(feature.name, "model", untouched, Owner.HARNESS)
+    from accel.calibration.workload import run_workload
+    from accel.features.calibration import calibration_workload_note
+
     applied = Applied(pipeline, RunContext(device=device, steps=steps or 0))
+    with run_workload({**(workload or {}), "steps": steps}):
+        if check:
+            _check_all(pipeline, device, compute_dtype(pipeline), resolved)
+        notes = {feature.name: calibration_workload_note(feature.name, config) for feature, config in resolved}
+    applied.calibration_notes = {name: note for name, note in notes.items() if note is not None}
     setattr(pipeline, ACTIVE_ATTRIBUTE, applied)  # one apply() at a time: removed again by remove()
     try:
         for feature, config in resolved:  # one by one: a failing apply still removes the earlier ones
@@ -264,3 +272,17 @@ def apply(
         applied.remove()
         raise
     return applied
+
+
+def _check_all(pipeline: Any, device: str, dtype: Any, resolved: list[tuple[AnyFeature, FeatureConfig]]) -> None:
+    """Each feature's probe and check: FeatureUnavailable with the reason of the first refusal."""
+    for feature, config in resolved:
+        for scope, support in (
+            ("environment", feature.probe(device, config, dtype)),
+            ("model", feature.check(pipeline, device, config)),
+        ):
+            if not support.supported:
+                raise FeatureUnavailable(feature.name, scope, support.reason, support.owner)
+        untouched = untouched_denoisers_refusal(feature, pipeline, config)
+        if untouched is not None:  # the feature could reach it through the library: omni-accel does not yet
+            raise FeatureUnavailable(feature.name, "model", untouched, Owner.HARNESS)

@@ -167,6 +167,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             num_inference_steps=spec.workload.steps,
             device=target.device,
             windows_on_calls=False,  # the cell opens the evidence windows itself, outside its timer
+            workload=spec.workload.model_dump(include={"height", "width", "num_frames", "guidance_scale"}),
         )
     except FeatureUnavailable as error:
         result.update(
