@@ -354,6 +354,17 @@ class _Collectives:
             setattr(module, name, original)
 
 
+def _partial(untouched: dict[str, int], lacking: str, splitter: str, evidence: dict[str, Any]) -> Verdict:
+    """The verdict of a parallel feature that split some denoisers only: ``untouched`` (denoiser -> calls made
+    without ``lacking``), named with what ``splitter`` did split."""
+    unsplit = ", ".join(f"{name} on {calls} calls" for name, calls in untouched.items())
+    return Verdict(
+        False,
+        f"partial: a denoiser ran without {lacking} ({unsplit}); {splitter} split the others only",
+        {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
+    )
+
+
 def _tensor_bytes(values: Any) -> int:
     import torch
 
@@ -554,13 +565,7 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
         )
     untouched = _unsplit_denoisers(handle.runs, wanted, "collectives_by_denoiser")
     if untouched:  # a denoiser (Wan 2.2's transformer_2) ran without any of the feature's collectives
-        unsplit = ", ".join(f"{name} on {calls} calls" for name, calls in untouched.items())
-        return Verdict(
-            False,
-            f"partial: a denoiser ran without a {' or '.join(wanted)} collective ({unsplit}); {handle.kind} "
-            "split the others only",
-            {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
-        )
+        return _partial(untouched, f"a {' or '.join(wanted)} collective", handle.kind, evidence)
     for mode, names_needed in getattr(handle, "required", {}).items():
         attention = [run.get("attention_collectives", {}) for run in handle.runs]
         missing = [i for i, run in enumerate(attention) if not any(run.get(n, 0) for n in names_needed)]
@@ -575,13 +580,7 @@ def _verify(handle: ParallelHandle, wanted: tuple[str, ...]) -> Verdict:
             )
         untouched = _unsplit_denoisers(handle.runs, names_needed)
         if untouched:  # a denoiser (Wan 2.2's transformer_2) ran with its attention unsplit
-            unsplit = ", ".join(f"{name} on {calls} calls" for name, calls in untouched.items())
-            return Verdict(
-                False,
-                f"partial: a denoiser ran without {' or '.join(names_needed)} in its attention ({unsplit}); {mode} "
-                "split the others only",
-                {**evidence, "partial": True, "untouched_denoiser_calls": untouched},
-            )
+            return _partial(untouched, f"{' or '.join(names_needed)} in its attention", mode, evidence)
     split = tokens[-1]
     names = " + ".join(f"{c['calls']} {name}" for name, c in per_run[-1].items() if c["calls"])
     summary = f"{handle.kind} over {handle.world_size} ranks: {names} per call"
