@@ -13,9 +13,8 @@ motion, persistence) and prints, per guidance scale and expert setting, each att
 low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.measure.mini_wan_eval.only_expert``). ``--cfg 1``
 runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default).
 ``--seen`` scores as many training combinations (new seeds) instead. ``--diagnose`` first prints what limits
-the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``) and how the
-high-noise expert's mean prediction follows a direction word and a colour word against the data
-(``direction_response``).
+the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``) and whether each
+expert reads a direction word and a colour word at a noise level of its own (``caption_preference``).
 """
 
 from __future__ import annotations
@@ -62,9 +61,10 @@ def main() -> None:
         base = video_world.VideoScene("blue", "red", "left")
         for word, other in (("direction", video_world.VideoScene("blue", "red", "right")),
                             ("colour", video_world.VideoScene("blue", "green", "left"))):  # fmt: skip
-            r = mini_wan_eval.direction_response(pipe, base, other, timestep=990.0)
-            print(f"high-noise expert vs data, {word} word: correlation {r['correlation']:.3f}, "
-                  f"std {r['model_std']:.4f} (data {r['data_std']:.4f})")  # fmt: skip
+            for expert, sigma in (("transformer", 0.85), ("transformer_2", 0.5)):
+                r = mini_wan_eval.caption_preference(pipe, base, other, expert, sigma)
+                print(f"{expert} at sigma {sigma}, {word} word: wrong/right caption MSE {r['ratio']:.3f}, "
+                      f"right caption closer on {r['right_closer']:.2f} of draws")  # fmt: skip
     print(f"{which}: {len(scenes)} captions x {len(args.seeds)} seeds, {args.steps} steps")
     for cfg in args.cfg:
         both: dict[str, dict[str, int]] = {}

@@ -56,8 +56,26 @@ def test_rendering_is_deterministic_jittered_by_seed_and_moves_the_named_way():
     assert not np.array_equal(video_world.render_array(scene, 3), video_world.render_array(scene, 4))
     assert video_world.render_array(scene).shape == (3, video_world.FRAMES, 64, 64)
     assert (video_world.FRAMES - 1) % 4 == 0, "Wan's VAE takes 4k + 1 frames"
-    centres, _ = video_world.trajectory(scene, 3)
-    assert centres[-1][1] < centres[0][1] and centres[-1][0] == centres[0][0]
+    for seed in range(40):
+        centres, _ = video_world.trajectory(scene, seed)
+        steps = [(b[0] - a[0], (b[1] - a[1] + 0.5) % 1.0 - 0.5) for a, b in zip(centres, centres[1:], strict=False)]
+        assert all(dx == 0 and dy < 0 for dx, dy in steps), (seed, centres)  # up, the short way round the torus
+
+
+def test_the_world_is_a_torus_that_starts_anywhere():
+    # The start says nothing of the direction (Wan's transformer has relative positions only, docs/zoo.md).
+    starts = {d: [video_world.trajectory(video_world.VideoScene("blue", "red", d), s)[0][0] for s in range(200)]
+              for d in video_world.DIRECTIONS}  # fmt: skip
+    for direction, points in starts.items():
+        xs, ys = zip(*points, strict=True)
+        assert min(xs) < 0.1 and max(xs) > 0.9 and min(ys) < 0.1 and max(ys) > 0.9, direction
+    # A ball crossing the right edge shows on both sides, and the scorer reads one ball moving right.
+    scene = video_world.VideoScene("black", "white", "right")
+    crossing = next(s for s in range(200) if video_world.trajectory(scene, s)[0][0][0] > 0.85)
+    frames = np.stack([np.asarray(f) for f in video_world.render(scene, crossing)])
+    ball = (np.abs(frames.astype(int) - np.array(video_world.PALETTE["black"])).sum(axis=3) > 60)
+    assert any(frame[:, 0].any() and frame[:, -1].any() for frame in ball)
+    assert score_video(scene, frames)["overall"] == 1.0
 
 
 def _video(background: str, colour: str, xs: list[float | None], y: float = 32.0) -> np.ndarray:
@@ -84,6 +102,19 @@ def test_hand_made_videos_lose_exactly_what_they_get_wrong():
     }  # fmt: skip
     assert score_video(scene, _video("blue", "yellow", rightwards))["background"] == 0.0
     assert score_video(scene, _video("green", "red", rightwards))["colour"] == 0.0
+
+
+def test_a_ball_across_the_edge_is_one_ball_moving_the_short_way_round():
+    # Squares moving right across the right edge: split in two regions at the crossing, one ball on the torus.
+    across = [40.0 + 5 * i for i in range(9)]
+    frames = np.tile(np.array(video_world.PALETTE["green"], dtype=np.uint8), (9, 64, 64, 1))
+    for frame, x in zip(frames, across, strict=True):
+        columns = [int(c) % 64 for c in range(int(x) - 6, int(x) + 6)]
+        frame[26:38, columns] = video_world.PALETTE["yellow"]
+    found = analyse_video(frames)
+    assert found.direction == "right" and found.persistence
+    assert found.centroids[-1] is not None and found.centroids[-1][0] == pytest.approx(((40 + 40) % 64) / 64, abs=0.02)
+    assert analyse_video(frames[::-1]).direction == "left"
 
 
 def test_vertical_motion_reads_as_up_or_down_in_image_coordinates():
@@ -153,6 +184,40 @@ def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path
     components = mini_wan.build_mini_wan(config, weights_dir=tmp_path)
     assert components["boundary_ratio"] == config["boundary_ratio"]
     assert list(components["vae"].config.latents_std) == manifest["latent"]["latents_std"]
+
+
+def test_the_experts_trained_side_by_side_are_the_experts_trained_one_after_the_other(tmp_path, monkeypatch):
+    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
+    config["train"]["videos"] = 8
+    for stage in ("text", "vae_frames", "vae", "expert"):
+        config["train"][stage].update(steps=3, warmup=1, batch=4)
+    hashes = {}
+    for cores in (1, 2):
+        monkeypatch.setattr(mini_wan_train.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        manifest = mini_wan.train(tmp_path / str(cores), config, threads=1, progress=False)
+        hashes[cores] = {name: manifest["files"][mini_wan.COMPONENT_FILES[name]] for name in mini_wan.EXPERTS}
+        log = (tmp_path / str(cores) / "train_log.txt").read_text()
+        assert all(f"{expert} step 3/3" in log for expert in mini_wan.EXPERTS), log
+    assert hashes[1] == hashes[2]
+
+
+def test_the_ball_masks_mark_the_ball_on_the_pixel_and_the_latent_grid():
+    import torch
+
+    scene = video_world.VideoScene("blue", "red", "right")
+    video = torch.from_numpy(video_world.render_array(scene, seed=3))[None]
+    mask = mini_wan_train.ball_mask(video)
+    assert mask.shape == (1, 1, video_world.FRAMES, 64, 64)
+    centres, radius = video_world.trajectory(scene, 3)
+    area = math.pi * (radius * 64) ** 2
+    assert all(abs(float(frame.sum()) - area) < 0.25 * area for frame in mask[0, 0])
+    x, y = (int(v * 64) for v in centres[0])
+    assert mask[0, 0, 0, y, x] == 1 and mask[0, 0, 0, (y + 32) % 64, (x + 32) % 64] == 0
+    latent = mini_wan_train.latent_ball_mask(video)
+    assert latent.shape == (1, 1, 3, 8, 8)
+    assert latent[0, 0, 0, y // 8, x // 8] == 1 and 0 < float(latent.mean()) < 0.3
+    weights = mini_wan_train.ball_weighting(4.0)(video)
+    assert set(torch.unique(weights).tolist()) == {1.0, 5.0}
 
 
 def test_zoo_train_mini_wan_runs_mini_wan_s_training_and_prints_the_committed_losses(monkeypatch, capsys, tmp_path):

@@ -4,8 +4,7 @@ Shared by ``benchmarks/mini_wan_adherence.py`` and the tests: ``load_pipeline`` 
 retrain's) weights into a ``WanPipeline``, ``only_expert`` makes every step run on one expert (the pipeline's
 own switch, moved by ``boundary_ratio``), ``held_out_adherence`` generates and scores a set of scenes. Two
 diagnoses of what limits it: ``vae_round_trip_adherence`` scores the world's own videos after the VAE (what
-the decoder lets through), ``direction_response`` whether the high-noise expert moves the ball where a
-caption's data has it.
+the decoder lets through), ``caption_preference`` whether an expert reads a caption word at a noise level.
 """
 
 from __future__ import annotations
@@ -103,41 +102,46 @@ def vae_round_trip_adherence(vae: Any, scenes: list[VideoScene], seeds: list[int
     return summarise(scores, keys, VIDEO_ATTRIBUTES)
 
 
-def direction_response(
-    pipe: Any, first: VideoScene, second: VideoScene, timestep: float, draws: int = 24
+def caption_preference(
+    pipe: Any, scene: VideoScene, other: VideoScene, expert: str, sigma: float, draws: int = 32
 ) -> dict[str, float]:
-    """How the high-noise expert's predicted clean latent follows a caption change, against the data's.
+    """Whether ``expert`` uses the caption word in which ``scene`` and ``other`` differ, at noise level ``sigma``.
 
-    ``first`` and ``second`` differ in one attribute (left and right). The data's answer is the difference of
-    their rendered videos' mean normalised latents (the committed VAE; ``draws`` seeds each); the expert's is
-    the difference of its mean predicted clean latent (``x_t - sigma * v`` over ``draws`` pure-noise inputs
-    at ``timestep``). Returns both differences' standard deviations and their correlation (1: the expert puts
-    the ball where the captions' data has it; 0: the caption change moves nothing where it should).
+    ``draws`` videos of ``scene`` (rendered, encoded by the VAE, normalised) are noised to ``sigma``; the expert
+    predicts their velocity once under ``scene``'s caption and once under ``other``'s. An expert that reads the
+    word is closer to the true velocity under the right caption. Returns both mean squared errors, their ratio
+    (wrong / right: 1 when the word is ignored) and the fraction of draws where the right caption was closer.
+    The world is translation-invariant (the ball starts anywhere), so what a direction word decides is the
+    motion between frames: a relation this probe reads where the mean prediction of pure noise cannot.
     """
     import numpy as np
     import torch
 
+    from accel.zoo.mini_flux_objective import noised_sample, velocity_target
     from accel.zoo.video_world import render_array
 
     config = pipe.vae.config
     view = (1, -1, 1, 1, 1)
     mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
-    shape = (config.z_dim, (FRAMES - 1) // 4 + 1, FRAME_SIZE // 8, FRAME_SIZE // 8)  # Wan's VAE: 4x time, 8x space
-    noise = torch.randn(draws, *shape, generator=torch.Generator().manual_seed(0))
+    videos = torch.from_numpy(np.stack([render_array(scene, seed=50_000 + i) for i in range(draws)]))
+    with torch.no_grad():
+        x0 = (pipe.vae.encode(videos).latent_dist.mean - mean) / std
+    noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(0))
+    sigmas = torch.full((draws,), sigma)
+    noisy, target = noised_sample(x0, noise, sigmas), velocity_target(x0, noise)
 
-    def data(scene: VideoScene) -> Any:
-        videos = torch.from_numpy(np.stack([render_array(scene, seed=50_000 + i) for i in range(draws)]))
-        with torch.no_grad():
-            return ((pipe.vae.encode(videos).latent_dist.mean - mean) / std).mean(0)
-
-    def model(scene: VideoScene) -> Any:
-        embeds = pipe.encode_prompt([scene.caption(0)], do_classifier_free_guidance=False,
+    def errors(caption_scene: VideoScene) -> Any:
+        embeds = pipe.encode_prompt([caption_scene.caption(0)], do_classifier_free_guidance=False,
                                     max_sequence_length=MAX_SEQUENCE_LENGTH)[0].expand(draws, -1, -1)  # fmt: skip
         with torch.no_grad():
-            velocity = pipe.transformer(hidden_states=noise, timestep=torch.full((draws,), timestep),
-                                        encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
-        return (noise - timestep / 1000 * velocity).mean(0)
+            velocity = getattr(pipe, expert)(hidden_states=noisy, timestep=sigmas * 1000,
+                                             encoder_hidden_states=embeds, return_dict=False)[0]  # fmt: skip
+        return ((velocity - target) ** 2).mean(dim=(1, 2, 3, 4))
 
-    wanted, got = data(first) - data(second), model(first) - model(second)
-    correlation = float((wanted * got).sum() / (wanted.norm() * got.norm()))
-    return {"data_std": float(wanted.std()), "model_std": float(got.std()), "correlation": correlation}
+    right, wrong = errors(scene), errors(other)
+    return {
+        "right_mse": float(right.mean()),
+        "wrong_mse": float(wrong.mean()),
+        "ratio": float(wrong.mean() / right.mean()),
+        "right_closer": float((right < wrong).float().mean()),
+    }

@@ -2,9 +2,10 @@
 
 From a generated video, ``analyse_video`` recovers the background colour (median of every frame's border,
 nearest palette colour), the ball in each frame (the largest connected region that differs from the
-background), its colour (median of the regions' interiors over the frames, nearest palette colour), the
-direction of motion (the centroid track's displacement from the first frame to the last: its dominant axis
-and sign, none when it moves less than ``MIN_TRAVEL`` of the frame) and persistence (a ball in every frame).
+background; the world wraps, so a region meeting itself across an edge is one), its colour (median of the
+regions' interiors over the frames, nearest palette colour), the direction of motion (the centroid track's
+displacement, frame to frame the short way round the torus, summed: its dominant axis and sign, none when it
+moves less than ``MIN_TRAVEL`` of the frame) and persistence (a ball in every frame).
 ``score_video`` compares that with the scene a caption names: background, colour and direction, and
 persistence, which every caption of the world implies. ``accel.measure.adherence``'s ``summarise`` and
 ``paired_loss`` (intervals, lost and gained against the baseline video by video) take these scores with
@@ -22,8 +23,8 @@ from accel.measure.adherence import MASK_DISTANCE, MIN_SHAPE_PIXELS, _nearest_co
 from accel.zoo import video_world
 
 VIDEO_ATTRIBUTES = ("background", "colour", "direction", "persistence")
-# The smallest centroid displacement (first to last frame, as a fraction of the frame size) read as motion;
-# the world's balls travel 0.40-0.50.
+# The smallest centroid displacement (summed frame to frame, as a fraction of the frame size) read as motion;
+# the world's balls travel 0.30-0.40.
 MIN_TRAVEL = 0.15
 
 
@@ -52,28 +53,62 @@ def video_frames(video: Any) -> list[np.ndarray]:
     return [_to_array(frame) for frame in video]
 
 
+def _torus_labels(mask: np.ndarray) -> tuple[np.ndarray, int]:
+    """Connected regions of ``mask`` on a torus (the world wraps): regions meeting across an edge are one."""
+    from scipy import ndimage
+
+    labels, count = ndimage.label(mask)
+    parent = list(range(count + 1))
+
+    def root(label: int) -> int:
+        while parent[label] != label:
+            parent[label] = parent[parent[label]]
+            label = parent[label]
+        return label
+
+    for first, last in ((labels[:, 0], labels[:, -1]), (labels[0, :], labels[-1, :])):
+        for a, b in zip(first.tolist(), last.tolist(), strict=True):
+            if a and b and root(a) != root(b):
+                parent[root(a)] = root(b)
+    roots = np.array([root(label) for label in range(count + 1)])
+    return roots[labels], count
+
+
 def _ball(pixels: np.ndarray, background_rgb: np.ndarray) -> np.ndarray | None:
-    """The mask of the largest region that differs from the background, None when it is too small."""
+    """The mask of the largest region (on the torus) that differs from the background, None when too small."""
     from scipy import ndimage
 
     distance = np.sqrt(((pixels - background_rgb[None, None, :]) ** 2).sum(axis=2))
-    labels, count = ndimage.label(distance > MASK_DISTANCE)
+    labels, count = _torus_labels(distance > MASK_DISTANCE)
     if count == 0:
         return None
-    sizes = ndimage.sum_labels(np.ones_like(labels), labels, index=range(1, count + 1))
-    mask = labels == (int(np.argmax(sizes)) + 1)
+    sizes = np.bincount(labels.ravel(), minlength=count + 1)
+    sizes[0] = 0
+    mask = labels == int(np.argmax(sizes))
     if mask.sum() < MIN_SHAPE_PIXELS:
         return None
     filled: np.ndarray = ndimage.binary_fill_holes(mask)
     return filled
 
 
+def _circular_mean(positions: np.ndarray, size: int) -> float:
+    """The mean of pixel ``positions`` on a circle of ``size`` pixels, as a fraction of it in [0, 1)."""
+    angles = 2 * np.pi * (positions + 0.5) / size
+    return float(np.arctan2(np.sin(angles).mean(), np.cos(angles).mean()) / (2 * np.pi)) % 1.0
+
+
+def _wrapped(delta: float) -> float:
+    """A displacement on the torus (a fraction of the frame), taken the short way round: in [-0.5, 0.5)."""
+    return (delta + 0.5) % 1.0 - 0.5
+
+
 def _direction(centroids: list[tuple[float, float]]) -> str | None:
-    """The named direction of the track's displacement from first to last centroid, None if it barely moves."""
+    """The named direction of the track's displacement (frame to frame, the short way round on the torus, summed),
+    None if it barely moves."""
     if len(centroids) < 2:
         return None
-    dx = centroids[-1][0] - centroids[0][0]
-    dy = centroids[-1][1] - centroids[0][1]
+    dx = sum(_wrapped(b[0] - a[0]) for a, b in zip(centroids, centroids[1:], strict=False))
+    dy = sum(_wrapped(b[1] - a[1]) for a, b in zip(centroids, centroids[1:], strict=False))
     if max(abs(dx), abs(dy)) < MIN_TRAVEL:
         return None
     if abs(dx) >= abs(dy):
@@ -103,7 +138,7 @@ def analyse_video(video: Any) -> VideoAnalysis:
         interiors.append(pixels[interior if interior.sum() >= 4 else mask])
         height, width = mask.shape
         ys, xs = np.nonzero(mask)
-        centroids.append(((xs.mean() + 0.5) / width, (ys.mean() + 0.5) / height))
+        centroids.append((_circular_mean(xs, width), _circular_mean(ys, height)))
     found = [c for c in centroids if c is not None]
     colour = _nearest_colour(np.median(np.concatenate(interiors), axis=0)) if interiors else None
     return VideoAnalysis(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import time
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -174,8 +175,13 @@ def _train_vae(
     log: TrainLog,
     progress: bool,
     model: str = "mini-flux",
+    weight: Callable[[torch.Tensor], torch.Tensor] | None = None,
 ) -> dict[str, float]:
-    """Train ``vae`` to reconstruct ``images`` (NCHW images, or NCFHW videos for mini-wan); the loop's result."""
+    """Train ``vae`` to reconstruct ``images`` (NCHW images, or NCFHW videos for mini-wan); the loop's result.
+
+    ``weight`` (optional) gives each pixel of a batch its weight in the reconstruction loss (a tensor that
+    broadcasts against the batch); the loss is then the weighted mean of the squared error.
+    """
     optimizer = torch.optim.AdamW(vae.parameters(), lr=cfg["lr"], weight_decay=0.0)
     vae.train()
 
@@ -190,9 +196,13 @@ def _train_vae(
         posterior = vae.encode(batch).latent_dist
         latent = posterior.mean + posterior.std * torch.randn(posterior.mean.shape, generator=generator)
         reconstruction = vae.decode(latent).sample
-        loss: torch.Tensor = (
-            torch.nn.functional.mse_loss(reconstruction, batch) + cfg["kl_weight"] * posterior.kl().mean()
-        )
+        if weight is None:
+            error = torch.nn.functional.mse_loss(reconstruction, batch)
+        else:
+            squared = (reconstruction - batch) ** 2
+            weights = weight(batch).expand_as(squared)
+            error = (weights * squared).sum() / weights.sum()
+        loss: torch.Tensor = error + cfg["kl_weight"] * posterior.kl().mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

@@ -1,9 +1,9 @@
 """The moving-shapes world: a procedural, seeded caption -> video generator with known ground truth.
 
 A ball of one of the shapes world's eight named colours (``accel.zoo.world.PALETTE``) on a plain background
-of another moves in a named direction (left, right, up, down) across ``FRAMES`` frames; captions come from a
-few templates ("a red ball moving left on a blue background"). Every video is a pure function of its scene
-and a seed (start point, speed, size and the cross-axis position are jittered), and ``WORLD_VERSION`` names
+of another moves in a named direction (left, right, up, down) across ``FRAMES`` frames on a torus (it leaves
+one edge and re-enters at the opposite one; it starts anywhere); captions come from a few templates ("a red ball moving left on a blue background"). Every video is a pure function of its scene
+and a seed (start point, speed and size are jittered), and ``WORLD_VERSION`` names
 the generator: change the palette, motion or templates and the version must change with it (it is recorded
 beside the trained weights).
 
@@ -25,7 +25,7 @@ from PIL import Image, ImageDraw
 from accel.zoo.world import PALETTE, template_pattern
 
 WORLD_NAME = "moving-shapes"
-WORLD_VERSION = "moving-shapes-v1"
+WORLD_VERSION = "moving-shapes-v2"
 
 DIRECTIONS: dict[str, tuple[int, int]] = {"left": (-1, 0), "right": (1, 0), "up": (0, -1), "down": (0, 1)}
 TEMPLATES = (
@@ -35,12 +35,13 @@ TEMPLATES = (
 )
 FRAME_SIZE = 64
 FRAMES = 9
-# Ball radius, the travel along the direction (start to end) and the cross-axis position, as fractions of
-# the frame size; the travel is centred on the frame with a jittered offset.
+# Ball radius and its travel along the direction (first frame to last), as fractions of the frame size. The
+# world wraps around (a torus: a ball leaving on the right re-enters on the left) and the start is drawn over
+# the whole frame, so where a ball is says nothing of where it goes: direction is the motion between frames,
+# what Wan's transformer can see (its positions are relative: 3D RoPE, no absolute embedding; a world whose
+# start follows the direction asks it for an absolute position it has no way to place, docs/zoo.md).
 RADIUS_RANGE = (0.13, 0.16)
-TRAVEL_RANGE = (0.40, 0.50)
-CROSS_RANGE = (0.35, 0.65)
-OFFSET_JITTER = 0.05
+TRAVEL_RANGE = (0.30, 0.40)
 SUPERSAMPLE = 4
 HELD_OUT_COUNT = 24
 HELD_OUT_SEED = 4321
@@ -118,30 +119,29 @@ def parse_caption(caption: str) -> VideoScene | None:
 
 
 def trajectory(scene: VideoScene, seed: int = 0, frames: int = FRAMES) -> tuple[list[tuple[float, float]], float]:
-    """The ball's centre per frame (fractions of the frame size) and its radius, jittered from ``seed``."""
+    """The ball's centre per frame (fractions of the frame size, wrapped into [0, 1)) and its radius, from ``seed``."""
     rng = random.Random(f"{WORLD_VERSION}:{seed}:{scene}")
     radius = rng.uniform(*RADIUS_RANGE)
     travel = rng.uniform(*TRAVEL_RANGE)
-    cross = rng.uniform(*CROSS_RANGE)
-    offset = rng.uniform(-OFFSET_JITTER, OFFSET_JITTER)
+    start_x, start_y = rng.random(), rng.random()
     dx, dy = DIRECTIONS[scene.direction]
-    centres = []
-    for frame in range(frames):
-        along = 0.5 + offset + travel * (frame / max(1, frames - 1) - 0.5)
-        centres.append((0.5 + dx * (along - 0.5), cross) if dx else (cross, 0.5 + dy * (along - 0.5)))
-    return centres, radius
+    step = travel / max(1, frames - 1)
+    return [((start_x + dx * step * f) % 1.0, (start_y + dy * step * f) % 1.0) for f in range(frames)], radius
 
 
 def render(scene: VideoScene, seed: int = 0, size: int = FRAME_SIZE, frames: int = FRAMES) -> list[Image.Image]:
-    """Draw ``scene`` as ``frames`` anti-aliased RGB frames (motion, size and placement jittered from ``seed``)."""
+    """Draw ``scene`` as ``frames`` anti-aliased RGB frames; a ball across an edge shows on both sides (a torus)."""
     centres, radius = trajectory(scene, seed, frames)
     big = size * SUPERSAMPLE
     r = radius * big
     images = []
     for cx, cy in centres:
         image = Image.new("RGB", (big, big), PALETTE[scene.background])
-        x, y = cx * big, cy * big
-        ImageDraw.Draw(image).ellipse([x - r, y - r, x + r, y + r], fill=PALETTE[scene.colour])
+        draw = ImageDraw.Draw(image)
+        for ox, oy in product((-big, 0, big), repeat=2):
+            x, y = cx * big + ox, cy * big + oy
+            if -r <= x <= big + r and -r <= y <= big + r:
+                draw.ellipse([x - r, y - r, x + r, y + r], fill=PALETTE[scene.colour])
         images.append(image.resize((size, size), Image.Resampling.BOX))
     return images
 
