@@ -106,14 +106,15 @@ def test_hand_made_videos_lose_exactly_what_they_get_wrong():
 
 def test_a_ball_across_the_edge_is_one_ball_moving_the_short_way_round():
     # Squares moving right across the right edge: split in two regions at the crossing, one ball on the torus.
-    across = [40.0 + 5 * i for i in range(9)]
+    across = [42.0 + 5 * i for i in range(9)]  # frame 4 centred at x = 62: split 8 pixels right, 4 left
     frames = np.tile(np.array(video_world.PALETTE["green"], dtype=np.uint8), (9, 64, 64, 1))
     for frame, x in zip(frames, across, strict=True):
         columns = [int(c) % 64 for c in range(int(x) - 6, int(x) + 6)]
         frame[26:38, columns] = video_world.PALETTE["yellow"]
     found = analyse_video(frames)
     assert found.direction == "right" and found.persistence
-    assert found.centroids[-1] is not None and found.centroids[-1][0] == pytest.approx(((40 + 40) % 64) / 64, abs=0.02)
+    assert found.centroids[4] is not None and found.centroids[4][0] == pytest.approx(62 / 64, abs=0.005)
+    assert found.centroids[-1] is not None and found.centroids[-1][0] == pytest.approx((82 % 64) / 64, abs=0.005)
     assert analyse_video(frames[::-1]).direction == "left"
 
 
@@ -199,6 +200,19 @@ def test_the_experts_trained_side_by_side_are_the_experts_trained_one_after_the_
         log = (tmp_path / str(cores) / "train_log.txt").read_text()
         assert all(f"{expert} step 3/3" in log for expert in mini_wan.EXPERTS), log
     assert hashes[1] == hashes[2]
+
+
+def test_the_ball_weight_changes_what_the_experts_learn(tmp_path):
+    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
+    config["train"]["videos"] = 8
+    for stage in ("text", "vae_frames", "vae", "expert"):
+        config["train"][stage].update(steps=3, warmup=1, batch=4)
+    hashes = []
+    for weight in (0.0, 4.0):
+        config["train"]["expert"]["ball_weight"] = weight
+        manifest = mini_wan.train(tmp_path / str(weight), config, threads=1, progress=False)
+        hashes.append({name: manifest["files"][mini_wan.COMPONENT_FILES[name]] for name in mini_wan.EXPERTS})
+    assert all(hashes[0][name] != hashes[1][name] for name in mini_wan.EXPERTS)
 
 
 def test_the_ball_masks_mark_the_ball_on_the_pixel_and_the_latent_grid():

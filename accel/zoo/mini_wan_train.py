@@ -168,7 +168,8 @@ def latent_ball_mask(videos: torch.Tensor, temporal: int = 4, spatial: int = 8) 
 
 
 def ball_weighting(weight: float) -> Any:
-    """The VAE's per-pixel loss weight: 1 on the background, ``1 + weight`` on the ball (``ball_mask``).
+    """The VAE's per-pixel loss weight: 1 on the background, ``1 + weight`` on the ball (``ball_mask``); None
+    (the plain mean squared error) for 0.
 
     The ball is a sixth of a frame at most; unweighted, a VAE that blurs its colour towards a neighbour in the
     palette loses little, and the scorer then reads the wrong colour (docs/zoo.md).
@@ -177,7 +178,7 @@ def ball_weighting(weight: float) -> Any:
     def weights(batch: torch.Tensor) -> torch.Tensor:
         return 1.0 + weight * ball_mask(batch)
 
-    return weights
+    return weights if weight else None
 
 
 @torch.no_grad()
