@@ -262,7 +262,7 @@ def test_the_committed_manifest_matches_the_recipe_and_the_weights():
     assert manifest["config"]["train"]["seed"] == 0
     assert set(manifest["final_losses"]) == {"text", "vae_frames", "vae", *mini_wan.EXPERTS}
     assert all(math.isfinite(v) for v in manifest["final_losses"].values())
-    assert manifest["seconds"]["total"] <= 25 * 60, "the committed run took longer than issue 43's 25-minute budget"
+    assert manifest["seconds"]["total"] <= 45 * 60, "the committed run took longer than issue 43's 45 minutes"
     assert manifest["threads"] == 1, "the committed run fixed one thread (docs/zoo.md says why)"
     mini_wan.build_settings(manifest)
     total = sum((mini_wan.WEIGHTS_DIR / f).stat().st_size for f in mini_wan.COMPONENT_FILES.values())
@@ -322,11 +322,6 @@ def test_the_high_noise_expert_alone_loses_more_than_it_gains_video_by_video(pip
     assert alone["overall"] < both_experts["overall"], (alone["overall"], both_experts["overall"])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the committed low-noise expert run on every step does as well as both experts (48 held-out videos at "
-    "guidance 5: lost 0.062, gained 0.094; docs/zoo.md): the high-noise expert has not learnt what only it can do",
-)
 def test_the_low_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):
     from accel.measure import mini_wan_eval
 
@@ -362,28 +357,24 @@ def test_the_vae_lets_the_held_out_colours_through(round_trip):
     assert round_trip["colour"] >= 0.9, round_trip
 
 
-def _response(pipe, first, second):
+def _preference(pipe, scene, other):
     from accel.measure import mini_wan_eval
 
-    return mini_wan_eval.direction_response(pipe, first, second, timestep=990.0)
+    return mini_wan_eval.caption_preference(pipe, scene, other, "transformer", sigma=0.85)
 
 
-def test_the_high_noise_expert_s_prediction_follows_the_ball_colour_word(pipe):
-    # The probe's positive control: another ball colour moves the expert's mean prediction the way the data moves.
-    response = _response(
+def test_the_high_noise_expert_reads_the_ball_colour_word(pipe):
+    # The probe's positive control: the right colour word brings the expert's prediction closer to the truth.
+    response = _preference(
         pipe, video_world.VideoScene("blue", "red", "left"), video_world.VideoScene("blue", "green", "left")
     )
-    assert response["correlation"] > 0.3, response
+    assert response["ratio"] > 1.1 and response["right_closer"] >= 0.9, response
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Wan's transformer has no absolute position (RoPE in self-attention is relative, cross-attention has "
-    "none): the committed high-noise expert's mean prediction for 'left' minus 'right' has std 0.013 against the "
-    "data's 0.38 and correlation -0.01 (colour: 0.52); docs/zoo.md",
-)
-def test_the_high_noise_expert_s_prediction_follows_the_direction_word(pipe):
-    response = _response(
+def test_the_high_noise_expert_reads_the_direction_word(pipe):
+    # The world's start is anywhere, so the direction is the motion between frames: the relation Wan's relative
+    # positions can express (the v1 world asked for an absolute placement and its expert ignored the word).
+    response = _preference(
         pipe, video_world.VideoScene("blue", "red", "left"), video_world.VideoScene("blue", "red", "right")
     )
-    assert response["correlation"] > 0.3, response
+    assert response["ratio"] > 1.1 and response["right_closer"] >= 0.9, response
