@@ -37,13 +37,19 @@ $(STAMP): $(RUN_STAMP)
 sweep: $(RUN_STAMP)
 	$(VENV)/bin/omni-accel sweep
 
+# The suite on two workers (pytest-xdist), CI's two cores: serial, it kept one busy and left the other idle. -n 2,
+# not -n auto: auto counts physical cores through psutil, blind to an affinity mask or a runner's CPU quota (a
+# 2-vCPU VM with hyperthreads reads as 1), and more workers than cores only contend. --dist loadfile sends each test
+# file whole to one worker: its module-scoped fixtures (zoo pipelines, cut-down sweeps, a Ray cluster, the vLLM-Omni
+# environment) are built once as in a serial run, never on both workers at once, and its tests keep their order.
+# One file or test: $(VENV)/bin/python -m pytest tests/test_x.py::name (serial, no workers to start).
 test: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy accel
 	$(VENV)/bin/python -m accel.docs_gen --check
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
-	$(VENV)/bin/python -m pytest -q
+	$(VENV)/bin/python -m pytest -q -n 2 --dist loadfile
 
 # The manual (mkdocs.yml, pages under docs/) into site/ (ignored); offline, strict: a dead link, a missing
 # anchor or a page left out of the nav fails.

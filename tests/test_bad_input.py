@@ -753,7 +753,21 @@ def _holding_a_semaphore(scratch) -> bool:
     return False
 
 
-def test_after_ctrl_c_the_last_line_is_the_resume_command(tmp_path):
+@pytest.fixture
+def short_scratch():
+    """A private temporary folder with a short path, removed afterwards: the sweep's forkserver binds a Unix
+    socket inside TMPDIR, and a socket path may not exceed 107 bytes; under tmp_path (with pytest-xdist's
+    ``popen-gw1/`` level in it) the forkserver's listener path did (``OSError: AF_UNIX path too long``)."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    folder = Path(tempfile.mkdtemp(prefix="oa-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_after_ctrl_c_the_last_line_is_the_resume_command(tmp_path, short_scratch):
     """A worker killed by the interrupt leaves a named semaphore (as a library's multiprocessing lock does); the
     resource tracker's warning about it came after the promised ``--resume`` line. A subprocess: Ctrl-C goes
     to the whole process group, forkserver and tracker included."""
@@ -770,8 +784,7 @@ def test_after_ctrl_c_the_last_line_is_the_resume_command(tmp_path):
     path = tmp_path / "p.yaml"
     path.write_text(yaml.safe_dump(profile))
     run_dir = tmp_path / "run"
-    scratch = tmp_path / "tmp"  # the sweep's temporary files, among them each worker's phase file
-    scratch.mkdir()
+    scratch = short_scratch  # the sweep's temporary files, among them each worker's phase file
     env = {**os.environ, "OMNI_ACCEL_FAULT": "hang-holding-a-semaphore:tiny-flux/v", "TMPDIR": str(scratch)}
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # see test_resilience: not ignored
     try:

@@ -591,7 +591,10 @@ def test_gate_and_pytest_plugin_agree_on_every_fixture(pytester):
         path = pytester.path / f"{name}.jsonl"
         path.write_text("".join(json.dumps(r) + "\n" for r in records))
         gate = {f"accel[{v.key}]": words[v.outcome] for v in judge_records(records, load_gate_data()).verdicts}
-        result = pytester.runpytest_subprocess("--accel-results", str(path), "-v", "-p", "no:cacheprovider")
+        # In process (a subprocess re-imported torch and diffusers five times, ~8 s each): the plugin's
+        # --accel-results path imports no pandas, so the pyarrow re-registration that keeps test_pytest_plugin.py's
+        # runs in subprocesses cannot happen here. Without xdist: the inner run is one plain pytest session.
+        result = pytester.runpytest("--accel-results", str(path), "-v", "-p", "no:cacheprovider", "-p", "no:xdist")
         plugin = {}
         for line in result.stdout.lines:  # "<file>::accel[flux/compile] PASSED    [ 15%]": the node id names the file
             found = re.match(rf"{re.escape(path.name)}::(accel\[[^\]]+\]) (PASSED|FAILED|SKIPPED)", line)
