@@ -15,6 +15,7 @@ persistence, which every caption of the world implies. ``accel.measure.adherence
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -107,8 +108,8 @@ def _direction(centroids: list[tuple[float, float]]) -> str | None:
     None if it barely moves."""
     if len(centroids) < 2:
         return None
-    dx = sum(_wrapped(b[0] - a[0]) for a, b in zip(centroids, centroids[1:], strict=False))
-    dy = sum(_wrapped(b[1] - a[1]) for a, b in zip(centroids, centroids[1:], strict=False))
+    dx = sum(_wrapped(b[0] - a[0]) for a, b in pairwise(centroids))
+    dy = sum(_wrapped(b[1] - a[1]) for a, b in pairwise(centroids))
     if max(abs(dx), abs(dy)) < MIN_TRAVEL:
         return None
     if abs(dx) >= abs(dy):

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import copy
 import time
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 import numpy as np

@@ -70,12 +70,23 @@ MINI_WAN_CONFIG: dict[str, Any] = {
         # does not: weighted from the start (4.0), its loss sat at 0.46 for 1400 steps (the plain one falls from
         # step 300).
         "vae_frames": {
-            "steps": 2000, "batch": 32, "crop": 32, "lr": 2e-3, "kl_weight": 1e-6, "warmup": 30, "ball_weight": 0.0,
+            "steps": 2000,
+            "batch": 32,
+            "crop": 32,
+            "lr": 2e-3,
+            "kl_weight": 1e-6,
+            "warmup": 30,
+            "ball_weight": 0.0,
         },
         "vae": {"steps": 600, "batch": 8, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 20, "ball_weight": 3.0},
         # The ball's latent pixels weigh 1 + ball_weight in the loss (``mini_wan_train.latent_ball_mask``).
         "expert": {
-            "steps": 10000, "batch": 64, "lr": 1e-3, "warmup": 100, "ema": 0.995, "empty_caption": 0.1,
+            "steps": 10000,
+            "batch": 64,
+            "lr": 1e-3,
+            "warmup": 100,
+            "ema": 0.995,
+            "empty_caption": 0.1,
             "ball_weight": 4.0,
         },
     },

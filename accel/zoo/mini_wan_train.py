@@ -145,7 +145,7 @@ BALL_DISTANCE = 0.3
 
 
 def ball_mask(videos: torch.Tensor) -> torch.Tensor:
-    """1 where a pixel of ``videos`` (N x C x F x H x W, [-1, 1]) shows the ball, 0 on the background (N x 1 x F x H x W).
+    """1 where a pixel of ``videos`` (N x C x F x H x W, [-1, 1]) shows the ball, else 0 (N x 1 x F x H x W).
 
     The background is each frame's median colour (the ball covers at most a fifth of a frame), so the mask needs
     no rendering metadata and works on any crop that is mostly background.
@@ -268,7 +268,7 @@ def _train_expert(
         )[0]
         weights = 1.0 + cfg["ball_weight"] * masks[index]
         squared = (prediction - velocity_target(x0, noise)) ** 2
-        loss = (weights * squared).mean() / weights.mean()
+        loss: torch.Tensor = (weights * squared).mean() / weights.mean()
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()

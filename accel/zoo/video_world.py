@@ -2,9 +2,10 @@
 
 A ball of one of the shapes world's eight named colours (``accel.zoo.world.PALETTE``) on a plain background
 of another moves in a named direction (left, right, up, down) across ``FRAMES`` frames on a torus (it leaves
-one edge and re-enters at the opposite one; it starts anywhere); captions come from a few templates ("a red ball moving left on a blue background"). Every video is a pure function of its scene
-and a seed (start point, speed and size are jittered), and ``WORLD_VERSION`` names
-the generator: change the palette, motion or templates and the version must change with it (it is recorded
+one edge and re-enters at the opposite one; it starts anywhere); captions come from a few templates ("a red
+ball moving left on a blue background"). Every video is a pure function of its scene and a seed (start point,
+speed and size are jittered), and ``WORLD_VERSION`` names the generator:
+change the palette, motion or templates and the version must change with it (it is recorded
 beside the trained weights).
 
 A fixed set of held-out combinations (background, colour, direction) never appears in training:
