@@ -125,3 +125,32 @@ def test_a_harness_gap_names_its_cause_and_anything_else_waits_to_be_filled():
 
     assert Disagreement("flux.1", "v", "cache_dit", HARNESS_GAP, CLAIM).cause.startswith("harness defect")
     assert Disagreement("flux.1", "v", "cache_dit", "failed", CLAIM).cause == TO_FILL
+
+
+def test_a_shipped_cause_names_the_option_values_the_coverage_run_passed():
+    """A cause recorded from the coverage run describes what was run: an option of the feature that the coverage
+    profile's variant sets is quoted with that value, never as the feature's default (the cache-dit note said
+    "at its default residual_diff_threshold" while profiles/coverage.yaml passed 0.5)."""
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    profile = yaml.safe_load((Path(__file__).parents[1] / "profiles" / "coverage.yaml").read_text())
+    runs: dict[str, list] = {}
+    for variant in profile["variants"]:
+        for feature, options in variant["features"].items():
+            runs.setdefault(feature, []).append(options)
+    # a feature the profile runs once, with options: its values are what the run used
+    passed = {feature: found[0] for feature, found in runs.items() if len(found) == 1 and isinstance(found[0], dict)}
+    checked = []
+    for claim in load_published_claims():
+        note = claim.cause.note if claim.cause else ""
+        if "coverage" not in note:  # a cause recorded from another measurement
+            continue
+        for option, value in passed.get(claim.feature, {}).items():
+            if re.search(rf"\b{option}\b", note):
+                quoted = re.search(rf"\b{option}:? {re.escape(str(value))}\b", note)
+                assert f"default {option}" not in note and quoted, (claim.pipeline, option, value, note)
+                checked.append(option)
+    assert checked, "no shipped cause quotes an option of the coverage run: nothing to check"

@@ -154,3 +154,119 @@ def test_the_sweep_records_who_refused(tmp_path):
     run = run_sweep(parse_profile(profile), "owners.yaml", tmp_path / "run", show_progress=False)
     record = next(r for r in run.records if r["variant"] == "compile-regional")
     assert (record["status"], record["unsupported_scope"], record["refused_by"]) == ("unsupported", "model", "library")
+
+
+def _attention_calls(target, monkeypatch, steps: int = 4) -> int:
+    """How many times the denoiser's attention processors ran in one generation of ``steps`` steps."""
+    import functools
+
+    from features_helpers import generate
+
+    calls = []
+    denoiser = target.pipeline.transformer
+    for cls in {type(m.processor) for m in denoiser.modules() if hasattr(m, "processor")}:
+
+        def counting(self, *args, __call__=cls.__call__, **kwargs):
+            calls.append(1)
+            return __call__(self, *args, **kwargs)
+
+        monkeypatch.setattr(cls, "__call__", functools.wraps(cls.__call__)(counting))
+    generate(target, steps=steps)
+    monkeypatch.undo()
+    return len(calls)
+
+
+def test_harness_pab_where_diffusers_apply_function_runs_it(monkeypatch):
+    """tiny-sd3's SD3Transformer2DModel has no ``enable_cache`` (no CacheMixin) and its pipeline exposes no
+    ``current_timestep``, yet diffusers' ``apply_pyramid_attention_broadcast(module, config)`` runs on it with a
+    timestep read from the denoiser's own call: attention work is skipped. So omni-accel's refusal of PAB there is
+    the harness's gap (it goes through enable_cache and the pipeline's current_timestep), never the library's or
+    the model's. (diffusers' FasterCache, applied the same way, fails on it: its refusal stays the library's.)"""
+    from diffusers.hooks import PyramidAttentionBroadcastConfig, apply_pyramid_attention_broadcast
+
+    target = loaded("tiny-sd3")
+    transformer = target.pipeline.transformer
+    assert not hasattr(transformer, "enable_cache") and not hasattr(type(target.pipeline), "current_timestep")
+    plain = _attention_calls(target, monkeypatch)
+    timestep = [1000.0]
+    transformer.register_forward_pre_hook(  # the timestep each call is made with, as the harness could read it
+        lambda _, args, kwargs: timestep.__setitem__(0, float(kwargs["timestep"].flatten()[0])), with_kwargs=True
+    )
+    apply_pyramid_attention_broadcast(  # the library call succeeds on this model
+        transformer,
+        PyramidAttentionBroadcastConfig(
+            spatial_attention_block_skip_range=2,
+            spatial_attention_timestep_skip_range=(-1, 1001),
+            current_timestep_callback=lambda: timestep[0],
+        ),
+    )
+    hooked = _attention_calls(target, monkeypatch)
+    assert 0 < hooked < plain, (plain, hooked)  # PAB skipped attention work on tiny-sd3
+    support = _refused("pyramid_attention_broadcast", target.pipeline, None)
+    assert not support.supported and support.owner is Owner.HARNESS, support
+    assert "apply_pyramid_attention_broadcast" in support.reason
+    assert _refused("faster_cache", target.pipeline, None).owner is Owner.LIBRARY
+
+
+def test_harness_pab_without_current_timestep_on_a_cache_mixin_denoiser():
+    """The pipeline's ``current_timestep`` is omni-accel's way to feed PAB its schedule, not diffusers' need (the
+    test above feeds it from the denoiser's call): a CacheMixin denoiser whose pipeline lacks it is refused as the
+    harness's gap."""
+    pipeline = loaded("tiny-cogvideox").pipeline
+    support = FEATURES["pyramid_attention_broadcast"].check_model(
+        _NoTimestep(pipeline), pipeline.transformer, FEATURES["pyramid_attention_broadcast"].parse_options(None)
+    )
+    assert not support.supported and support.owner is Owner.HARNESS, support
+    assert "current_timestep_callback" in support.reason
+
+
+class _NoTimestep:
+    """A pipeline stand-in with the pipeline's components but no ``current_timestep`` on its type."""
+
+    def __init__(self, pipeline):
+        self.transformer = pipeline.transformer
+
+
+def test_library_first_block_cache_without_a_cache_context():
+    """diffusers' ``apply_first_block_cache`` keeps its state in a cache context only CacheMixin's
+    ``cache_context`` sets: applied to tiny-sd3's transformer (no CacheMixin) it raises "No cache context is set"
+    at the first call. The library's refusal, labelled so (unlike PAB's, above)."""
+    from diffusers.hooks import FirstBlockCacheConfig, apply_first_block_cache
+    from features_helpers import generate
+
+    target = loaded("tiny-sd3")
+    apply_first_block_cache(target.pipeline.transformer, FirstBlockCacheConfig(threshold=0.5))
+    with pytest.raises(ValueError, match="No cache context is set"):
+        generate(target, steps=2)
+    support = _refused("first_block_cache", target.pipeline, 0.5)
+    assert not support.supported and support.owner is Owner.LIBRARY and "CacheMixin" in support.reason
+
+
+def test_harness_mag_cache_needs_calibration_where_diffusers_calibrates():
+    """MagCache without published ratios for tiny-qwen-image: diffusers' ``MagCacheConfig(calibrate=True)`` runs
+    on the model and records its ratios (omni-accel calibrate fits them the same way). The model lacks nothing:
+    "needs calibration" is a data gap of the harness, labelled so, never the model's."""
+    from diffusers import MagCacheConfig
+    from features_helpers import generate
+
+    target = loaded("tiny-qwen-image")
+    transformer = target.pipeline.transformer
+    transformer.enable_cache(MagCacheConfig(calibrate=True, num_inference_steps=2))  # the library call succeeds
+    generate(target, steps=2)
+    transformer.disable_cache()
+    support = _refused("mag_cache", target.pipeline, {"threshold": 0.5})
+    assert not support.supported and support.owner is Owner.HARNESS, support
+    assert support.reason.startswith("needs calibration: omni-accel calibrate")
+
+
+def test_harness_tea_cache_needs_calibration_where_its_hooks_run():
+    """A FLUX-style transformer without published TeaCache coefficients: tea_cache's hooks compute its modulated
+    input and run with coefficients given (the same model is accepted with them), so without them it is a data
+    gap of the harness ("needs calibration"), never the model's."""
+    target = loaded("tiny-flux")
+    transformer = target.pipeline.transformer
+    transformer.__class__ = type("MyFluxLikeTransformer", (type(transformer),), {})
+    assert _refused("tea_cache", target.pipeline, {"rel_l1_thresh": 0.4, "coefficients": [1.0, 0.0]}).supported
+    support = _refused("tea_cache", target.pipeline, 0.4)
+    assert not support.supported and support.owner is Owner.HARNESS, support
+    assert support.reason.startswith("needs calibration: omni-accel calibrate")

@@ -6,6 +6,12 @@ the model's own cache context (``enable_cache``: Wan 2.2's ``transformer`` and `
 own), and a ``WorkCounter`` counts the block work each run computed per denoiser; evidence is the share it skipped
 (``accel.features.cache``). A model whose blocks show no attention or feed-forward submodule is refused as the
 harness's gap ("harness: ..."), not the model's.
+
+Who refuses (issue 40): a denoiser without ``enable_cache`` is the library's refusal for the hooks that keep
+their state in a cache context only CacheMixin sets (First Block Cache, MagCache, TaylorSeer: "No cache context
+is set"), and omni-accel's gap for PAB and FasterCache, whose ``diffusers.hooks.apply_*`` functions hook any
+module (``library_apply``); so is a pipeline without ``current_timestep``. MagCache without ratios for the
+family "needs calibration": a data gap of the harness (diffusers calibrates any model), not the model's.
 """
 
 from __future__ import annotations
@@ -51,6 +57,10 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     global_state = ("attention_backends",)  # the work counter wraps diffusers' registered backends
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
+    # diffusers' function that applies the hook to any module (no cache context needed: PAB, FasterCache); where
+    # set, a denoiser without enable_cache() is omni-accel's gap, not the library's. Empty: the hook keeps its
+    # state in a cache context that only CacheMixin sets ("No cache context is set"), so the library refuses.
+    library_apply = ""
 
     def hook_config(self, pipeline: Any, model: Any, options: ConfigT, context: RunContext) -> Any:
         raise NotImplementedError
@@ -58,6 +68,18 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         models = denoisers(pipeline)
         lacking = [name for name, model in models.items() if not hasattr(model, "enable_cache")]
+        if models and lacking and self.library_apply:  # diffusers' apply_* hooks any module; omni-accel does not
+            found = ", ".join(f"{n} ({type(models[n]).__name__})" for n in lacking)
+            for model in models.values():  # a refusal of the library or the model still comes first
+                support = self.check_model(pipeline, model, options)
+                if not support.supported and support.owner is not Owner.HARNESS:
+                    return support
+            return Support.no(
+                f"not supported by omni-accel yet: it enables {self.name} through enable_cache() (diffusers' "
+                f"CacheMixin), which {found} lacks; diffusers' {self.library_apply}(module, config) hooks any "
+                "module's attention and would run on it, omni-accel does not call it yet",
+                Owner.HARNESS,
+            )
         if not models or lacking:
             found = ", ".join(f"{n} ({type(m).__name__})" for n, m in models.items() if n in lacking) or "none"
             return Support.no(
@@ -92,7 +114,10 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
             )
         if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
             return Support.no(
-                f"{type(pipeline).__name__} exposes no current_timestep for the {self.name} schedule", Owner.LIBRARY
+                f"not supported by omni-accel yet: it reads the {self.name} schedule's timestep from the pipeline's "
+                f"current_timestep, which {type(pipeline).__name__} does not expose; diffusers' hook takes any "
+                "current_timestep_callback (the timestep the denoiser is called with would do)",
+                Owner.HARNESS,
             )
         return Support.yes()
 
@@ -223,15 +248,15 @@ class MagCache(_DiffusersHookFeature[MagCacheConfig]):
             if _calibrated_ratios(pipeline, model, options) is None:
                 return Support.no(
                     f"calibration {options.calibration} holds no MagCache ratios for {type(model).__name__}: "
-                    "recalibrate this model with omni-accel calibrate",
-                    Owner.MODEL,
+                    "recalibrate this model with omni-accel calibrate (a calibration data gap, not the model's)",
+                    Owner.HARNESS,
                 )
             return support
         if type(model).__name__ not in ("FluxTransformer2DModel", "NativeFluxTransformer"):
             return Support.no(
                 f"needs calibration: omni-accel calibrate PROFILE --model MODEL, then calibration: PATH (MagCache "
                 f"ratios are published for Flux only, found {type(model).__name__}); or pass mag_ratios",
-                Owner.MODEL,
+                Owner.HARNESS,  # diffusers' MagCacheConfig(calibrate=True) runs on any model: a data gap
             )
         return support
 
@@ -358,6 +383,7 @@ class PyramidAttentionBroadcastConfig(FeatureConfig):
 
 
 class PyramidAttentionBroadcast(_DiffusersHookFeature[PyramidAttentionBroadcastConfig]):
+    library_apply = "apply_pyramid_attention_broadcast"
     name = "pyramid_attention_broadcast"
     reach = Reach.EVERY_DENOISER
     needs_diffusers_attention = True
@@ -389,6 +415,7 @@ class FasterCacheConfig(FeatureConfig):
 
 
 class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
+    library_apply = "apply_faster_cache"
     name = "faster_cache"
     reach = Reach.EVERY_DENOISER
     needs_diffusers_attention = True
@@ -407,9 +434,8 @@ class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
         )
 
     def check_model(self, pipeline: Any, model: Any, options: FasterCacheConfig) -> Support:
-        support = super().check_model(pipeline, model, options)
-        if not support.supported:
-            return support
+        # The library's refusals first: where diffusers' FasterCache fails on the model, omni-accel's own gaps
+        # (the current timestep, enable_cache) are not what stops it.
         name = type(model).__name__
         if not name.startswith(FASTER_CACHE_LAYOUTS):
             # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
@@ -427,4 +453,4 @@ class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
                 "the unconditional branch as a separate transformer call, so the halves are two different samples",
                 Owner.LIBRARY,
             )
-        return support
+        return super().check_model(pipeline, model, options)

@@ -13,10 +13,10 @@ state starts fresh with every run.
 Coefficients, per denoiser: the user's ``coefficients``, else the polynomial fitted by ``omni-accel calibrate``
 (``calibration: PATH``), else the set TeaCache's authors publish for the family (ali-vilab/TeaCache on GitHub,
 TeaCache4<Model>/*.py, kept as data with the file of each in ``feature_matrix/teacache_coefficients.yaml``). A
-family the hooks reach without any needs calibration (the model's refusal); a family whose input the hooks
-cannot compute is the harness's gap. Evidence: the steps cached on each run, counted by the hook itself, and the
-block work the harness counted (``accel.features.work``): cached steps that skipped nothing are "engaged, no
-effect".
+family the hooks reach without any needs calibration (a data gap of the harness, not the model's: omni-accel
+calibrate fits one); a family whose input the hooks cannot compute is the harness's gap too. Evidence: the steps
+cached on each run, counted by the hook itself, and the block work the harness counted (``accel.features.work``):
+cached steps that skipped nothing are "engaged, no effect".
 """
 
 from __future__ import annotations
@@ -303,7 +303,7 @@ class TeaCache(Feature[TeaCacheConfig, _TeaCacheHandle]):
                     f"needs calibration: omni-accel calibrate PROFILE --model MODEL, then calibration: PATH "
                     f"(TeaCache's authors publish no coefficients for {name}; published: "
                     f"{', '.join(sorted(published_sets()))}); or give coefficients: [...], highest power first",
-                    Owner.MODEL,
+                    Owner.HARNESS,  # the hooks compute this family's input: coefficients are a data gap
                 )
         if options.calibration is not None:
             from accel.features.calibration import calibration_refusal
