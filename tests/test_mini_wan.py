@@ -198,7 +198,7 @@ def test_the_experts_trained_side_by_side_are_the_experts_trained_one_after_the_
         config["train"][stage].update(steps=3, warmup=1, batch=4)
     hashes = {}
     for cores in (1, 2):
-        monkeypatch.setattr(mini_wan_train.os, "sched_getaffinity", lambda _pid, n=cores: set(range(n)))
+        monkeypatch.setattr(mini_wan_train, "usable_cores", lambda n=cores: n)
         manifest = mini_wan.train(tmp_path / str(cores), config, threads=1, progress=False)
         hashes[cores] = {name: manifest["files"][mini_wan.COMPONENT_FILES[name]] for name in mini_wan.EXPERTS}
         log = (tmp_path / str(cores) / "train_log.txt").read_text()

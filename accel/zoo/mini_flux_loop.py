@@ -80,11 +80,15 @@ class ThreadPicker:
             self._probing = False
 
 
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the platform has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
 def _thread_candidates(threads: int | None) -> list[int]:
     if threads:
         return [threads]
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    return [1, 2] if cores >= 2 else [1]
+    return [1, 2] if usable_cores() >= 2 else [1]
 
 
 def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:

@@ -13,16 +13,16 @@ schedule, EMA) is mini-flux's; its log names both VAE stages ``vae`` (single fra
 from __future__ import annotations
 
 import copy
-import os
 import re
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
-from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog, _begin_step, _loop, _thread_candidates
+from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog, _begin_step, _loop, _thread_candidates, usable_cores
 from accel.zoo.mini_flux_model import LOG_FILE
 from accel.zoo.mini_flux_objective import ema_decay, ema_update, noised_sample, velocity_target
 from accel.zoo.mini_flux_train import _encode_latents, _train_vae
@@ -167,7 +167,7 @@ def latent_ball_mask(videos: torch.Tensor, temporal: int = 4, spatial: int = 8) 
     return torch.nn.functional.max_pool2d(frames, spatial)[:, None]
 
 
-def ball_weighting(weight: float) -> Any:
+def ball_weighting(weight: float) -> Callable[[torch.Tensor], torch.Tensor] | None:
     """The VAE's per-pixel loss weight: 1 on the background, ``1 + weight`` on the ball (``ball_mask``); None
     (the plain mean squared error) for 0.
 
@@ -306,8 +306,7 @@ def _train_experts(
     both ways give the same weights; side by side halves the stage's time on our 2-core machine. Each
     process appends its lines to the log as it trains.
     """
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if cores < 2 or len(jobs) < 2:
+    if usable_cores() < 2 or len(jobs) < 2:
         return [_expert_job(job, log_path) for job in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
