@@ -5,6 +5,11 @@ sweep imports diverge for its drift curves), only the standard library; each cal
 ``supervise`` waits for every rank: a rank that exits non-zero or without its output file, the deadline, or a
 rank still running ``FINISH_GRACE_S`` after another finished (waiting in a collective its peer left) ends them
 all and says which (``RankProblem``); nothing outlives the supervisor.
+
+``start_whole`` starts one process with Ctrl-C and SIGTERM held back until it has started: a forkserver
+process is started in two steps (the forkserver forks and sends the pid, then the parent writes the process
+object into the child's pipe), and an interrupt raised between them left a child waiting for its process
+object forever, holding the resource tracker's pipe, so the interrupted sweep waited on the tracker forever.
 """
 
 from __future__ import annotations
@@ -12,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 # How long the other ranks may run on after one rank finished (collecting the record, compressing outputs)
@@ -34,15 +41,45 @@ class RankProblem:
     running: tuple[int, ...] = ()
 
 
+@contextlib.contextmanager
+def interrupts_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM back for the block: each one received meanwhile is raised again, with the
+    handler that was installed before, as the block ends (so a Ctrl-C raises its KeyboardInterrupt there).
+    Python runs signal handlers in the main thread only; elsewhere the block runs unguarded."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    received: list[int] = []
+
+    def hold(signum: int, frame: Any) -> None:
+        received.append(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for held in dict.fromkeys(received):
+            signal.raise_signal(held)
+
+
+def start_whole(process: Any, started: list[Any] | None = None) -> None:
+    """``process.start()`` with interrupts deferred until it has started (module docstring); appended to
+    ``started`` before a deferred interrupt is raised, so that whoever handles it can end the process."""
+    with interrupts_deferred():
+        process.start()
+        if started is not None:
+            started.append(process)
+
+
 def start_ranks(context: Any, target: Callable[..., None], args: Callable[[int], tuple[Any, ...]], size: int,
                 ranks: list[Any]) -> None:  # fmt: skip
     """Start ``size`` daemon processes of ``context`` running ``target(*args(rank))``, appended to ``ranks`` as
     each starts; on any error the ranks already started are ended and the error raised."""
     try:
         for rank in range(size):
-            process = context.Process(target=target, args=args(rank), daemon=True)
-            process.start()
-            ranks.append(process)
+            start_whole(context.Process(target=target, args=args(rank), daemon=True), ranks)
     except BaseException:
         end_ranks(ranks)
         raise

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from accel.ranksup import start_whole
 from accel.sweep.cell import PHASE_FILE_ENV, describe_phase, note_phase, record_head, run_cell
 from accel.sweep.spec import CellSpec
 
@@ -200,21 +201,22 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
     handle, result_path = tempfile.mkstemp(prefix="omni-accel-cell-", suffix=".pickle")
     os.close(handle)
     started = time.time()
+    # The forkserver's environment is the one it started with: pass what may have changed since.
+    args = (spec, result_path, os.environ.get(FAULT_ENV, ""), os.environ.get("OMNI_ACCEL_VERBOSE") == "1")
+    worker = _forkserver_context().Process(target=_worker, args=args, daemon=True)
     try:
         try:
-            # The forkserver's environment is the one it started with: pass what may have changed since.
-            args = (spec, result_path, os.environ.get(FAULT_ENV, ""), os.environ.get("OMNI_ACCEL_VERBOSE") == "1")
-            worker = _forkserver_context().Process(target=_worker, args=args, daemon=True)
-            worker.start()
-        except (OSError, EOFError) as error:  # the worker never started: infrastructure, retry once
-            if attempts > 1:
-                return run_in_process(spec, timeout_s, attempts - 1)
-            return failure(spec, f"worker could not be started: {error}", started)
-        try:
+            try:
+                start_whole(worker)  # a Ctrl-C meanwhile is raised once the worker has started
+            except (OSError, EOFError) as error:  # the worker never started: infrastructure, retry once
+                if attempts > 1:
+                    return run_in_process(spec, timeout_s, attempts - 1)
+                return failure(spec, f"worker could not be started: {error}", started)
             worker.join(timeout_s)
         except BaseException:  # Ctrl-C in the sweep: the worker must not outlive it
-            worker.kill()
-            worker.join()
+            if worker.pid is not None:
+                worker.kill()
+                worker.join()
             raise
         phase = describe_phase(result_path + ".phase")
         if worker.is_alive():
