@@ -409,3 +409,18 @@ def test_an_interrupt_while_a_cells_worker_starts_ends_that_worker(monkeypatch):
         time.sleep(0.1)
     os.kill(pids[0], signal.SIGKILL)
     pytest.fail("the worker started during the interrupt outlived it")
+
+
+def test_a_temporary_folder_too_long_for_the_forkservers_socket_is_named_with_what_to_do(tmp_path):
+    """A Unix socket's path has at most 107 bytes: under a deep TMPDIR the forkserver cannot bind its socket,
+    and the sweep says which folder and what to set, not Python's bare ``OSError: AF_UNIX path too long``."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    script = "from accel.sweep.workers import start_forkserver; start_forkserver()"
+    done = subprocess.run(
+        [sys.executable, "-c", script], env={**os.environ, "TMPDIR": str(deep)}, capture_output=True, text=True
+    )
+    assert done.returncode != 0
+    last = done.stderr.strip().splitlines()[-1]
+    assert f"under the temporary folder {deep} ({len(str(deep))} characters" in last, last
+    assert "set TMPDIR to a shorter folder" in last, last

@@ -135,7 +135,19 @@ def start_forkserver() -> None:
     from multiprocessing import forkserver
 
     _forkserver_context()
-    forkserver.ensure_running()
+    try:
+        forkserver.ensure_running()
+    except OSError as error:
+        if "AF_UNIX path too long" not in str(error):
+            raise
+        from accel.errors import UnavailableError
+
+        folder = tempfile.gettempdir()
+        raise UnavailableError(
+            f"the process executor's forkserver cannot bind its socket under the temporary folder {folder} "
+            f"({len(folder)} characters; a Unix socket's path has at most 107): set TMPDIR to a shorter folder, "
+            "e.g. TMPDIR=/tmp, or run with --executor inline"
+        ) from error
 
 
 def stop_helper_processes() -> None:
