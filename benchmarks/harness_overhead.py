@@ -50,8 +50,7 @@ allows more than the limit: run more rounds), never a pass, whatever its median.
 passed, 1 one failed, 2 an ERROR, 3 one was inconclusive (``exit_code``). The collective wrappers' cost is also
 counted (collectives per call x one wrapper's cost over the function it wraps) and printed for information.
 
-Rounds are a multiple of 4 (default 40: about 3-4 minutes on 2 idle cores). ``--mechanisms none`` runs the
-four configurations above only.
+Rounds are a multiple of 4 (default 40). ``--mechanisms none`` runs the four configurations above only.
 
     python benchmarks/harness_overhead.py [--source mini-flux|tiny-flux|DIR] [--device auto] [--rounds 40]
         [--steps 20] [--size 64] [--images 2] [--threads 1] [--mechanisms all|none|NAME ...]
