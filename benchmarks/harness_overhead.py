@@ -50,11 +50,12 @@ allows more than the limit: run more rounds), never a pass, whatever its median.
 passed, 1 one failed, 2 an ERROR, 3 one was inconclusive (``exit_code``). The collective wrappers' cost is also
 counted (collectives per call x one wrapper's cost over the function it wraps) and printed for information.
 
-Rounds are a multiple of 4 (default 40). ``--mechanisms none`` runs the four configurations above only.
+Rounds are a multiple of 4 (default 40; ``--rank-rounds`` for the two-rank variant alone, default the same).
+``--mechanisms none`` runs the four configurations above only.
 
     python benchmarks/harness_overhead.py [--source mini-flux|tiny-flux|DIR] [--device auto] [--rounds 40]
         [--steps 20] [--size 64] [--images 2] [--threads 1] [--mechanisms all|none|NAME ...]
-        [--compile-backend inductor] [--rank-timeout 600]
+        [--compile-backend inductor] [--rank-timeout 600] [--rank-rounds N]
 """
 
 from __future__ import annotations
@@ -638,6 +639,13 @@ def main() -> None:
     parser.add_argument(
         "--rank-timeout", type=float, default=600.0, help="seconds the ranks of a parallel variant may run (600)"
     )
+    parser.add_argument(
+        "--rank-rounds",
+        type=int,
+        default=0,
+        help="rounds of a multi-rank variant (collective-wrappers), a multiple of 4 (default: --rounds); two ranks "
+        "on two cores spread more than one process: raise it where that row alone is INCONCLUSIVE",
+    )
     parser.add_argument("--rank-job", help=argparse.SUPPRESS)  # one rank of a parallel variant (run_in_ranks)
     args = parser.parse_args()
     if args.rank_job:
@@ -647,8 +655,9 @@ def main() -> None:
     unknown = sorted(set(mechanisms) - set(MECHANISMS))
     if unknown:
         parser.error(f"--mechanisms: unknown {', '.join(unknown)}; allowed: all, none, {', '.join(MECHANISMS)}")
-    if args.rounds < 4 or args.rounds % 4:
-        parser.error(f"--rounds {args.rounds}: use a multiple of 4 (each arm takes every position once per 4 rounds)")
+    for option, rounds in (("--rounds", args.rounds), ("--rank-rounds", args.rank_rounds or args.rounds)):
+        if rounds < 4 or rounds % 4:
+            parser.error(f"{option} {rounds}: use a multiple of 4 (each arm takes every position once per 4 rounds)")
     quiet_libraries()
     if args.threads:
         import torch
@@ -703,7 +712,12 @@ def report_mechanism(name: str, features: dict[str, Any], spec: Any, args: argpa
     no ratios) where the variant did not engage or its evidence moved in a bare call or not in a harness call."""
     if "compile" in features:
         features = {**features, "compile": {**features["compile"], "backend": args.compile_backend}}
-    found = run_mechanism(spec, features, args.rounds, rank_timeout_s=args.rank_timeout)
+    from accel.features import validate_variant_features
+    from accel.features.parallel import variant_world_size
+
+    parallel = variant_world_size(validate_variant_features(features, "harness_overhead.MECHANISMS")) > 1
+    rounds = args.rank_rounds if parallel and args.rank_rounds else args.rounds
+    found = run_mechanism(spec, features, rounds, rank_timeout_s=args.rank_timeout)
     error = engagement_error(name, found["verdicts"])
     moved = found["evidence_moved"]
     if error is None and (any(moved["bare"]) or not all(moved["harness"])):
@@ -714,7 +728,7 @@ def report_mechanism(name: str, features: dict[str, Any], spec: Any, args: argpa
     ratios = found["ratios"]
     verdict = mechanism_verdict(ratios["harness/bare"], ratios["corrected"])
     engaged = "; ".join(f"{feature}: {v['summary']}" for feature, v in found["verdicts"].items())
-    print(f"{name:20s} {verdict}  {json.dumps(features)}; {engaged}")
+    print(f"{name:20s} {verdict}  {json.dumps(features)}; {rounds} rounds; {engaged}")
     medians = {arm: statistics.median(found["samples"][arm]) * 1e3 for arm in ARMS}
     notes = {
         "harness/bare": f"bare {medians['bare']:.2f} ms, harness {medians['harness']:.2f} ms",
