@@ -21,6 +21,19 @@ def synchronize(device: str) -> None:
         torch.cuda.synchronize()
 
 
+def align_ranks() -> None:
+    """Wait until every rank of the default ``torch.distributed`` process group is here (a barrier); nothing
+    without one or with a single rank. Called right before a multi-rank call's clock starts: rank 0's timed call
+    waits at its first collective for the slowest rank, so whatever another rank ran just before would otherwise
+    be in rank 0's number, and the harness runs more there than a bare loop does (its meters and memory reads
+    walk /proc, every process of the host: tens of milliseconds, not the same on each rank). The barrier itself
+    is outside the clock."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        dist.barrier()
+
+
 @contextmanager
 def timed(device: str, sink: list[float]) -> Iterator[None]:
     """Append the synchronised duration of the block, in seconds, to ``sink``."""

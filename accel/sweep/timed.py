@@ -22,12 +22,13 @@ from accel.targets.registry import Target
 def _generate(target: Target, applied: Any, request: Any, sink: list[float] | None = None) -> list[np.ndarray]:
     """One call with every feature's evidence window around it; with ``sink``, the call alone is timed (the
     evidence reads stay outside the timer)."""
-    from accel.measure.timing import timed
+    from accel.measure import timing
 
     with applied.window():
         if sink is None:
             return target.generate(request)
-        with timed(target.device, sink):
+        timing.align_ranks()  # every rank starts the timed call together (a no-op in one process)
+        with timing.timed(target.device, sink):
             return target.generate(request)
 
 
@@ -119,7 +120,7 @@ def stage_pass(target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]
     component boundary, so these calls are timed apart from the headline ones. Native pipelines time their
     stages themselves (None here)."""
     from accel.measure.stages import StageRecorder
-    from accel.measure.timing import timed
+    from accel.measure.timing import align_ranks, timed
 
     if getattr(target, "explicit_stages", False):
         return None
@@ -128,6 +129,7 @@ def stage_pass(target: Any, applied: Any, requests: list[Any]) -> dict[str, Any]
     outer: list[float] = []
     try:
         for request in requests:
+            align_ranks()  # as a headline call: no other rank's harness work inside this rank's clock
             with timed(target.device, outer):
                 recorder.start()
                 _generate(target, applied, request)
