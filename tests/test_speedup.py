@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
@@ -467,3 +468,51 @@ def test_the_sampling_notice_names_the_smallest_max_pairs_that_would_do():
     assert sampling_notice(6, 7, 0.95).endswith("(raise measure.max_pairs to at least 8)")
     assert sampling_notice(6, 4, 0.95).endswith("(raise measure.max_pairs to at least 8)")
     assert sampling_notice(6, 8, 0.95) is None
+
+
+def _rank_draws(rank: int, store: str, out: str) -> None:
+    """One rank of a two-rank cell's speed drawing: rank 1's pairs decide at the first look (1.5x), rank 0's
+    (a disturbed 1.5x) need a second; every pair meets in a collective, as a parallel variant's calls do."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    dist.init_process_group(
+        "gloo", store=dist.FileStore(store, 2), rank=rank, world_size=2, timeout=datetime.timedelta(seconds=20)
+    )
+    ratios = [0.9 if i % 10 == 3 and rank == 0 else 1.5 for i in range(60)]
+
+    def draw(index: int) -> tuple[float, float]:
+        dist.all_reduce(torch.ones(1))  # the variant call's collective: both ranks must draw this pair
+        return ratios[index], 1.0
+
+    try:
+        estimate = SequentialPairs(noise_band(0.05), 0.95, 10, 60, budget_s=1e9).run(draw)
+        Path(out).write_text(f"{estimate.n}|{estimate.stopped}")
+    finally:
+        dist.destroy_process_group()
+
+
+def test_the_ranks_of_a_parallel_cell_stop_drawing_pairs_together_when_rank_0_does(tmp_path):
+    """Each rank times its own calls, so each would decide by its own clock when to stop: a rank that stopped
+    while another drew on left that one waiting in a collective until the supervisor killed the cell. Rank 0
+    decides for all (here rank 1 alone would stop at 10 pairs, rank 0 looks again at 15)."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    outs = [tmp_path / f"rank{rank}" for rank in (0, 1)]
+    ranks = [
+        context.Process(target=_rank_draws, args=(rank, str(tmp_path / "store"), str(outs[rank])))
+        for rank in (0, 1)
+    ]
+    for process in ranks:
+        process.start()
+    for process in ranks:
+        process.join(120)
+        if process.is_alive():
+            process.kill()
+    assert all(out.is_file() for out in outs), "a rank hung or died: the ranks did not stop together"
+    (n0, stopped0), (n1, stopped1) = (out.read_text().split("|") for out in outs)
+    assert n0 == n1 == "15", (n0, n1)
+    assert "decided (faster) at look 2" in stopped0 and "look 2" in stopped1, (stopped0, stopped1)

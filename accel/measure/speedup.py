@@ -445,6 +445,8 @@ class SequentialPairs:
         """Draw until decided; ``clock`` (default ``time.perf_counter``) measures the budget."""
         import time
 
+        from accel.measure.timing import as_rank0_has_it
+
         now = clock or time.perf_counter
         started = now()
         for look, n in enumerate(self.schedule, 1):
@@ -454,14 +456,16 @@ class SequentialPairs:
                 self.variant_s.append(variant)
             estimate = paired_speedup(self.reference_s, self.variant_s, self.per_look)
             verdict, _ = judge_interval(estimate.low, estimate.high, self.band)
-            if verdict in DECIDED:
-                self.stopped = f"decided ({verdict}) at look {look} of {len(self.schedule)}, {n} pairs"
-                break
-            if look == len(self.schedule):
-                self.stopped = f"undecided after measure.max_pairs = {n} pairs"
-                break
-            if self.budget_s is not None and now() - started >= self.budget_s:
-                self.stopped = f"undecided when measure.pair_budget_s ({self.budget_s:g} s) was spent, {n} pairs"
+            stops = (
+                f"decided ({verdict}) at look {look} of {len(self.schedule)}, {n} pairs" if verdict in DECIDED
+                else f"undecided after measure.max_pairs = {n} pairs" if look == len(self.schedule)
+                else f"undecided when measure.pair_budget_s ({self.budget_s:g} s) was spent, {n} pairs"
+                if self.budget_s is not None and now() - started >= self.budget_s
+                else ""
+            )  # fmt: skip
+            # The ranks of a parallel cell stop together, when rank 0 does (their calls meet in collectives).
+            if as_rank0_has_it(int(bool(stops))):
+                self.stopped = stops or f"stopped with rank 0 at look {look} of {len(self.schedule)}, {n} pairs"
                 break
         return self.estimate()
 

@@ -34,6 +34,23 @@ def align_ranks() -> None:
         dist.barrier()
 
 
+def as_rank0_has_it(code: int) -> int:
+    """``code`` as rank 0 has it, on every rank of the default ``torch.distributed`` process group (a
+    broadcast); ``code`` itself without one or with a single rank. The ranks of a parallel cell time their calls
+    side by side and each would otherwise decide from its own clock when to stop drawing pairs: a rank that
+    stopped while another drew on left it waiting in a collective until the supervisor killed the cell."""
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1):
+        return code
+    import torch
+
+    device = f"cuda:{torch.cuda.current_device()}" if dist.get_backend() == "nccl" else "cpu"
+    shared = torch.tensor([code], dtype=torch.int64, device=device)
+    dist.broadcast(shared, src=0)
+    return int(shared.item())
+
+
 @contextmanager
 def timed(device: str, sink: list[float]) -> Iterator[None]:
     """Append the synchronised duration of the block, in seconds, to ``sink``."""
