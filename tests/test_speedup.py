@@ -503,8 +503,7 @@ def test_the_ranks_of_a_parallel_cell_stop_drawing_pairs_together_when_rank_0_do
     context = multiprocessing.get_context("fork")
     outs = [tmp_path / f"rank{rank}" for rank in (0, 1)]
     ranks = [
-        context.Process(target=_rank_draws, args=(rank, str(tmp_path / "store"), str(outs[rank])))
-        for rank in (0, 1)
+        context.Process(target=_rank_draws, args=(rank, str(tmp_path / "store"), str(outs[rank]))) for rank in (0, 1)
     ]
     for process in ranks:
         process.start()
