@@ -109,3 +109,37 @@ def test_faster_cache_on_packed_latents_is_the_library_refusal():
     support = _support(target, "faster_cache", None)
     assert not support.supported and support.owner is Owner.LIBRARY, support
     assert "BCFHW, BFCHW or BCHW" in support.reason and type(transformer).__name__ in support.reason
+
+
+def test_faster_cache_splits_every_input_batched_with_the_latents():
+    """SD3 batches [uncond, cond] in one call. diffusers' FasterCache, called directly with its default inputs to
+    split, halves hidden_states and encoder_hidden_states but leaves ``pooled_projections`` whole, and the call
+    fails (a batch size mismatch; two samples for one asked at other timesteps); named in the config's
+    identifiers, the library runs. omni-accel names every input batched like the latents: SD3's cell is a real
+    verdict, not the old "expects spatial latents"."""
+    from diffusers.hooks import FasterCacheConfig, apply_faster_cache
+    from diffusers.hooks.faster_cache import _UNCOND_COND_INPUT_KWARGS_IDENTIFIERS
+
+    from accel.errors import ModelUnavailable
+
+    def library_on_sd3(identifiers):
+        target = loaded("tiny-sd3")
+        config = FasterCacheConfig(
+            current_timestep_callback=lambda: 500, attention_weight_callback=lambda _: 0.5, tensor_format="BCHW"
+        )
+        config._unconditional_conditional_input_kwargs_identifiers = list(identifiers)
+        apply_faster_cache(target.pipeline.transformer, config)
+        return generate(target, steps=STEPS)
+
+    assert "pooled_projections" not in _UNCOND_COND_INPUT_KWARGS_IDENTIFIERS
+    with pytest.raises((ModelUnavailable, RuntimeError)):  # a size mismatch, or two samples for one asked
+        library_on_sd3(_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS)
+    assert library_on_sd3([*_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS, "pooled_projections"])
+
+    target = loaded("tiny-sd3")
+    baseline = generate(target, steps=STEPS)[0]
+    assert _support(target, "faster_cache", None).supported
+    verdict, outputs = applied_runs(target, "faster_cache", None, runs=2, steps=STEPS)
+    assert verdict.engaged, verdict.summary
+    assert not np.array_equal(outputs[0][0], baseline) and np.array_equal(outputs[0][0], outputs[1][0])
+    assert np.array_equal(generate(target, steps=STEPS)[0], baseline)

@@ -189,6 +189,28 @@ def faster_cache_format(model: Any) -> str | None:
     return _by_prefix(FASTER_CACHE_FORMATS, model)
 
 
+def split_every_batched_input(module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+    """Before each denoiser call: tell FasterCache's denoiser hook to split, besides its default kwargs
+    (hidden_states, encoder_hidden_states, timestep, attention masks), every tensor kwarg batched like the latents.
+
+    The hook skips the unconditional half of a [uncond, cond] batch by halving the kwargs its config names
+    (``_unconditional_conditional_input_kwargs_identifiers``) and leaves the others whole: SD3's
+    ``pooled_projections``, CogView3-Plus's ``original_size``/``target_size``/``crop_coords`` and HunyuanDiT's text
+    masks kept both halves, and the call failed or made two samples. With them named it runs (measured on the
+    zoo's tiny builds)."""
+    import torch
+    from diffusers.hooks import HookRegistry
+    from diffusers.hooks.faster_cache import _FASTER_CACHE_DENOISER_HOOK, _UNCOND_COND_INPUT_KWARGS_IDENTIFIERS
+
+    hook: Any = HookRegistry.check_if_exists_or_initialize(module).get_hook(_FASTER_CACHE_DENOISER_HOOK)
+    latents = kwargs.get("hidden_states", next((a for a in args if torch.is_tensor(a)), None))
+    if hook is None or not torch.is_tensor(latents) or latents.ndim == 0:
+        return
+    batch = latents.shape[0]
+    batched = [k for k, v in kwargs.items() if torch.is_tensor(v) and v.ndim > 0 and v.shape[0] == batch]
+    hook.uncond_cond_input_kwargs_identifiers = list(dict.fromkeys([*_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS, *batched]))
+
+
 class FasterCacheConfig(FeatureConfig):
     """Options of ``faster_cache``."""
 
@@ -218,6 +240,22 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
             attention_weight_callback=lambda _: 0.5,
             tensor_format=faster_cache_format(model),
         )
+
+    def apply(self, pipeline: Any, options: FasterCacheConfig, context: RunContext) -> WorkCounter:
+        handle = super().apply(pipeline, options, context)
+        hooks = [
+            model.register_forward_pre_hook(split_every_batched_input, with_kwargs=True)
+            for model in denoisers(pipeline).values()
+        ]
+        undo = handle.undo
+
+        def remove() -> None:
+            for hook in hooks:
+                hook.remove()
+            undo()
+
+        handle.undo = remove
+        return handle
 
     def check_model(self, pipeline: Any, model: Any, options: FasterCacheConfig) -> Support:
         # The library's refusals first: where diffusers' FasterCache fails on the model, omni-accel's own gaps
