@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import numpy as np
 import pytest
 from features_helpers import loaded
 
@@ -176,23 +177,36 @@ def _attention_calls(target, monkeypatch, steps: int = 4) -> int:
     return len(calls)
 
 
-def test_harness_pab_where_diffusers_apply_function_runs_it(monkeypatch):
+def test_pab_runs_where_diffusers_apply_function_runs_it(monkeypatch):
     """tiny-sd3's SD3Transformer2DModel has no ``enable_cache`` (no CacheMixin) and its pipeline exposes no
     ``current_timestep``, yet diffusers' ``apply_pyramid_attention_broadcast(module, config)`` runs on it with a
-    timestep read from the denoiser's own call: attention work is skipped. So omni-accel's refusal of PAB there is
-    the harness's gap (it goes through enable_cache and the pipeline's current_timestep), never the library's or
-    the model's. (diffusers' FasterCache, applied the same way, fails on it: its refusal stays the library's.)"""
+    timestep read from the denoiser's own call: attention work is skipped. omni-accel used to refuse it as its own
+    gap; it now applies the same function (the timestep from the scheduler), and the cell is a real verdict:
+    engaged, with work skipped inside the blocks, the output changed, and the model restored on remove."""
     from diffusers.hooks import PyramidAttentionBroadcastConfig, apply_pyramid_attention_broadcast
+    from features_helpers import applied_runs, generate
 
     target = loaded("tiny-sd3")
     transformer = target.pipeline.transformer
     assert not hasattr(transformer, "enable_cache") and not hasattr(type(target.pipeline), "current_timestep")
+    steps = 7  # odd: a step counter carried into the next generation would shift which steps reuse attention
+    baseline = generate(target, steps=steps)[0]
+    verdict, outputs = applied_runs(target, "pyramid_attention_broadcast", None, runs=2, steps=steps)
+    assert verdict.engaged, verdict.summary
+    assert all(run["transformer"] > 0 for run in verdict.evidence["skipped_work_per_run"])
+    assert not np.array_equal(outputs[0][0], baseline)
+    assert np.array_equal(outputs[0][0], outputs[1][0]), "the hooks' state is reset at each generation"
+    seen = verdict.evidence["timesteps_by_denoiser"]["transformer"]  # the schedule's scale, read from the scheduler
+    scheduled = target.pipeline.scheduler.timesteps
+    assert seen == [round(float(scheduled.min()), 1), round(float(scheduled.max()), 1)]
+    assert np.array_equal(generate(target, steps=steps)[0], baseline)  # removed: the model as it was
+
     plain = _attention_calls(target, monkeypatch)
     timestep = [1000.0]
-    transformer.register_forward_pre_hook(  # the timestep each call is made with, as the harness could read it
+    hook = transformer.register_forward_pre_hook(  # the library call on its own, fed the denoiser's timestep
         lambda _, args, kwargs: timestep.__setitem__(0, float(kwargs["timestep"].flatten()[0])), with_kwargs=True
     )
-    apply_pyramid_attention_broadcast(  # the library call succeeds on this model
+    apply_pyramid_attention_broadcast(
         transformer,
         PyramidAttentionBroadcastConfig(
             spatial_attention_block_skip_range=2,
@@ -201,17 +215,14 @@ def test_harness_pab_where_diffusers_apply_function_runs_it(monkeypatch):
         ),
     )
     hooked = _attention_calls(target, monkeypatch)
-    assert 0 < hooked < plain, (plain, hooked)  # PAB skipped attention work on tiny-sd3
-    support = _refused("pyramid_attention_broadcast", target.pipeline, None)
-    assert not support.supported and support.owner is Owner.HARNESS, support
-    assert "apply_pyramid_attention_broadcast" in support.reason
-    assert _refused("faster_cache", target.pipeline, None).owner is Owner.LIBRARY
+    hook.remove()
+    assert 0 < hooked < plain, (plain, hooked)  # the library skips attention work on tiny-sd3: so does omni-accel
 
 
 def test_harness_pab_without_current_timestep_on_a_cache_mixin_denoiser():
-    """The pipeline's ``current_timestep`` is omni-accel's way to feed PAB its schedule, not diffusers' need (the
-    test above feeds it from the denoiser's call): a CacheMixin denoiser whose pipeline lacks it is refused as the
-    harness's gap."""
+    """The pipeline's ``current_timestep`` or its scheduler is omni-accel's way to feed PAB its schedule, not
+    diffusers' need (the test above feeds it from the denoiser's call): a CacheMixin denoiser whose pipeline has
+    neither is refused as the harness's gap."""
     pipeline = loaded("tiny-cogvideox").pipeline
     support = FEATURES["pyramid_attention_broadcast"].check_model(
         _NoTimestep(pipeline), pipeline.transformer, FEATURES["pyramid_attention_broadcast"].parse_options(None)
@@ -221,7 +232,7 @@ def test_harness_pab_without_current_timestep_on_a_cache_mixin_denoiser():
 
 
 class _NoTimestep:
-    """A pipeline stand-in with the pipeline's components but no ``current_timestep`` on its type."""
+    """A pipeline stand-in with the pipeline's denoiser but no ``current_timestep`` on its type, nor a scheduler."""
 
     def __init__(self, pipeline):
         self.transformer = pipeline.transformer

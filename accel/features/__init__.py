@@ -20,14 +20,10 @@ from accel.features.cache_dit import CacheDit, CacheDitConfig
 from accel.features.cfg_parallel import CFGParallel, CFGParallelConfig
 from accel.features.compile import Compile, CompileConfig
 from accel.features.diffusers_cache import (
-    FasterCache,
-    FasterCacheConfig,
     FirstBlockCache,
     FirstBlockCacheConfig,
     MagCache,
     MagCacheConfig,
-    PyramidAttentionBroadcast,
-    PyramidAttentionBroadcastConfig,
     TaylorSeerCache,
     TaylorSeerCacheConfig,
 )
@@ -45,6 +41,12 @@ from accel.features.parallel import ContextParallel, ContextParallelConfig, Tens
 from accel.features.quant import Quantization, QuantizationConfig
 from accel.features.registry import ENTRY_POINT_GROUP, FEATURES, FeatureRegistry, get_feature
 from accel.features.teacache import TeaCache, TeaCacheConfig
+from accel.features.timestep_caches import (
+    FasterCache,
+    FasterCacheConfig,
+    PyramidAttentionBroadcast,
+    PyramidAttentionBroadcastConfig,
+)
 from accel.features.vae import VaeSlicing, VaeSlicingConfig, VaeTiling, VaeTilingConfig
 
 for _feature in (

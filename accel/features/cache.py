@@ -52,6 +52,8 @@ class WorkCounter(Handle):
         self.work = BlockWork(models, device)
         # The modules a hook matched by name (taylorseer_cache fills it; its evidence).
         self.hooked: list[str] = []
+        # PAB and FasterCache: their timestep source and each denoiser's range (accel.features.timestep_caches).
+        self.schedule: Any = None
 
     def begin_run(self) -> None:
         super().begin_run()

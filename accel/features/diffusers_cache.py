@@ -1,17 +1,18 @@
 """diffusers' own cache hooks, where the model supports them (``transformer.enable_cache``).
 
-``first_block_cache``, ``mag_cache``, ``taylorseer_cache``, ``pyramid_attention_broadcast`` and
-``faster_cache``: each builds diffusers' hook config from its options and enables it on every denoiser through
-the model's own cache context (``enable_cache``: Wan 2.2's ``transformer`` and ``transformer_2`` each get their
-own), and a ``WorkCounter`` counts the block work each run computed per denoiser; evidence is the share it skipped
-(``accel.features.cache``). A model whose blocks show no attention or feed-forward submodule is refused as the
-harness's gap ("harness: ..."), not the model's.
+``first_block_cache``, ``mag_cache`` and ``taylorseer_cache`` here (``pyramid_attention_broadcast`` and
+``faster_cache``, scheduled by the timestep, in ``timestep_caches.py`` on the same base): each builds diffusers'
+hook config from its options and enables it on every denoiser through the model's own cache context
+(``enable_cache``: Wan 2.2's ``transformer`` and ``transformer_2`` each get their own), and a ``WorkCounter``
+counts the block work each run computed per denoiser; evidence is the share it skipped (``accel.features.cache``).
+A model whose blocks show no attention or feed-forward submodule is refused as the harness's gap
+("harness: ..."), not the model's.
 
 Who refuses (issue 40): a denoiser without ``enable_cache`` is the library's refusal for the hooks that keep
 their state in a cache context only CacheMixin sets (First Block Cache, MagCache, TaylorSeer: "No cache context
-is set"), and omni-accel's gap for PAB and FasterCache, whose ``diffusers.hooks.apply_*`` functions hook any
-module (``library_apply``); so is a pipeline without ``current_timestep``. MagCache without ratios for the
-family "needs calibration": a data gap of the harness (diffusers calibrates any model), not the model's.
+is set"); PAB and FasterCache, whose ``diffusers.hooks.apply_*`` functions hook any module (``library_apply``),
+run on it through that function. MagCache without ratios for the family "needs calibration": a data gap of the
+harness (diffusers calibrates any model), not the model's.
 """
 
 from __future__ import annotations
@@ -38,7 +39,6 @@ from accel.features.base import (
 from accel.features.cache import (
     SKIPS_WORK,
     WorkCounter,
-    runs_cfg_as_separate_calls,
     skipped_work_verdict,
 )
 from accel.features.dispatch import native_attention_layers
@@ -58,8 +58,8 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     needs_diffusers_attention = False  # PAB and FasterCache hook diffusers' Attention modules themselves
     needs_current_timestep = False  # PAB and FasterCache schedule by the pipeline's current timestep
     # diffusers' function that applies the hook to any module (no cache context needed: PAB, FasterCache); where
-    # set, a denoiser without enable_cache() is omni-accel's gap, not the library's. Empty: the hook keeps its
-    # state in a cache context that only CacheMixin sets ("No cache context is set"), so the library refuses.
+    # set, a denoiser without enable_cache() gets the hook through it. Empty: the hook keeps its state in a cache
+    # context that only CacheMixin sets ("No cache context is set"), so the library refuses such a denoiser.
     library_apply = ""
 
     def hook_config(self, pipeline: Any, model: Any, options: ConfigT, context: RunContext) -> Any:
@@ -68,19 +68,7 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
     def check(self, pipeline: Any, device: str, options: ConfigT) -> Support:
         models = denoisers(pipeline)
         lacking = [name for name, model in models.items() if not hasattr(model, "enable_cache")]
-        if models and lacking and self.library_apply:  # diffusers' apply_* hooks any module; omni-accel does not
-            found = ", ".join(f"{n} ({type(models[n]).__name__})" for n in lacking)
-            for model in models.values():  # a refusal of the library or the model still comes first
-                support = self.check_model(pipeline, model, options)
-                if not support.supported and support.owner is not Owner.HARNESS:
-                    return support
-            return Support.no(
-                f"not supported by omni-accel yet: it enables {self.name} through enable_cache() (diffusers' "
-                f"CacheMixin), which {found} lacks; diffusers' {self.library_apply}(module, config) hooks any "
-                "module's attention and would run on it, omni-accel does not call it yet",
-                Owner.HARNESS,
-            )
-        if not models or lacking:
+        if not models or (lacking and not self.library_apply):
             found = ", ".join(f"{n} ({type(m).__name__})" for n, m in models.items() if n in lacking) or "none"
             return Support.no(
                 f"diffusers' cache hooks need a denoiser with enable_cache() (CacheMixin); lacking: {found}",
@@ -112,13 +100,16 @@ class _DiffusersHookFeature(Feature[ConfigT, WorkCounter]):
                 "attention layer",
                 Owner.HARNESS,
             )
-        if self.needs_current_timestep and not hasattr(type(pipeline), "current_timestep"):
-            return Support.no(
-                f"not supported by omni-accel yet: it reads the {self.name} schedule's timestep from the pipeline's "
-                f"current_timestep, which {type(pipeline).__name__} does not expose; diffusers' hook takes any "
-                "current_timestep_callback (the timestep the denoiser is called with would do)",
-                Owner.HARNESS,
-            )
+        if self.needs_current_timestep:
+            from accel.features.timestep_source import timestep_refusal
+
+            why = timestep_refusal(pipeline)
+            if why is not None:
+                return Support.no(
+                    f"not supported by omni-accel yet: {self.name} schedules by the current timestep; {why} "
+                    "(diffusers' hook takes any current_timestep_callback)",
+                    Owner.HARNESS,
+                )
         return Support.yes()
 
     def apply(self, pipeline: Any, options: ConfigT, context: RunContext) -> WorkCounter:
@@ -371,86 +362,3 @@ class TaylorSeerCache(_DiffusersHookFeature[TaylorSeerCacheConfig]):
         verdict = skipped_work_verdict(handle.runs, self.name)
         verdict.evidence["hooked_modules"] = len(handle.hooked)
         return verdict
-
-
-class PyramidAttentionBroadcastConfig(FeatureConfig):
-    """Options of ``pyramid_attention_broadcast``."""
-
-    spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
-    spatial_attention_timestep_skip_range: tuple[int, int] = Field(
-        default=(100, 800), description="Timesteps (0-1000) within which attention may be reused."
-    )
-
-
-class PyramidAttentionBroadcast(_DiffusersHookFeature[PyramidAttentionBroadcastConfig]):
-    library_apply = "apply_pyramid_attention_broadcast"
-    name = "pyramid_attention_broadcast"
-    reach = Reach.EVERY_DENOISER
-    needs_diffusers_attention = True
-    needs_current_timestep = True
-    config_cls = PyramidAttentionBroadcastConfig
-    description = "diffusers Pyramid Attention Broadcast"
-
-    def hook_config(
-        self, pipeline: Any, model: Any, options: PyramidAttentionBroadcastConfig, context: RunContext
-    ) -> Any:
-        from diffusers import PyramidAttentionBroadcastConfig as DiffusersPyramidAttentionBroadcastConfig
-
-        return DiffusersPyramidAttentionBroadcastConfig(
-            **options.model_dump(), current_timestep_callback=lambda: pipeline.current_timestep
-        )
-
-
-# Transformers that take spatial (video) latents, which FasterCache's frequency filtering needs.
-FASTER_CACHE_LAYOUTS = ("Wan", "CogVideoX", "HunyuanVideo", "Mochi", "Latte", "LTX", "Allegro")
-
-
-class FasterCacheConfig(FeatureConfig):
-    """Options of ``faster_cache``."""
-
-    spatial_attention_block_skip_range: int = Field(default=2, ge=2, description="Recompute every N steps.")
-    spatial_attention_timestep_skip_range: tuple[int, int] = Field(default=(-1, 681))
-    unconditional_batch_skip_range: int = Field(default=5, ge=1, description="Reuse the CFG branch every N steps.")
-    is_guidance_distilled: bool = Field(default=False, description="True for guidance-distilled models (Flux-dev).")
-
-
-class FasterCache(_DiffusersHookFeature[FasterCacheConfig]):
-    library_apply = "apply_faster_cache"
-    name = "faster_cache"
-    reach = Reach.EVERY_DENOISER
-    needs_diffusers_attention = True
-    needs_current_timestep = True
-    config_cls = FasterCacheConfig
-    description = "diffusers FasterCache"
-
-    def hook_config(self, pipeline: Any, model: Any, options: FasterCacheConfig, context: RunContext) -> Any:
-        from diffusers import FasterCacheConfig as DiffusersFasterCacheConfig
-
-        return DiffusersFasterCacheConfig(
-            **options.model_dump(),
-            current_timestep_callback=lambda: pipeline.current_timestep,
-            attention_weight_callback=lambda _: 0.5,
-            tensor_format="BFCHW",  # Wan-style video transformers take (B, C, F, H, W) but filter per frame
-        )
-
-    def check_model(self, pipeline: Any, model: Any, options: FasterCacheConfig) -> Support:
-        # The library's refusals first: where diffusers' FasterCache fails on the model, omni-accel's own gaps
-        # (the current timestep, enable_cache) are not what stops it.
-        name = type(model).__name__
-        if not name.startswith(FASTER_CACHE_LAYOUTS):
-            # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
-            return Support.no(
-                f"FasterCache's frequency filtering expects spatial latents (B, C, F, H, W); {name} takes packed "
-                "token sequences",
-                Owner.LIBRARY,
-            )
-        if runs_cfg_as_separate_calls(pipeline):
-            # Seen on Wan: the hook splits every batch in halves as (uncond, cond); with two videos per prompt
-            # it reused one video's features for the other (SSIM 0.87), with one it failed. Its state is not
-            # kept per CFG branch either, so is_guidance_distilled would mix the two calls' attention.
-            return Support.no(
-                f"FasterCache takes each transformer batch as [uncond, cond] halves; {type(pipeline).__name__} runs "
-                "the unconditional branch as a separate transformer call, so the halves are two different samples",
-                Owner.LIBRARY,
-            )
-        return super().check_model(pipeline, model, options)

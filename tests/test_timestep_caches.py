@@ -1,0 +1,145 @@
+"""PAB and FasterCache reach what diffusers allows (issue 40, item 2): each refusal class is checked against the
+library called directly on a zoo family, and each verdict against the timesteps each denoiser ran at."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from features_helpers import applied_runs, generate, loaded
+
+from accel.features import FEATURES
+from accel.features.base import Owner
+
+STEPS = 8
+
+
+def _support(target, name, raw):
+    feature = FEATURES[name]
+    return feature.check(target.pipeline, "cpu", feature.parse_options(raw))
+
+
+@pytest.mark.parametrize("model", ["tiny-wan22", "mini-wan"])
+def test_pab_default_range_and_the_high_noise_expert(model):
+    """Wan 2.2's high-noise ``transformer`` runs the steps at t >= boundary_ratio * 1000. PAB reuses attention only
+    at t strictly inside its range, (100, 800) by default: at boundary 0.875 (tiny-wan22, as Wan2.2-T2V-A14B) no
+    step of ``transformer`` is inside, and the verdict says so, with its timesteps and the range; mini-wan's 0.75
+    leaves one (t 791). A range of its own (``timestep_skip_ranges``) reaches it: work skipped on each expert."""
+    target = loaded(model)
+    boundary = target.pipeline.config.boundary_ratio * 1000
+    verdict, _ = applied_runs(target, "pyramid_attention_broadcast", None, runs=1, steps=STEPS)
+    seen = verdict.evidence["timesteps_by_denoiser"]
+    assert seen["transformer"][0] >= boundary > seen["transformer_2"][1]  # the experts' steps, from the hooks
+    inside = seen["transformer"][0] < 800
+    skipped = verdict.evidence["skipped_work_per_run"][0]
+    assert (skipped["transformer"] > 0) == inside and skipped["transformer_2"] > 0
+    assert verdict.engaged == inside, verdict.summary
+    if not inside:
+        low, high = seen["transformer"]
+        assert f"transformer ran at t {low:.0f}-{high:.0f} only, outside its timestep_skip_range (100, 800)" in (
+            verdict.summary
+        )
+        assert "timestep_skip_ranges" in verdict.summary
+    raw = {"timestep_skip_ranges": {"transformer": [100, 1001]}}
+    verdict, _ = applied_runs(target, "pyramid_attention_broadcast", raw, runs=1, steps=STEPS)
+    assert verdict.engaged, verdict.summary
+    assert all(share > 0 for share in verdict.evidence["skipped_work_per_run"][0].values())
+    assert verdict.evidence["timestep_skip_range_by_denoiser"] == {
+        "transformer": [100, 1001],
+        "transformer_2": [100, 800],
+    }
+
+
+def test_pab_range_for_a_denoiser_the_pipeline_lacks_is_refused():
+    support = _support(loaded("tiny-flux"), "pyramid_attention_broadcast", {"timestep_skip_ranges": {"unet": [1, 2]}})
+    assert not support.supported and support.owner is Owner.MODEL and "['unet']" in support.reason
+
+
+def test_faster_cache_on_image_latents_runs_as_the_library_runs_it():
+    """The refusal "expects spatial latents (B, C, F, H, W)" was wrong for PixArt: diffusers' FasterCache takes
+    ``tensor_format="BCHW"`` and runs on tiny-pixart-sigma (called here directly). omni-accel passes the format
+    of the model's latents: the cell is a real verdict, work skipped and the output changed."""
+    from diffusers.hooks import FasterCacheConfig, HookRegistry, apply_faster_cache
+
+    target = loaded("tiny-pixart-sigma")
+    transformer = target.pipeline.transformer
+    baseline = generate(target, steps=STEPS)[0]
+    apply_faster_cache(  # the library call on its own
+        transformer,
+        FasterCacheConfig(
+            spatial_attention_block_skip_range=2,
+            current_timestep_callback=lambda: 500,
+            attention_weight_callback=lambda _: 0.5,
+            tensor_format="BCHW",
+        ),
+    )
+    assert not np.array_equal(generate(target, steps=STEPS)[0], baseline)
+    registry = HookRegistry.check_if_exists_or_initialize(transformer)
+    for hook in ("faster_cache_denoiser", "faster_cache_block"):
+        registry.remove_hook(hook, recurse=True)
+    assert np.array_equal(generate(target, steps=STEPS)[0], baseline)
+
+    assert _support(target, "faster_cache", None).supported
+    verdict, outputs = applied_runs(target, "faster_cache", None, runs=2, steps=STEPS)
+    assert verdict.engaged, verdict.summary
+    assert all(run["transformer"] > 0 for run in verdict.evidence["skipped_work_per_run"])
+    assert not np.array_equal(outputs[0][0], baseline) and np.array_equal(outputs[0][0], outputs[1][0])
+    assert np.array_equal(generate(target, steps=STEPS)[0], baseline)
+
+
+def test_faster_cache_on_packed_latents_is_the_library_refusal():
+    """tiny-flux's transformer takes packed tokens (B, S, C): diffusers' FasterCache has no tensor_format for them
+    and fails in every format it takes (called here). The library's refusal, quoting its formats."""
+    from diffusers.hooks import FasterCacheConfig, apply_faster_cache
+
+    target = loaded("tiny-flux")
+    assert generate(target, steps=2)  # the model itself runs
+    transformer = target.pipeline.transformer
+    for tensor_format in ("BCFHW", "BFCHW", "BCHW"):
+        reloaded = loaded("tiny-flux")
+        apply_faster_cache(
+            reloaded.pipeline.transformer,
+            FasterCacheConfig(
+                current_timestep_callback=lambda: 500,
+                attention_weight_callback=lambda _: 0.5,
+                tensor_format=tensor_format,
+            ),
+        )
+        with pytest.raises((RuntimeError, IndexError)):
+            generate(reloaded, steps=2)
+    support = _support(target, "faster_cache", None)
+    assert not support.supported and support.owner is Owner.LIBRARY, support
+    assert "BCFHW, BFCHW or BCHW" in support.reason and type(transformer).__name__ in support.reason
+
+
+def test_faster_cache_splits_every_input_batched_with_the_latents():
+    """SD3 batches [uncond, cond] in one call. diffusers' FasterCache, called directly with its default inputs to
+    split, halves hidden_states and encoder_hidden_states but leaves ``pooled_projections`` whole, and the call
+    fails (a batch size mismatch; two samples for one asked at other timesteps); named in the config's
+    identifiers, the library runs. omni-accel names every input batched like the latents: SD3's cell is a real
+    verdict, not the old "expects spatial latents"."""
+    from diffusers.hooks import FasterCacheConfig, apply_faster_cache
+    from diffusers.hooks.faster_cache import _UNCOND_COND_INPUT_KWARGS_IDENTIFIERS
+
+    from accel.errors import ModelUnavailable
+
+    def library_on_sd3(identifiers):
+        target = loaded("tiny-sd3")
+        config = FasterCacheConfig(
+            current_timestep_callback=lambda: 500, attention_weight_callback=lambda _: 0.5, tensor_format="BCHW"
+        )
+        config._unconditional_conditional_input_kwargs_identifiers = list(identifiers)
+        apply_faster_cache(target.pipeline.transformer, config)
+        return generate(target, steps=STEPS)
+
+    assert "pooled_projections" not in _UNCOND_COND_INPUT_KWARGS_IDENTIFIERS
+    with pytest.raises((ModelUnavailable, RuntimeError)):  # a size mismatch, or two samples for one asked
+        library_on_sd3(_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS)
+    assert library_on_sd3([*_UNCOND_COND_INPUT_KWARGS_IDENTIFIERS, "pooled_projections"])
+
+    target = loaded("tiny-sd3")
+    baseline = generate(target, steps=STEPS)[0]
+    assert _support(target, "faster_cache", None).supported
+    verdict, outputs = applied_runs(target, "faster_cache", None, runs=2, steps=STEPS)
+    assert verdict.engaged, verdict.summary
+    assert not np.array_equal(outputs[0][0], baseline) and np.array_equal(outputs[0][0], outputs[1][0])
+    assert np.array_equal(generate(target, steps=STEPS)[0], baseline)
