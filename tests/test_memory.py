@@ -174,3 +174,27 @@ def test_a_stretch_excluded_from_the_region_is_not_in_its_peak():
         del after
     grown = memory.peaks.host_rss_peak - before
     assert 0.95 * BLOCK / 4 <= grown < BLOCK / 2, grown / 2**20
+
+
+@needs_kernel
+def test_the_stage_pass_between_the_headline_passes_is_not_in_the_cells_peak():
+    """``measure_alone`` keeps its midway call (the cell's stage pass) out of the headline calls' peak."""
+    import contextlib
+    import types
+
+    from accel.measure.memory import resident_at_start
+    from accel.sweep.timed import measure_alone
+
+    target = types.SimpleNamespace(device="cpu", generate=lambda request: [np.zeros((1, 2, 2, 3))])
+    applied = types.SimpleNamespace(window=contextlib.nullcontext)
+    spec = types.SimpleNamespace(measure=types.SimpleNamespace(repeats=2))
+
+    def stage_pass() -> None:
+        block = _touch(BLOCK)  # what the harness's hooks would hold, freed before it returns
+        del block
+
+    resident_at_start("cpu")
+    before = _rss()
+    alone = measure_alone(spec, target, applied, ["request"], midway=stage_pass)
+    assert alone["memory"].method == KERNEL_HIGH_WATER_MARK
+    assert alone["memory"].host_rss_peak - before < BLOCK / 2, (alone["memory"].host_rss_peak - before) / 2**20
