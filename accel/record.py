@@ -93,7 +93,9 @@ class Timing(TypedDict, total=False):
 class Memory(TypedDict, total=False):
     """Peak memory while loading and while timed."""
 
-    peak_host_rss_bytes: Annotated[int, "peak host resident memory during the timed calls (see memory_method)"]
+    peak_host_rss_bytes: Annotated[
+        int, "peak host resident memory during the headline calls, the stage pass excluded (see memory_method)"
+    ]
     memory_method: Annotated[
         str,
         "how the host peak was measured: the kernel's high-water mark around the timed calls (nothing sampled "
@@ -108,15 +110,22 @@ class Memory(TypedDict, total=False):
         "what the process held when the cell started, after a garbage collection and malloc_trim (host_rss, "
         "device_allocated on CUDA): what earlier cells in the process left (executor: inline)",
     ]
+    memory_settled: Annotated[
+        str,
+        "whether the process was settled before memory_at_start (one unaccelerated load and call of this model and "
+        "workload in it first, so its one-time imports, arenas and caches are not the cell's), or why not",
+    ]
     cell_memory_bytes: Annotated[
         int,
-        "the cell's own peak memory, the one every table and ratio uses: the peak (device allocated on a GPU, "
-        "host RSS on a CPU) minus memory_at_start; a parallel cell's is the sum over its ranks (rank_memory)",
+        "the cell's own peak memory, the one every table and ratio uses: the headline calls' peak (device allocated "
+        "on a GPU, host RSS on a CPU; the stage pass excluded) minus memory_at_start, in a process settled for the "
+        "model (memory_settled); a parallel cell's is the sum over its ranks (rank_memory)",
     ]
     cell_memory_method: Annotated[str, "how cell_memory_bytes was got (and, for a parallel cell, summed)"]
     rank_memory: Annotated[
         list[dict[str, Any]],
-        "a parallel cell's memory per rank: rank, cell_memory_bytes, peak_host_rss_bytes, peak_device_allocated_bytes",
+        "a parallel cell's memory per rank: rank, cell_memory_bytes, peak_host_rss_bytes, peak_device_allocated_bytes, "
+        "memory_settled",
     ]
     weight_bytes: Annotated[dict[str, int], "bytes of each pipeline component's weights"]
     memory_reduction: Annotated[

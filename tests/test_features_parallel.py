@@ -22,6 +22,7 @@ from accel.profile import parse_profile
 from accel.results import peak_memory_bytes, read_results
 from accel.sweep import ranks
 from accel.sweep.runner import plan, run_sweep
+from accel.sweep.settle import SETTLED, UNSETTLED
 
 ULYSSES = {"name": "cp", "features": {"context_parallel": {"ulysses": 2}}}
 TIMEOUT_S = 240.0
@@ -80,7 +81,12 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         # Both CPU ranks hold the whole pipeline: the cell's memory is every rank's, summed, not rank 0's alone.
         baseline = next(r for r in result.records if r["model"] == model and r["variant"] == "baseline")
         memory = cell["rank_memory"]
-        assert [r["rank"] for r in memory] == [0, 1] and all(r["cell_memory_bytes"] > 0 for r in memory), memory
+        assert [r["rank"] for r in memory] == [0, 1], memory
+        # Each rank measured as the baseline is: in a process settled for the model (not charged with its first
+        # use there), holding the whole pipeline.
+        assert all(r["memory_settled"] == baseline["memory_settled"] == SETTLED for r in memory), memory
+        weights = sum(baseline["weight_bytes"].values())
+        assert all(r["cell_memory_bytes"] >= weights for r in memory), (model, memory, weights)
         assert cell["cell_memory_bytes"] == sum(r["cell_memory_bytes"] for r in memory)
         assert peak_memory_bytes(cell) >= peak_memory_bytes(baseline), (model, memory, baseline["cell_memory_bytes"])
         assert cell["cell_memory_method"].endswith("summed over the 2 ranks")
@@ -137,13 +143,16 @@ def test_a_parallel_cells_memory_is_the_sum_of_its_ranks_each_shown():
 
     mib = 2**20
     records = [
-        {"cell_memory_bytes": 300 * mib, "cell_memory_method": "from the start", "peak_host_rss_bytes": 900 * mib},
-        {"cell_memory_bytes": 200 * mib, "peak_host_rss_bytes": 800 * mib},
-    ]
+        {"cell_memory_bytes": 300 * mib, "cell_memory_method": "from the start", "peak_host_rss_bytes": 900 * mib,
+         "memory_settled": SETTLED},
+        {"cell_memory_bytes": 200 * mib, "peak_host_rss_bytes": 800 * mib, "memory_settled": UNSETTLED},
+    ]  # fmt: skip
     head = dict(records[0])
     ranks._sum_memory(head, records)
     assert head["cell_memory_bytes"] == 500 * mib and peak_memory_bytes(head) == 500 * mib
     assert [(r["rank"], r["cell_memory_bytes"]) for r in head["rank_memory"]] == [(0, 300 * mib), (1, 200 * mib)]
+    # How each rank's start was got is shown per rank: a rank whose settling failed is not hidden behind rank 0.
+    assert [r["memory_settled"] for r in head["rank_memory"]] == [SETTLED, UNSETTLED]
     assert head["cell_memory_method"] == "from the start; summed over the 2 ranks"
     assert cell_memory(head) == "500 (rank 0: 300, rank 1: 200)"
     # A rank that measured nothing: no sum is made up.

@@ -13,15 +13,34 @@ falls back to a sampling thread and says so in ``method``; the sweep then takes 
 its own instead of around the timed ones (``accel.sweep.timed``). CUDA's peak statistics cost nothing and are
 always read.
 
-A cell's own memory (``own_peak``) is its peak minus what the process held when the cell started
-(``resident_at_start``): cells that share a process (``executor: inline``) start from what earlier cells left
-resident, and that is not theirs.
+A cell's memory (``own_peak``, the record's ``cell_memory_bytes``) counts the same things from a like start
+wherever the cell runs, so that cells compare with each other:
+
+- its start (``resident_at_start``) is what the process holds just before the cell loads its pipeline, after
+  a garbage collection and ``malloc_trim``: what earlier cells left (``executor: inline``) is not the cell's;
+- before that start the process is settled for the cell's model (``accel.sweep.settle``): one unaccelerated
+  load and call of the model and workload, freed, pays the one-time costs of the model's first use in a
+  process (the modules its pipeline imports, allocator arenas, per-shape kernel caches). Without it the same
+  tiny-flux baseline read 27 MiB as a worker's first cell and 2 MiB as its second;
+- its end is the peak of its headline calls (``accel.sweep.timed.measure_alone``), with the harness's stage
+  pass between them excluded (``PeakMemory.excluded``): its hooks are the harness's, not the cell's.
+
+So it is the pipeline the cell loaded, what its features hold, and its calls' working memory. The same
+configuration then reads the same as a process's first cell and as a later one within
+``SAME_CELL_TOLERANCE_BYTES`` on the CPU (tests/test_memory.py). A parallel cell's memory is the sum of its
+ranks', each rank a process measured the same way and shown (``accel.sweep.ranks``): on the CPU every rank
+holds the whole pipeline, so it is at least the one-rank baseline's. On CUDA the measure is the device's
+allocated bytes, which none of these one-time host costs reach (``accel.sweep.settle`` does nothing there).
+What a feature's library costs on its first use in a process (torch.distributed for the ranks, inductor for
+compile) stays the cell's: it is what the feature costs there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -133,15 +152,38 @@ class PeakMemory:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
+    def _fold_host_peak(self) -> None:
+        """Fold the host's peak so far (the kernel's high-water mark, or RSS now) into ``host_rss_peak``."""
         end = _tree_rss(self._process)
         if self.peaks.method == KERNEL_HIGH_WATER_MARK:
             own = _high_water_mark() or 0
             end = max(end, own + _children_rss(self._process))
         self.peaks.host_rss_peak = max(self.peaks.host_rss_peak, end)
+
+    @contextlib.contextmanager
+    def excluded(self) -> Iterator[None]:
+        """A stretch inside the region whose host peak is not the region's (the harness's own stage pass): the
+        peak so far is kept, and when the stretch ends what it freed is returned to the system (garbage
+        collection, ``malloc_trim``) and the kernel's high-water mark reset. With the sampling
+        thread (no kernel mark) the stretch is still sampled; on CUDA the device's peak statistics include it."""
+        if self.peaks.method != KERNEL_HIGH_WATER_MARK:
+            yield
+            return
+        self._fold_host_peak()
+        try:
+            yield
+        finally:
+            import gc
+
+            gc.collect()  # what the stretch freed is given back before the mark restarts from the RSS
+            _return_free_heap()
+            reset_high_water_mark()
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+        self._fold_host_peak()
         if self.device.startswith("cuda"):
             import torch
 
@@ -152,9 +194,14 @@ class PeakMemory:
 
 # What the record's ``cell_memory_method`` says: how a cell's own memory was got from its peak.
 FROM_CELL_START = (
-    "the timed calls' peak minus what was resident when the cell started (garbage collected and free heap "
-    "returned to the system first: memory_at_start), so memory an earlier cell left in this process is not the cell's"
+    "the timed calls' peak (the stage pass's excluded) minus what was resident when the cell started, in a process "
+    "settled for its model (memory_settled) and with garbage collected and free heap returned to the system first "
+    "(memory_at_start): what an earlier cell left, or the model's first use in the process, is not the cell's"
 )
+# How close the same configuration reads as a process's first cell and as a later one, on the CPU (host RSS):
+# what the allocator keeps or returns from one cell to the next. Measured on the zoo's tiny builds, 32x32 and
+# 64x64, settled: tiny-flux within 0.6 MiB, tiny-wan and tiny-sd3 within 3.4 MiB (unsettled: 27 MiB vs 2 MiB).
+SAME_CELL_TOLERANCE_BYTES = 4 * 2**20
 
 
 @dataclass

@@ -117,6 +117,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
     from accel.env import device_name
     from accel.measure.memory import PeakMemory, module_weight_bytes, resident_at_start
     from accel.measure.timing import timed
+    from accel.sweep.settle import settle
     from accel.targets.build import make_target
 
     options = spec.configs  # parsed and checked when the profile was loaded
@@ -142,6 +143,8 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             reason = f"{feature.name}: load-time options go through diffusers' from_pretrained: adapter target only"
             return {"status": "unsupported", "unsupported_scope": "model", "refused_by": "harness", "error": reason}
         load_kwargs.update(extra)
+    note_phase("settling the process (one unaccelerated load and call, for the memory's start)")
+    settled = settle(spec, target.device)  # this family's one-time costs are paid before the cell's start
     start = resident_at_start(target.device)  # what earlier cells in this process left is not this cell's
     load_times: list[float] = []
     note_phase("loading the pipeline")
@@ -153,6 +156,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
         "dtype": spec.model.dtype,
         "load_s": load_times[0],
         "memory_load": load_memory.peaks.to_dict(),
+        "memory_settled": settled,
         "weight_bytes": {
             name: module_weight_bytes(module)
             for name, module in pipeline.components.items()

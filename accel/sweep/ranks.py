@@ -240,7 +240,10 @@ def _sum_memory(record: dict[str, Any], records: list[dict[str, Any]]) -> None:
     record["rank_memory"] = [
         {
             "rank": rank,
-            **{key: r.get(key) for key in ("cell_memory_bytes", "peak_host_rss_bytes", "peak_device_allocated_bytes")},
+            **{
+                key: r.get(key)
+                for key in ("cell_memory_bytes", "peak_host_rss_bytes", "peak_device_allocated_bytes", "memory_settled")
+            },
         }
         for rank, r in enumerate(records)
     ]

@@ -84,7 +84,8 @@ def measure_alone(
                     native_calls.append(target.stage_report())
             passes.append(outputs)
             if midway is not None and index + 1 == midway_after(spec.measure.repeats):
-                midway_result = midway()
+                with _outside_memory(meters):  # the stage pass's hooks are the harness's, not the cell's
+                    midway_result = midway()
     memory = next((m for m in meters if isinstance(m, PeakMemory)), None)
     if memory is None:  # no kernel high-water mark here: a sampled, untimed call of its own gives the peak
         with PeakMemory(target.device, sample=True) as memory:
@@ -99,6 +100,14 @@ def measure_alone(
         "contention": contention.result,
         "midway": midway_result,
     }
+
+
+def _outside_memory(meters: list[Any]) -> contextlib.AbstractContextManager[None]:
+    """The stretch of ``measure_alone``'s region whose host peak is not the cell's (``PeakMemory.excluded``)."""
+    from accel.measure.memory import PeakMemory
+
+    memory = next((m for m in meters if isinstance(m, PeakMemory)), None)
+    return memory.excluded() if memory is not None else contextlib.nullcontext()
 
 
 def midway_after(repeats: int) -> int:

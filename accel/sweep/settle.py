@@ -1,0 +1,56 @@
+"""A process settled for a cell's memory: the one-time costs of a pipeline family paid before the cell starts.
+
+The first cell of a family in a process pays what later cells of it do not: the modules its pipeline imports
+on first use, the allocator's arenas, the caches its kernels fill once per shape. Counted from the cell's
+start they were its memory: the same tiny-flux baseline read 27 MiB as a worker's first cell and 2 MiB as its
+second. ``settle(spec, device)`` pays them once per process, model and workload, before the cell's start
+(``accel.measure.memory.resident_at_start``): it loads the model unaccelerated, makes one call of the cell's
+first request, and frees it. A cell's memory then counts the same things wherever it runs in a process: the
+first cell of a worker, a later cell of an inline run, each rank of a parallel cell.
+
+Only where the host's RSS is the measure (off CUDA): the device's allocated bytes count nothing of the sort.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+
+from accel.sweep.spec import CellSpec, build_requests
+
+# What ``settle`` already settled in this process: (model, workload) as JSON.
+_SETTLED: set[str] = set()
+# The record's ``memory_settled`` values.
+SETTLED = "settled: one unaccelerated load and call of this model and workload ran in this process first"
+ON_DEVICE = "not needed: device memory is the measure"
+UNSETTLED = "not settled: the unaccelerated settling call failed"
+
+
+def settle_key(spec: CellSpec) -> str:
+    """What one settling covers: the model (source, target, dtype, call options) and the workload's shapes."""
+    model = spec.model.model_dump(mode="json", exclude={"name"})  # two names for one build settle once
+    return json.dumps([model, spec.workload.model_dump(mode="json")], sort_keys=True)
+
+
+def settle(spec: CellSpec, device: str) -> str:
+    """Pay this model's one-time costs in this process before the cell's memory start (see the module's
+    docstring); once per process, model and workload. Returns what the record's ``memory_settled`` says."""
+    if device.startswith("cuda"):
+        return ON_DEVICE
+    key = settle_key(spec)
+    if key in _SETTLED:
+        return SETTLED
+    from accel.targets.build import make_target
+
+    target = make_target(spec.model)
+    try:  # a model that cannot load or call here fails the cell's own load or call, with its own error
+        target.load({})
+        target.generate(build_requests(spec.workload)[0])
+    except Exception:
+        return UNSETTLED
+    finally:
+        target.pipeline = None
+        del target
+        gc.collect()
+    _SETTLED.add(key)
+    return SETTLED
