@@ -240,6 +240,8 @@ def gate_cell(
     adherence = adherence_check(data, record)
     if adherence is not None:
         verdict.checks.append(adherence)
+        if adherence.inconclusive and adherence.ok:  # accepted (adherence.inconclusive: warn), never silently
+            verdict.findings.append(f"{verdict.key}: {adherence.line()}")
     if record.get("invalid_measurement"):
         verdict.checks.append(Check("timing validity", False, record["invalid_measurement"], "no step below its floor"))
     perf, notice = perf_check(data, record)
