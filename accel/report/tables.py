@@ -105,7 +105,9 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
         if verdict.no_effect:
             return "⚪", f"{variant}: " + "; ".join(verdict.notes)
-        return f"✅ {format_speedup(record.get('speedup_ci'))} · {fmt(parity.get('ssim'), 2)}", None
+        supported = f"✅ {format_speedup(record.get('speedup_ci'))} · {fmt(parity.get('ssim'), 2)}"
+        # Supported, with what the reader should know (a compile's graph breaks).
+        return supported, (f"{variant}: supported, " + "; ".join(verdict.notes)) if verdict.notes else None
     engaged = all(state in ("engaged", "no effect", "excused") for state in verdict.feature_states.values())
     if record["status"] == "ok" and engaged and verdict.in_parity is False:
         claimed = " (claimed unsupported)" if verdict.skip_kind == EXPECTED else ""
@@ -168,7 +170,8 @@ def support_matrix(records: list[dict[str, Any]], data: GateData, published: lis
                 cells.append("<br>".join(f"{r['variant']}: {m}" for r, m in zip(candidates, marks, strict=True)))
         rows.append((f"**{model}**", *cells))
     legend = (
-        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚪ engaged, but no "
+        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output; a footnote when its "
+        "evidence qualifies it: a compile's graph breaks) · ⚪ engaged, but no "
         "effect on this device (footnote) · ⚠ engaged but out of parity · "
         f"{INCONCLUSIVE_MARK} in parity, but the adherence loss's interval straddles its limit: too few images to "
         "decide (footnote) · ❌ not supported (footnote: refused by "
@@ -337,7 +340,7 @@ def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     mark, note = _cell(record, verdict)
     reason = note.split(": ", 1)[1] if note else None
     if mark.startswith("✅"):
-        return SUPPORTED, None
+        return SUPPORTED, reason
     if mark == "⚪":
         return NO_EFFECT, reason
     if mark == "⚠":
