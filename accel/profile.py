@@ -468,10 +468,17 @@ class Profile(StrictModel):
         return self
 
     def workload_for(self, model: ModelSpec) -> Workload:
-        """The workload ``model``'s cells run: the profile's, with the model's own ``workload`` keys over it."""
+        """The workload ``model``'s cells run: the profile's, with the model's own ``workload`` keys over it.
+
+        A model's own ``prompts`` or ``prompt_set`` replaces the profile's prompts together with their set and
+        expectations: a model-level ``prompt_set`` under profile-level ``prompts`` used to keep those prompts
+        (a set fills prompts only where none are given) and score them against the set's expectations."""
         if not model.workload:
             return self.workload
-        return Workload.model_validate({**self.workload.model_dump(exclude_unset=True), **model.workload})
+        base = self.workload.model_dump(exclude_unset=True)
+        if model.workload.keys() & {"prompts", "prompt_set"}:
+            base = {k: v for k, v in base.items() if k not in ("prompts", "prompt_set", "prompt_expectations")}
+        return Workload.model_validate({**base, **model.workload})
 
     @model_validator(mode="after")
     def _model_workloads_valid(self) -> Profile:

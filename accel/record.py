@@ -37,6 +37,9 @@ class Identity(TypedDict, total=False):
     schema_version: Annotated[int, "version of this record's shape (absent: 0, written before it was declared)"]
     model: Annotated[str, "the profile's model name"]
     source: Annotated[str, "where the model's weights come from (zoo name, path or hub id)"]
+    weights_sha256: Annotated[
+        str, "a trained zoo model (mini-flux, mini-wan): the combined SHA-256 of the weight files it ran"
+    ]
     target: Annotated[str, "how it ran: library, adapter, native or an engine target such as vllm-omni"]
     variant: Annotated[str, "the profile's variant name (baseline, noise-floor or a feature set)"]
     features: Annotated[dict[str, Any], "feature name -> its options, as the variant lists them"]

@@ -218,7 +218,10 @@ def test_thresholds_file_shape_is_checked(tmp_path):
             r"adherence\.lossy\.cachee: unknown feature family 'cachee'\. "
             r"Did you mean 'cache'\? Allowed: attention, cache",
         ),
-        ({"adherence": {"lossyy": {"cache": 0.05}}}, r"adherence: expected a mapping with the key lossy \(unknown key"),
+        (
+            {"adherence": {"lossyy": {"cache": 0.05}}},
+            r"adherence: expected a mapping with the keys lossy, inconclusive \(unknown key",
+        ),
         ({"adherance": {"lossy": {"cache": 0.05}}}, r"unknown key 'adherance'\. Did you mean 'adherence'\?"),
         ({"lossy": {"cachee": {"ssim": 0.9, "psnr": 25}}}, r"lossy\.cachee: unknown feature family 'cachee'"),
     ],

@@ -50,7 +50,7 @@ def _compile_handle(runs, **delta):
     # One denoiser, called on every run it compiled: nothing ran untouched (tests/test_every_denoiser.py has both).
     return _handle(
         runs, modules=[object()], modules_by_denoiser={"transformer": [object()]}, untouched=dict,
-        dynamo_delta=lambda: counters, eager_reasons=lambda: ["Data dependent operator"],
+        dynamo_delta=lambda: counters, eager_reasons=lambda: ["Data dependent operator"], parity_note=None,
     )  # fmt: skip
 
 
@@ -135,7 +135,7 @@ def test_compile_a_denoiser_that_ran_without_its_compiled_code_is_partial_with_i
     def verdict(runs, by_denoiser):
         handle = _handle(
             runs, modules=[m for group in by_denoiser.values() for m in group], modules_by_denoiser=by_denoiser,
-            dynamo_delta=lambda: counters,
+            dynamo_delta=lambda: counters, parity_note=None,
         )  # fmt: skip
         handle.untouched = lambda: _CompileHandle.untouched(handle)  # the handle's own count, over these runs
         return _verify("compile", handle)

@@ -39,6 +39,7 @@ from accel.features.base import (
     Verdict,
     denoisers,
 )
+from accel.features.compile_casts import low_precision_casts, precision_cast_note
 
 
 class CompileConfig(FeatureConfig):
@@ -70,6 +71,9 @@ def _dynamo_counters() -> dict[str, int]:
 class _CompileHandle(Handle):
     """Counts calls into the compiled code and calls of each denoiser (both outside the compiled frames),
     and dynamo's counters around each run."""
+
+    # Why compiled and eager may differ beyond rounding (``accel.features.compile_casts``), or None.
+    parity_note: str | None = None
 
     def __init__(self, modules: dict[str, list[Any]], roots: dict[str, Any], before: dict[str, int]) -> None:
         super().__init__()
@@ -209,7 +213,9 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
             name: [m for m in root.modules() if getattr(m, "_compiled_call_impl", None) is not None]
             for name, root in roots.items()
         }
-        return _CompileHandle(modules, roots, before)
+        handle = _CompileHandle(modules, roots, before)
+        handle.parity_note = precision_cast_note(low_precision_casts(roots), options.backend)
+        return handle
 
     def verify(self, handle: _CompileHandle) -> Verdict:
         delta = handle.dynamo_delta()
@@ -226,6 +232,8 @@ class Compile(Feature[CompileConfig, _CompileHandle]):
             "frames_converted_per_run": recompiles,
             **delta,
         }
+        if handle.parity_note:  # shown beside the cell when it is out of parity
+            evidence["parity_note"] = handle.parity_note
         if delta["unique_graphs"] == 0 or not calls or not all(calls):
             return Verdict(False, "compile requested but no compiled graph ran during the timed runs", evidence)
         if untouched:

@@ -12,6 +12,9 @@ from typing import Any
 from accel.errors import ConfigError, unknown_choice
 
 MODALITIES = ("image", "video")
+# What an inconclusive adherence check does (``adherence.inconclusive``): fail the cell (the default), or pass it
+# with a finding (warn); the tables mark its cell inconclusive either way.
+INCONCLUSIVE_CHOICES = ("fail", "warn")
 
 
 @dataclass(frozen=True)
@@ -227,11 +230,19 @@ def _check_family(family: Any, where: str) -> None:
 
 
 def _check_adherence(value: Any, source: str) -> None:
-    """``adherence.lossy.<family>``: the share of attributes a lossy variant may lose, a number in [0, 1]."""
-    if not isinstance(value, dict) or set(value) - {"lossy"}:
-        extra = sorted(set(value) - {"lossy"}) if isinstance(value, dict) else []
+    """``adherence.lossy.<family>``: the share of attributes a lossy variant may lose, a number in [0, 1];
+    ``adherence.inconclusive``: ``fail`` (the default) or ``warn``, what a loss whose interval straddles the
+    limit does (``accel.gate.limits.adherence_check``)."""
+    if not isinstance(value, dict) or set(value) - {"lossy", "inconclusive"}:
+        extra = sorted(set(value) - {"lossy", "inconclusive"}) if isinstance(value, dict) else []
         got = f"unknown key '{extra[0]}'" if extra else f"got {value!r}"
-        raise ConfigError(f"{source}: adherence: expected a mapping with the key lossy ({got})")
+        raise ConfigError(f"{source}: adherence: expected a mapping with the keys lossy, inconclusive ({got})")
+    if value.get("inconclusive", "fail") not in INCONCLUSIVE_CHOICES:
+        unknown = unknown_choice("value", str(value["inconclusive"]), INCONCLUSIVE_CHOICES)
+        raise ConfigError(
+            f"{source}: adherence.inconclusive: {unknown} "
+            "(fail: a loss whose interval straddles the limit fails the gate; warn: it passes with a finding)"
+        )
     limits = value.get("lossy")
     if limits is None:
         return

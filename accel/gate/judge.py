@@ -185,6 +185,10 @@ def gate_cell(
             )
         else:
             verdict.feature_states[name] = "engaged"
+        if name not in broken:
+            breaks = graph_break_note(name, evidence[name])
+            if breaks:
+                verdict.notes.append(breaks)
     unexcused_engagement = [name for name in broken if claims[name] is not False]
     for name in unexcused_engagement:
         verdict.checks.append(Check(f"engagement of {name}", False, broken[name], "engaged on every timed run"))
@@ -240,6 +244,8 @@ def gate_cell(
     adherence = adherence_check(data, record)
     if adherence is not None:
         verdict.checks.append(adherence)
+        if adherence.inconclusive and adherence.ok:  # accepted (adherence.inconclusive: warn), never silently
+            verdict.findings.append(f"{verdict.key}: {adherence.line()}")
     if record.get("invalid_measurement"):
         verdict.checks.append(Check("timing validity", False, record["invalid_measurement"], "no step below its floor"))
     perf, notice = perf_check(data, record)
@@ -273,6 +279,21 @@ def gate_cell(
     for note in verdict.notes:
         verdict.findings.append(f"{verdict.key}: {note}")
     return verdict
+
+
+def graph_break_note(name: str, evidence: dict[str, Any]) -> str | None:
+    """What a compiled cell's graph breaks were (``compile engaged with 8 graph breaks (20 graphs; 5 frames run
+    eagerly: Data dependent operator, ...)``), or None without any: a supported compile that splits the denoiser
+    into many graphs is not the one graph a reader assumes."""
+    breaks = evidence.get("graph_breaks")
+    if not isinstance(breaks, int) or isinstance(breaks, bool) or breaks <= 0:
+        return None
+    detail = [f"{evidence['unique_graphs']} graphs"] if isinstance(evidence.get("unique_graphs"), int) else []
+    eager = evidence.get("eager_frames")
+    if isinstance(eager, int) and eager > 0:
+        reasons = ", ".join(str(r) for r in evidence.get("eager_reasons") or [])
+        detail.append(f"{eager} frame(s) run eagerly" + (f": {reasons}" if reasons else ""))
+    return f"{name} engaged with {breaks} graph break(s)" + (f" ({'; '.join(detail)})" if detail else "")
 
 
 def unchanged_output(record: dict[str, Any]) -> bool:

@@ -202,9 +202,16 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     """Bound a lossy variant's loss of prompt adherence (models with a ground truth) by ``adherence.lossy``.
 
     The limit is by lossy family (a mix takes the loosest); None when the cell has no adherence loss, no
-    lossy feature or no limit for its families.
+    lossy feature or no limit for its families. A paired loss is judged by its 95% Wilson interval over the
+    *images* (``accel.measure.adherence.loss_interval``: an image's attributes are not independent trials, so
+    counting them would read one flipped image as evidence): wholly above the limit fails, wholly within
+    passes, straddling it is inconclusive (``n images, run more prompts``), which fails unless the thresholds
+    say ``adherence.inconclusive: warn``. At zero loss the interval's top is ``3.84 / (n + 3.84)``: a limit of
+    0.05 needs 73 images to pass. A record without the images (before schema 3: the net change) is judged on
+    its point estimate, and the check's name says so.
     """
     from accel.features import FEATURES
+    from accel.measure.adherence import loss_interval
 
     loss = record.get("adherence_loss")
     model = (data.thresholds.get("models") or {}).get(record["model"]) or {}
@@ -222,9 +229,23 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     limit = max(bounds)
     # Records before schema 3 (or a variant resumed beside an older baseline) carry the net change of overall
     # adherence, which lets gains on some images offset losses on others: the check says which it is.
-    paired = "vs_baseline" in (record.get("adherence") or {})
-    name = "adherence loss vs baseline" + ("" if paired else " (net change: no per-image scores)")
-    return Check(name, loss <= limit + 1e-9, loss, f"<= {fmt(limit, 4, significant=True)} (lossy)")
+    paired = (record.get("adherence") or {}).get("vs_baseline")
+    required = f"<= {fmt(limit, 4, significant=True)} (lossy)"
+    images = paired.get("images") if isinstance(paired, dict) else None
+    if not isinstance(images, int) or images <= 0:
+        name = "adherence loss vs baseline" + ("" if paired else " (net change: no per-image scores)")
+        return Check(name, loss <= limit + 1e-9, loss, required)
+    low, high = loss_interval(float(loss), images)
+    name = f"adherence loss vs baseline (95% interval {fmt(low, 3)}-{fmt(high, 3)} over {images} images)"
+    if low > limit + 1e-9:
+        return Check(name, False, loss, required)
+    if high <= limit + 1e-9:
+        return Check(name, True, loss, required)
+    own = (model.get("adherence") or {}).get("inconclusive")
+    rule = own or (data.thresholds.get("adherence") or {}).get("inconclusive")
+    accepted = rule == "warn"
+    why = f"{images} images, run more prompts" + ("" if accepted else " (or accept with adherence.inconclusive: warn)")
+    return Check(name, accepted, loss, required, inconclusive=why)
 
 
 def perf_check(data: GateData, record: dict[str, Any]) -> tuple[Check | None, str | None]:

@@ -18,15 +18,23 @@ ENVIRONMENT, UNSUPPORTED, EXPECTED, HARNESS = "environment", "unsupported", "exp
 
 @dataclass
 class Check:
-    """One comparison of a measured value with a required one."""
+    """One comparison of a measured value with a required one.
+
+    ``inconclusive``: why the measurement cannot decide (its interval straddles the limit), with what to do;
+    such a check fails unless the thresholds accept inconclusive results (``adherence.inconclusive: warn``),
+    and either way the tables mark its cell inconclusive, never supported.
+    """
 
     name: str
     ok: bool
     measured: Any
     required: str
+    inconclusive: str | None = None
 
     def line(self) -> str:
-        return f"{self.name}: measured {fmt(self.measured, 4, significant=True)}, required {self.required}"
+        """``name: measured X, required Y`` (and ``: inconclusive, why`` for an undecided check)."""
+        text = f"{self.name}: measured {fmt(self.measured, 4, significant=True)}, required {self.required}"
+        return text + (f": inconclusive, {self.inconclusive}" if self.inconclusive else "")
 
 
 @dataclass

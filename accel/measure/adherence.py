@@ -184,7 +184,9 @@ def paired_loss(baseline: dict[str, dict[str, int]], variant: dict[str, dict[str
     lacks counts as lost wherever the baseline was right: a missing output is no better than a wrong one.
     ``gained``: the share the variant got right where the baseline did not (the baseline's own coin flips,
     reported beside it). ``by_kind``: the share lost per attribute kind. ``images``: the baseline's images;
-    ``missing``: those the variant lacks.
+    ``missing``: those the variant lacks. ``lost`` and ``scored``: the counts behind ``loss`` (attributes lost,
+    attributes the baseline scored); ``loss_ci``: its 95% interval (``loss_interval``), what the gate compares
+    with the limit.
     """
     lost = gained = total = 0
     by_kind: dict[str, list[int]] = {kind: [0, 0] for kind in ATTRIBUTES}  # a video world's kinds join as met
@@ -201,10 +203,29 @@ def paired_loss(baseline: dict[str, dict[str, int]], variant: dict[str, dict[str
                 by_kind[kind][0] += 1
             elif theirs and not right:
                 gained += 1
+    loss = lost / total if total else math.nan
     return {
-        "loss": lost / total if total else math.nan,
+        "loss": loss,
+        "lost": lost,
+        "scored": total,
+        "loss_ci": list(loss_interval(loss, len(baseline))),
         "gained": gained / total if total else math.nan,
         "by_kind": {kind: n_lost / n for kind, (n_lost, n) in by_kind.items() if n},
         "images": len(baseline),
         "missing": missing,
     }
+
+
+def loss_interval(loss: float, images: int) -> tuple[float, float]:
+    """A 95% Wilson interval for a paired adherence loss (a share of attributes) measured over ``images`` images.
+
+    The trials are the *images*, not the attributes: an image's attributes fail together (a cache that skips the
+    steps where the model chose what to draw loses colour, shape and background at once), so counting each
+    attribute as a trial would make the interval about twice too narrow and let one flipped image read as
+    evidence. The share keeps its value and is weighed as ``loss * images`` successes of ``images`` trials, as
+    ``summarise`` weighs ``overall``: conservative when the attributes are in fact independent. (NaN, NaN)
+    without images or without a loss.
+    """
+    if images <= 0 or math.isnan(loss):
+        return (math.nan, math.nan)
+    return _wilson(loss * images, images)

@@ -175,6 +175,17 @@ def compute_table(records: list[dict[str, Any]]) -> str:
     return "\n".join(table_lines(header, align, rows)) + "\n"
 
 
+def weights_line(records: list[dict[str, Any]]) -> str:
+    """`` · weights SHA-256 `…` `` for a trained zoo model's cells (``weights_sha256``), every hash when the cells
+    ran different weights (a resumed run across a retraining); empty when no record carries one."""
+    hashes = list(dict.fromkeys(str(r["weights_sha256"]) for r in records if r.get("weights_sha256")))
+    if not hashes:
+        return ""
+    if len(hashes) == 1:
+        return f" · weights SHA-256 `{hashes[0]}`"
+    return " · cells ran different weights, SHA-256 " + ", ".join(f"`{h}`" for h in hashes)
+
+
 def noise_floor_line(records: list[dict[str, Any]]) -> str:
     """The baseline measured against itself: in a fresh cell (parity) and interleaved with a copy (speed)."""
     rerun = next((r for r in records if is_noise_floor(r)), None)
@@ -326,7 +337,7 @@ def render(
         lines += [
             f"## {model}",
             "",
-            f"Source: `{model_records[0]['source']}`",
+            f"Source: `{model_records[0]['source']}`{weights_line(model_records)}",
             "",
             model_table(measured),
             noise_floor_line(model_records),

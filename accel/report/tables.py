@@ -1,7 +1,8 @@
 """Markdown feature tables generated from measured results, in vLLM-Omni's docs conventions.
 
 - ``support_matrix``: models (bold) x features grouped by family. ``✅ 1.8x · 0.97`` (speedup and SSIM of
-  the best passing single-feature cell), ``⚠`` engaged but out of parity, ``❌`` with a numbered footnote
+  the best passing single-feature cell), ``⚠`` engaged but out of parity, ``❔`` in parity with an adherence
+  loss too few images could decide (footnote), ``❌`` with a numbered footnote
   (failed, not engaged, or unsupported, with the reason; "declared, not measured" when an engine's feature
   mapping decided it without running the engine), ``🔧`` not supported by omni-accel yet (a harness gap,
   ``refused_by: harness``: never the model's ❌), ``➖`` not measured on that model.
@@ -77,6 +78,9 @@ def _failed_reference(verdict: Any) -> str | None:
 # A refusal that is omni-accel's own (it does not support or cannot observe the feature there yet): its own mark,
 # so that a reader never takes a harness gap for the model's ❌.
 HARNESS_MARK = "🔧"
+# A cell within parity whose adherence loss the measurement cannot decide (its interval straddles the limit):
+# neither supported nor failed, until more prompts are run.
+INCONCLUSIVE_MARK = "❔"
 # How a footnote names who refused a cell that did not run (``accel.results.refused_by``).
 REFUSED_BY_WORDS = {
     "library": "refused by the library",
@@ -94,10 +98,16 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     reference = _failed_reference(verdict)
     if reference and record["status"] == "ok":
         return "➖", f"{variant}: not measured against a baseline: the baseline {reference}"
+    undecided = [c for c in verdict.checks if c.inconclusive]
+    decided_fail = [c for c in verdict.checks if not c.ok and not c.inconclusive]
+    if record["status"] == "ok" and undecided and verdict.in_parity and not decided_fail and not verdict.reasons:
+        return INCONCLUSIVE_MARK, f"{variant}: in parity, but " + "; ".join(c.line() for c in undecided)
     if record["status"] == "ok" and verdict.outcome == PASS and verdict.in_parity:
         if verdict.no_effect:
             return "⚪", f"{variant}: " + "; ".join(verdict.notes)
-        return f"✅ {format_speedup(record.get('speedup_ci'))} · {fmt(parity.get('ssim'), 2)}", None
+        supported = f"✅ {format_speedup(record.get('speedup_ci'))} · {fmt(parity.get('ssim'), 2)}"
+        # Supported, with what the reader should know (a compile's graph breaks).
+        return supported, (f"{variant}: supported, " + "; ".join(verdict.notes)) if verdict.notes else None
     engaged = all(state in ("engaged", "no effect", "excused") for state in verdict.feature_states.values())
     if record["status"] == "ok" and engaged and verdict.in_parity is False:
         claimed = " (claimed unsupported)" if verdict.skip_kind == EXPECTED else ""
@@ -160,8 +170,11 @@ def support_matrix(records: list[dict[str, Any]], data: GateData, published: lis
                 cells.append("<br>".join(f"{r['variant']}: {m}" for r, m in zip(candidates, marks, strict=True)))
         rows.append((f"**{model}**", *cells))
     legend = (
-        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output) · ⚪ engaged, but no "
-        "effect on this device (footnote) · ⚠ engaged but out of parity · ❌ not supported (footnote: refused by "
+        "Legend: ✅ supported (speedup vs the unaccelerated baseline · SSIM vs its output; a footnote when its "
+        "evidence qualifies it: a compile's graph breaks) · ⚪ engaged, but no "
+        "effect on this device (footnote) · ⚠ engaged but out of parity · "
+        f"{INCONCLUSIVE_MARK} in parity, but the adherence loss's interval straddles its limit: too few images to "
+        "decide (footnote) · ❌ not supported (footnote: refused by "
         "the library, its message quoted, or the model lacks what it needs), failed or not engaged · "
         f"{HARNESS_MARK} not supported by omni-accel yet: a harness gap, not the model's (footnote) · ➖ not "
         "measured (footnote: why it could not run here). A feature measured in several "
@@ -293,17 +306,30 @@ def performance_table(records: list[dict[str, Any]], model: str, data: GateData)
 
 
 # What a single-feature cell says about its feature on its model, in the order the tables list them.
-SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_LIBRARY, REFUSED_DEVICE, HARNESS_GAP, FAILED = (
+SUPPORTED, NO_EFFECT, OUT_OF_PARITY, INCONCLUSIVE = (
     "supported",
     "engaged, no effect here",
     "engaged, out of parity",
+    "in parity, adherence inconclusive",
+)
+REFUSED_MODEL, REFUSED_LIBRARY, REFUSED_DEVICE, HARNESS_GAP, FAILED = (
     "refused by the model",
     "refused by the library",
     "refused by this device",
     "not supported by omni-accel yet",
     "failed",
 )
-VERDICTS = (SUPPORTED, NO_EFFECT, OUT_OF_PARITY, REFUSED_MODEL, REFUSED_LIBRARY, REFUSED_DEVICE, HARNESS_GAP, FAILED)
+VERDICTS = (
+    SUPPORTED,
+    NO_EFFECT,
+    OUT_OF_PARITY,
+    INCONCLUSIVE,
+    REFUSED_MODEL,
+    REFUSED_LIBRARY,
+    REFUSED_DEVICE,
+    HARNESS_GAP,
+    FAILED,
+)
 
 
 def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
@@ -314,11 +340,13 @@ def classify(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
     mark, note = _cell(record, verdict)
     reason = note.split(": ", 1)[1] if note else None
     if mark.startswith("✅"):
-        return SUPPORTED, None
+        return SUPPORTED, reason
     if mark == "⚪":
         return NO_EFFECT, reason
     if mark == "⚠":
         return OUT_OF_PARITY, reason
+    if mark == INCONCLUSIVE_MARK:
+        return INCONCLUSIVE, reason
     if mark == "➖" and _failed_reference(verdict):
         return FAILED, reason  # the gate fails it: nothing was compared (the footnote says which baseline)
     if mark == "➖":
@@ -344,7 +372,11 @@ def feature_tables(records: list[dict[str, Any]], data: GateData) -> dict[str, s
             rows = []
             for record in cells:
                 verdict_of, reason = classify(record, verdicts[(record["model"], record["variant"])])
-                ssim = parity_of(record).get("ssim") if verdict_of in (SUPPORTED, NO_EFFECT, OUT_OF_PARITY) else None
+                ssim = (
+                    parity_of(record).get("ssim")
+                    if verdict_of in (SUPPORTED, NO_EFFECT, OUT_OF_PARITY, INCONCLUSIVE)
+                    else None
+                )
                 rows.append((VERDICTS.index(verdict_of), record, verdict_of, reason, ssim))
             rows.sort(key=lambda row: row[0])
             working = sorted({row[1]["model"] for row in rows if row[2] in (SUPPORTED, NO_EFFECT)})

@@ -47,8 +47,9 @@ def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) ->
     """The first keys of every cell's record (``accel.results.CellRecord``): which cell it is, its status and
     error, and the schema version it is built for."""
     from accel.features import FEATURES
+    from accel.zoo import weights_sha256
 
-    return {
+    record = {
         "schema_version": SCHEMA_VERSION,
         "model": spec.model.name,
         "source": spec.model.source,
@@ -61,6 +62,10 @@ def record_head(spec: CellSpec, status: str = "ok", error: str | None = None) ->
         "status": status,
         "error": error,
     }
+    sha = weights_sha256(spec.model.source)  # a trained zoo model: which weights ran
+    if sha is not None:
+        record["weights_sha256"] = sha
+    return record
 
 
 def run_cell(spec: CellSpec) -> dict[str, Any]:

@@ -216,6 +216,18 @@ def is_built(name: str) -> bool:
     return (entry_path(name) / MARKER_FILE).is_file()
 
 
+def weights_sha256(source: str) -> str | None:
+    """The combined SHA-256 of a trained zoo entry's weight files (mini-flux, mini-wan), recomputed from the
+    files (``weights_fingerprint``: the hash ``build`` checks against the manifest); None for any other source
+    or when the weights are missing. What a record carries so that a result names the weights it ran."""
+    entry = ZOO.get(source)
+    if entry is None or entry.weights_fingerprint is None:
+        return None
+    fingerprint = entry.weights_fingerprint()
+    sha = (fingerprint or {}).get("sha256")
+    return sha if isinstance(sha, str) else None
+
+
 def build_pipeline_in_memory(name: str) -> Any:
     """Build the pipeline object without saving it (used to check reloads are bit-identical)."""
     import diffusers
