@@ -1,7 +1,8 @@
 """The adherence gate at small n (issue 40, wave 8): a paired adherence loss is judged by its 95% Wilson
 interval over the images, not by its point estimate. Wholly above the limit fails, wholly within passes,
-straddling it is inconclusive: it fails unless the thresholds say ``adherence.inconclusive: warn``, and the
-tables mark it inconclusive either way (never supported, never failed)."""
+straddling it is inconclusive: ``adherence.inconclusive: fail`` fails it (the rule when the key is absent),
+``warn`` (the shipped thresholds') passes it with a finding, and the tables mark it inconclusive either way (never
+supported, never failed)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from accel.measure.adherence import _wilson, loss_interval, paired_loss
 from accel.report import tables
 
 SHIPPED = load_gate_data()
+STRICT = GateData({**SHIPPED.thresholds, "adherence": {**SHIPPED.thresholds["adherence"], "inconclusive": "fail"}}, {})
 LIMIT = float(SHIPPED.thresholds["adherence"]["lossy"]["cache"])
 Z2 = 1.96**2
 
@@ -37,7 +39,7 @@ def _with(**adherence) -> GateData:
 
 def test_one_flipped_attribute_of_two_images_is_inconclusive_not_a_failure_of_the_model():
     # mini-flux TaylorSeer in coverage: 1 of 8 attributes lost over 2 images, SSIM 0.994.
-    check = adherence_check(SHIPPED, _cell(0.125, 2))
+    check = adherence_check(STRICT, _cell(0.125, 2))
     low, high = loss_interval(0.125, 2)
     assert low < LIMIT < high
     assert check.inconclusive == "2 images, run more prompts (or accept with adherence.inconclusive: warn)"
@@ -75,7 +77,7 @@ def test_the_trials_are_images_not_attributes():
     assert _wilson(0, 80)[1] <= LIMIT < _wilson(0, 20)[1]
     assert loss_interval(0.0, 20) == _wilson(0, 20)
     assert loss_interval(0.25, 8) == _wilson(2, 8)
-    assert adherence_check(SHIPPED, _cell(0.0, 20)).inconclusive == (
+    assert adherence_check(STRICT, _cell(0.0, 20)).inconclusive == (
         "20 images, run more prompts (or accept with adherence.inconclusive: warn)"
     )
 
@@ -96,8 +98,19 @@ def test_paired_loss_carries_the_counts_the_gate_needs():
     assert paired["loss_ci"] == list(loss_interval(paired["loss"], 2))
 
 
+def test_the_shipped_thresholds_warn_and_a_thresholds_file_without_the_key_fails():
+    """The shipped choice (an undecided adherence check is a finding, as an undecided speed claim is a `?`) and
+    the rule of a thresholds file that does not say: fail."""
+    assert SHIPPED.thresholds["adherence"]["inconclusive"] == "warn"
+    shipped = adherence_check(SHIPPED, _cell(0.125, 2))
+    assert shipped.ok is True and shipped.inconclusive == "2 images, run more prompts"
+    silent = {key: value for key, value in SHIPPED.thresholds["adherence"].items() if key != "inconclusive"}
+    unsaid = adherence_check(GateData({**SHIPPED.thresholds, "adherence": silent}, {}), _cell(0.125, 2))
+    assert unsaid.ok is False and unsaid.inconclusive is not None
+
+
 def test_a_models_own_inconclusive_rule_is_used():
-    data = GateData({**SHIPPED.thresholds, "models": {"m": {"adherence": {"inconclusive": "warn"}}}}, {})
+    data = GateData({**STRICT.thresholds, "models": {"m": {"adherence": {"inconclusive": "warn"}}}}, {})
     assert adherence_check(data, _cell(0.125, 2)).ok is True
     assert adherence_check(data, _cell(0.125, 2, model="other")).ok is False
 
