@@ -270,7 +270,10 @@ def test_a_missing_data_file_is_named_by_its_kind(tmp_path):
             _thresholds(models={"m": {"lossy": {"cache": {"ssim": 0.5, "psnr": 1}, "vae": {"ssim": 3, "psnr": 1}}}}),
             "models.m.lossy.vae.ssim: 3 is not allowed",
         ),
-        (_thresholds(models={"m": {"adherence": [1]}}), "models.m: adherence: expected a mapping with the keys lossy, inconclusive"),
+        (
+            _thresholds(models={"m": {"adherence": [1]}}),
+            "models.m: adherence: expected a mapping with the keys lossy, inconclusive",
+        ),
         (_thresholds(models={"a": {}, "m": 1}), "models.m: expected a mapping with keys lossy, lossless, adherence"),
         (
             _thresholds(models={"a": {"lossy": None}, "m": {"lossy": {"cache": 1}}}),
