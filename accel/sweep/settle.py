@@ -40,8 +40,10 @@ def settle(spec: CellSpec, device: str) -> str:
     key = settle_key(spec)
     if key in _SETTLED:
         return SETTLED
+    from accel.sweep.cell import note_phase
     from accel.targets.build import make_target
 
+    note_phase("settling the process (one unaccelerated load and call, for the memory's start)")
     target = make_target(spec.model)
     try:  # a model that cannot load or call here fails the cell's own load or call, with its own error
         target.load({})
