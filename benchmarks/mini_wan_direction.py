@@ -132,6 +132,7 @@ def main() -> None:
         "recipe": {k: v for k, v in expert_cfg.items() if k not in ("batch", "lr", "warmup", "ema")},
         "seed": args.seed,
         "final_loss": round(result["final_loss"], 4),
+        "train_direction_gap": round(result.get("direction_gap", float("nan")), 4),
         "probe": probes,
         "held_out": {k: round(summary[k], 3) for k in (*VIDEO_ATTRIBUTES, "overall")},
         "direction_ci": [round(v, 2) for v in summary["direction_ci"]],

@@ -268,6 +268,7 @@ def _train_expert(
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     model.train()
+    gaps: list[float] = []  # the contrast's log(wrong / right) error, step by step
 
     def step_fn(step: int) -> float:
         index = _begin_step(optimizer, step, cfg, latents.shape[0], generator)
@@ -306,6 +307,7 @@ def _train_expert(
                 wrong_error = weighted_row_error(wrong_prediction, target[:rows][keep], row_weights)
                 margin = float(cfg.get("direction_margin", 0.1))
                 loss = loss + contrast * contrast_hinge(right_error, wrong_error, margin)
+                gaps.append(float((wrong_error / right_error).log().mean()))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -316,6 +318,8 @@ def _train_expert(
     model.load_state_dict(ema)
     model.eval()
     result["sigma_range"] = [float(shifted_sigma(torch.tensor(v), shift)) for v in (low, high)]
+    if gaps:  # how far the expert got at telling the directions apart: 0 when it ignores the word
+        result["direction_gap"] = sum(gaps[-50:]) / len(gaps[-50:])
     return result
 
 
