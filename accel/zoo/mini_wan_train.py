@@ -307,7 +307,7 @@ def _train_expert(
                 wrong_error = weighted_row_error(wrong_prediction, target[:rows][keep], row_weights)
                 margin = float(cfg.get("direction_margin", 0.1))
                 loss = loss + contrast * contrast_hinge(right_error, wrong_error, margin)
-                gaps.append(float((wrong_error / right_error).log().mean()))
+                gaps.append(float((wrong_error / right_error).detach().log().mean()))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
