@@ -262,7 +262,10 @@ def _train_expert(
     contrast = float(cfg.get("direction_contrast", 0.0))
     temporal = float(cfg.get("temporal_weight", 0.0))
     if contrast and swaps is None:
-        raise ValueError("direction_contrast needs the captions' direction swaps (mini_wan_objective.direction_swaps)")
+        raise ValueError(
+            "direction_contrast needs the captions' direction swaps: pass "
+            "swaps=mini_wan_objective.direction_swaps(captions) (or drop direction_contrast from train.expert)"
+        )
     shift = config["scheduler"]["shift"]
     low, high = sigma_range(expert, config["boundary_ratio"], shift)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
