@@ -27,6 +27,14 @@ from accel.zoo.mini_flux_model import LOG_FILE
 from accel.zoo.mini_flux_objective import ema_decay, ema_update, noised_sample, velocity_target
 from accel.zoo.mini_flux_train import _encode_latents, _train_vae
 from accel.zoo.mini_wan_model import COMPONENT_FILES, MAX_SEQUENCE_LENGTH, MINI_WAN_CONFIG, build_components
+from accel.zoo.mini_wan_objective import (
+    contrast_hinge,
+    direction_swaps,
+    pick_swaps,
+    predicted_x0,
+    temporal_difference_error,
+    weighted_row_error,
+)
 from accel.zoo.trained_weights import write_weights
 from accel.zoo.video_world import (
     DIRECTIONS,
@@ -238,19 +246,32 @@ def _train_expert(
     picker: ThreadPicker,
     log: TrainLog,
     progress: bool,
+    swaps: torch.Tensor | None = None,
 ) -> dict[str, Any]:
     """Rectified flow for one expert on its part of the schedule (``sigma_range``); the EMA weights are kept.
 
     The loss weighs the latent pixels that encode the ball (``masks``, ``latent_ball_mask``) ``1 + ball_weight``
     times the background's: what the caption decides (the ball's colour, where it goes) is a small part of the
-    frame, and an unweighted loss is mostly the background's.
+    frame, and an unweighted loss is mostly the background's. Two optional terms aim at the direction word
+    (``accel.zoo.mini_wan_objective``; absent keys leave the committed recipe's draws and weights unchanged):
+    ``direction_contrast`` (weight, with ``direction_margin`` and ``contrast_rows``, the first rows of the batch
+    predicted again under a caption with another direction word from ``swaps``, ``direction_swaps``) and
+    ``temporal_weight`` (the frame-to-frame change of the predicted clean latent).
     """
     cfg = config["train"]["expert"]
+    contrast = float(cfg.get("direction_contrast", 0.0))
+    temporal = float(cfg.get("temporal_weight", 0.0))
+    if contrast and swaps is None:
+        raise ValueError(
+            "direction_contrast needs the captions' direction swaps: pass "
+            "swaps=mini_wan_objective.direction_swaps(captions) (or drop direction_contrast from train.expert)"
+        )
     shift = config["scheduler"]["shift"]
     low, high = sigma_range(expert, config["boundary_ratio"], shift)
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     model.train()
+    gaps: list[float] = []  # the contrast's log(wrong / right) error, step by step
 
     def step_fn(step: int) -> float:
         index = _begin_step(optimizer, step, cfg, latents.shape[0], generator)
@@ -260,15 +281,36 @@ def _train_expert(
         which = torch.where(drop, torch.full_like(which, empty), which)
         noise = torch.randn(x0.shape, generator=generator)
         sigma = shifted_sigma(low + (high - low) * torch.rand(cfg["batch"], generator=generator), shift)
+        noisy = noised_sample(x0, noise, sigma)
         prediction = model(
-            hidden_states=noised_sample(x0, noise, sigma),
+            hidden_states=noisy,
             timestep=sigma * 1000,  # the scheduler's timesteps are its sigmas times num_train_timesteps
             encoder_hidden_states=embeds[which],
             return_dict=False,
         )[0]
         weights = 1.0 + cfg["ball_weight"] * masks[index]
-        squared = (prediction - velocity_target(x0, noise)) ** 2
+        target = velocity_target(x0, noise)
+        squared = (prediction - target) ** 2
         loss: torch.Tensor = (weights * squared).mean() / weights.mean()
+        if temporal:
+            loss = loss + temporal * temporal_difference_error(predicted_x0(noisy, prediction, sigma), x0, weights)
+        if contrast:
+            rows = int(cfg.get("contrast_rows", 16))
+            wrong = pick_swaps(swaps, which[:rows], generator)  # type: ignore[arg-type]
+            keep = wrong >= 0  # dropped captions and captions without a swap in training are left out
+            if bool(keep.any()):
+                wrong_prediction = model(
+                    hidden_states=noisy[:rows][keep],
+                    timestep=sigma[:rows][keep] * 1000,
+                    encoder_hidden_states=embeds[wrong[keep]],
+                    return_dict=False,
+                )[0]
+                row_weights = weights[:rows][keep]
+                right_error = weighted_row_error(prediction[:rows][keep], target[:rows][keep], row_weights)
+                wrong_error = weighted_row_error(wrong_prediction, target[:rows][keep], row_weights)
+                margin = float(cfg.get("direction_margin", 0.1))
+                loss = loss + contrast * contrast_hinge(right_error, wrong_error, margin)
+                gaps.append(float((wrong_error / right_error).detach().log().mean()))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         optimizer.step()
@@ -279,6 +321,8 @@ def _train_expert(
     model.load_state_dict(ema)
     model.eval()
     result["sigma_range"] = [float(shifted_sigma(torch.tensor(v), shift)) for v in (low, high)]
+    if gaps:  # how far the expert got at telling the directions apart: 0 when it ignores the word
+        result["direction_gap"] = sum(gaps[-50:]) / len(gaps[-50:])
     return result
 
 
@@ -286,13 +330,13 @@ def _expert_job(
     job: tuple[Any, ...], log_path: Path | None
 ) -> tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]:
     """Train one expert on one thread from its own generator: (its EMA weights, the loop's result, its log lines)."""
-    expert, model, latents, masks, embeds, caption_index, empty, config, seed = job
+    expert, model, latents, masks, embeds, caption_index, empty, config, seed, swaps = job
     torch.set_num_threads(1)
     log = TrainLog(None)
     log.path = log_path  # appended to as it trains (the parent created the file)
     result = _train_expert(
         expert, model, latents, masks, embeds, caption_index, empty, config, torch.Generator().manual_seed(seed),
-        ThreadPicker([1]), log, progress=False,
+        ThreadPicker([1]), log, progress=False, swaps=swaps,
     )  # fmt: skip
     return model.state_dict(), result, log.lines
 
@@ -401,10 +445,12 @@ def train(
         )  # fmt: skip
     position = {caption: i for i, caption in enumerate(unique)}
     caption_index = torch.tensor([position[c] for c in captions])
+    swaps = direction_swaps(unique)
     jobs = [
-        (expert, components[expert], latents, masks, embeds, caption_index, position[""], config, seed + 1 + number)
+        (expert, components[expert], latents, masks, embeds, caption_index, position[""], config, seed + 1 + number,
+         swaps)
         for number, expert in enumerate(EXPERTS)
-    ]
+    ]  # fmt: skip
     for expert, (state, result, lines) in zip(EXPERTS, _train_experts(jobs, log.path), strict=True):
         components[expert].load_state_dict(state)
         components[expert].eval()
