@@ -89,6 +89,8 @@ MECHANISMS: dict[str, dict[str, Any]] = {
 }
 # What a mechanism's harness call may cost over its bare call (issue 40): the upper bound of the interval.
 LIMIT = 1.02
+# The confidence of every interval the verdict reads; one covering the median with less decides nothing.
+CONFIDENCE = 0.95
 PASS, FAIL, INCONCLUSIVE, ERROR = "PASS", "FAIL", "INCONCLUSIVE", "ERROR"
 # Mechanisms whose variant must also act, not only engage: a cache that skipped no work never ran its skip path
 # (the attention tallies count the backend already in use: "no effect" on the output, every tally still runs).
@@ -187,7 +189,7 @@ def _interval(paired: list[float]) -> dict[str, float]:
     """The median of paired ratios with its distribution-free 95% interval (``accel.measure.speedup``)."""
     from accel.measure.speedup import median_interval
 
-    low, high, coverage = median_interval(paired, 0.95)
+    low, high, coverage = median_interval(paired, CONFIDENCE)
     return {"median": statistics.median(paired), "low": low, "high": high, "coverage": coverage}
 
 
@@ -288,7 +290,11 @@ def paired_ratios(samples: dict[str, list[float]]) -> dict[str, list[float]]:
 
 def interval_verdict(interval: dict[str, float], limit: float = LIMIT) -> str:
     """PASS when the whole interval is within ``limit`` (its upper bound), FAIL when the whole of it is above,
-    INCONCLUSIVE when it straddles the limit (a median under it is not enough: the noise allows more)."""
+    INCONCLUSIVE when it straddles the limit (a median under it is not enough: the noise allows more), or when
+    it covers the median with less than 95% (``--rounds 4``: the widest interval, min to max, covers it with
+    87.5%; 8 rounds reach 99%): too few rounds decide nothing."""
+    if interval.get("coverage", CONFIDENCE) < CONFIDENCE:
+        return INCONCLUSIVE
     if interval["high"] <= limit:
         return PASS
     if interval["low"] > limit:

@@ -263,6 +263,18 @@ def test_a_median_under_the_limit_with_an_interval_over_it_is_inconclusive_never
     assert script.mechanism_verdict(over, within) == "INCONCLUSIVE"
 
 
+def test_an_interval_of_too_few_rounds_decides_nothing():
+    """At the fewest rounds the parser takes (4), the median's interval is min to max and covers it with 87.5%,
+    not 95%: four rounds within the limit are INCONCLUSIVE, not a pass (nor four above it a fail)."""
+    script = _script()
+    few = script._interval([1.0, 1.01, 1.02, 1.0])
+    assert few["coverage"] < script.CONFIDENCE and few["high"] <= script.LIMIT
+    assert script.mechanism_verdict(few, few) == "INCONCLUSIVE"
+    assert script.mechanism_verdict(*[script._interval([1.5, 1.6, 1.7, 1.5])] * 2) == "INCONCLUSIVE"
+    enough = script._interval([1.0, 1.01, 1.02, 1.0] * 2)
+    assert enough["coverage"] >= script.CONFIDENCE and script.mechanism_verdict(enough, enough) == "PASS"
+
+
 def test_the_exit_status_says_error_fail_or_inconclusive():
     script = _script()
     assert script.exit_code(["PASS", "PASS"]) == 0

@@ -143,3 +143,47 @@ def test_faster_cache_splits_every_input_batched_with_the_latents():
     assert verdict.engaged, verdict.summary
     assert not np.array_equal(outputs[0][0], baseline) and np.array_equal(outputs[0][0], outputs[1][0])
     assert np.array_equal(generate(target, steps=STEPS)[0], baseline)
+
+
+def test_faster_cache_on_separate_cfg_calls_without_cache_context_is_the_library_refusal():
+    """Lumina 2 calls its transformer once per CFG branch (``noise_pred_uncond = self.transformer(...)``) and has
+    no CacheMixin, so no ``cache_context("uncond")`` marks the calls. diffusers' FasterCache, called directly,
+    takes each call's batch of two images as [uncond, cond] halves: inside its range the blocks run on one image
+    and the first image is made from the second's (the second unchanged). omni-accel had printed this "failed:
+    computed every step (0 cached)"; it is the library's refusal, as on Wan. SD3's second call (skip-layer
+    guidance) is no CFG branch."""
+
+    import diffusers
+    from diffusers.hooks import FasterCacheConfig, apply_faster_cache
+
+    from accel.features.cache import runs_cfg_as_separate_calls
+    from accel.features.timestep_source import DenoiserTimestep
+
+    sd3 = diffusers.StableDiffusion3Pipeline
+    assert not runs_cfg_as_separate_calls(sd3.__new__(sd3))
+    target = loaded("tiny-lumina2")
+    request = {"steps": STEPS, "num_images_per_prompt": 2}
+    baseline = generate(target, **request)
+    timestep = DenoiserTimestep(target.pipeline, reset={})
+    transformer = target.pipeline.transformer
+    apply_faster_cache(
+        transformer,
+        FasterCacheConfig(
+            current_timestep_callback=timestep.callback("transformer"),
+            attention_weight_callback=lambda _: 0.5,
+            tensor_format="BCHW",
+        ),
+    )
+    rows: list[int] = []
+    hook = transformer.layers[0].register_forward_pre_hook(
+        lambda _m, args, kwargs: rows.append(kwargs.get("hidden_states", args[0] if args else None).shape[0]),
+        with_kwargs=True,
+    )
+    hooked = generate(target, **request)
+    hook.remove()
+    timestep.remove()
+    assert 1 in rows and 2 in rows, rows  # the library ran some calls on half the batch
+    assert np.abs(hooked[1] - baseline[1]).max() < 1e-3 < np.abs(hooked[0] - baseline[0]).max()
+    support = _support(loaded("tiny-lumina2"), "faster_cache", None)
+    assert not support.supported and support.owner is Owner.LIBRARY, support
+    assert "separate transformer call" in support.reason

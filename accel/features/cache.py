@@ -138,8 +138,11 @@ def skipped_work_verdict(runs: list[dict[str, Any]], name: str, cached: list[int
 
 
 def runs_cfg_as_separate_calls(pipeline: Any) -> bool:
-    """Whether the pipeline calls the transformer once per CFG branch (diffusers marks those calls with
-    ``cache_context("uncond")``) instead of batching [uncond, cond] in one call."""
+    """Whether the pipeline calls the transformer once per CFG branch instead of batching [uncond, cond] in one
+    call: diffusers marks those calls with ``cache_context("uncond")`` where the denoiser has CacheMixin; the
+    pipelines of denoisers without it (Lumina 2, Kandinsky 5, Cosmos 2, Chroma) assign the unconditional call's
+    result to a name of its own (``noise_pred_uncond``, ``neg_noise_pred``). SD3's second call
+    (``noise_pred_skip_layers``, skip-layer guidance) is not a CFG branch."""
     import inspect
     import re
 
@@ -147,4 +150,7 @@ def runs_cfg_as_separate_calls(pipeline: Any) -> bool:
         source = inspect.getsource(type(pipeline).__call__)
     except (OSError, TypeError):
         return False
-    return re.search(r"cache_context\(\s*[\"']uncond[\"']", source) is not None
+    if re.search(r"cache_context\(\s*[\"']uncond[\"']", source) is not None:
+        return True
+    call = r"(?:self\.(?:transformer|transformer_2|unet)|current_model)\("
+    return re.search(rf"\b\w*(?:uncond|neg)\w*\s*=\s*{call}", source) is not None
