@@ -37,17 +37,28 @@ def _with(**adherence) -> GateData:
     return GateData({**SHIPPED.thresholds, "adherence": {**SHIPPED.thresholds["adherence"], **adherence}}, {})
 
 
-def test_one_flipped_attribute_of_two_images_is_inconclusive_not_a_failure_of_the_model():
-    # mini-flux TaylorSeer in coverage: 1 of 8 attributes lost over 2 images, SSIM 0.994.
-    check = adherence_check(STRICT, _cell(0.125, 2))
+def test_one_flipped_attribute_of_two_images_is_inconclusive_and_fails_under_any_rule():
+    # mini-flux TaylorSeer in wave 7's coverage: 1 of 8 attributes lost over 2 images, SSIM 0.994. Not evidence of
+    # a loss over the limit (the interval straddles it), but measured above it: no rule passes it.
     low, high = loss_interval(0.125, 2)
     assert low < LIMIT < high
+    for data in (STRICT, _with(inconclusive="warn")):
+        check = adherence_check(data, _cell(0.125, 2))
+        assert check.ok is False
+        assert check.inconclusive == "measured above the limit, not significant over 2 images: run more prompts"
+    # Wave 8's review: FirstBlockCache on mini-flux lost 31 of 348 attributes over 96 images (0.089, interval
+    # 0.047-0.163); under warn it passed a 0.05 limit.
+    assert adherence_check(_with(inconclusive="warn"), _cell(31 / 348, 96)).ok is False
+
+
+def test_a_loss_within_the_limit_but_too_few_images_fails_unless_the_rule_is_warn():
+    check = adherence_check(STRICT, _cell(0.04, 2))
+    assert check.ok is False
     assert check.inconclusive == "2 images, run more prompts (or accept with adherence.inconclusive: warn)"
-    assert check.ok is False  # a CI gate does not pass it silently
     assert check.line().endswith(
         ": inconclusive, 2 images, run more prompts (or accept with adherence.inconclusive: warn)"
     )
-    accepted = adherence_check(_with(inconclusive="warn"), _cell(0.125, 2))
+    accepted = adherence_check(_with(inconclusive="warn"), _cell(0.04, 2))
     assert accepted.ok is True and accepted.inconclusive == "2 images, run more prompts"
 
 
@@ -102,17 +113,17 @@ def test_the_shipped_thresholds_warn_and_a_thresholds_file_without_the_key_fails
     """The shipped choice (an undecided adherence check is a finding, as an undecided speed claim is a `?`) and
     the rule of a thresholds file that does not say: fail."""
     assert SHIPPED.thresholds["adherence"]["inconclusive"] == "warn"
-    shipped = adherence_check(SHIPPED, _cell(0.125, 2))
-    assert shipped.ok is True and shipped.inconclusive == "2 images, run more prompts"
+    shipped = adherence_check(SHIPPED, _cell(0.0, 8))
+    assert shipped.ok is True and shipped.inconclusive == "8 images, run more prompts"
     silent = {key: value for key, value in SHIPPED.thresholds["adherence"].items() if key != "inconclusive"}
-    unsaid = adherence_check(GateData({**SHIPPED.thresholds, "adherence": silent}, {}), _cell(0.125, 2))
+    unsaid = adherence_check(GateData({**SHIPPED.thresholds, "adherence": silent}, {}), _cell(0.0, 8))
     assert unsaid.ok is False and unsaid.inconclusive is not None
 
 
 def test_a_models_own_inconclusive_rule_is_used():
     data = GateData({**STRICT.thresholds, "models": {"m": {"adherence": {"inconclusive": "warn"}}}}, {})
-    assert adherence_check(data, _cell(0.125, 2)).ok is True
-    assert adherence_check(data, _cell(0.125, 2, model="other")).ok is False
+    assert adherence_check(data, _cell(0.0, 8)).ok is True
+    assert adherence_check(data, _cell(0.0, 8, model="other")).ok is False
 
 
 @pytest.mark.parametrize("value", ["maybe", True, 0])
@@ -130,7 +141,7 @@ def test_an_unknown_inconclusive_rule_is_refused(tmp_path, value):
 def _tea_with_a_flip() -> list[dict]:
     records = results()
     cell = next(r for r in records if r["model"] == "flux" and r["variant"] == "tea")
-    cell.update(adherence_loss=0.125, adherence={"overall": 0.9, "vs_baseline": {"loss": 0.125, "images": 2}})
+    cell.update(adherence_loss=0.04, adherence={"overall": 0.9, "vs_baseline": {"loss": 0.04, "images": 2}})
     return records
 
 

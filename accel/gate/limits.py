@@ -205,10 +205,12 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     lossy feature or no limit for its families. A paired loss is judged by its 95% Wilson interval over the
     *images* (``accel.measure.adherence.loss_interval``: an image's attributes are not independent trials, so
     counting them would read one flipped image as evidence): wholly above the limit fails, wholly within
-    passes, straddling it is inconclusive (``n images, run more prompts``), which fails unless the thresholds
-    say ``adherence.inconclusive: warn``. At zero loss the interval's top is ``3.84 / (n + 3.84)``: a limit of
-    0.05 needs 73 images to pass. A record without the images (before schema 3: the net change) is judged on
-    its point estimate, and the check's name says so.
+    passes, straddling it is inconclusive (``n images, run more prompts``). An inconclusive loss measured above
+    the limit fails whatever the rule (the measurement says lost, and nothing shows otherwise: a FirstBlockCache
+    losing 0.089 over 96 images, interval 0.047-0.163, passed a 0.05 limit under ``warn``); one measured within
+    it fails unless the thresholds say ``adherence.inconclusive: warn``. At zero loss the interval's top is
+    ``3.84 / (n + 3.84)``: a limit of 0.05 needs 73 images to pass. A record without the images (before schema
+    3: the net change) is judged on its point estimate, and the check's name says so.
     """
     from accel.features import FEATURES
     from accel.measure.adherence import loss_interval
@@ -241,6 +243,9 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
         return Check(name, False, loss, required)
     if high <= limit + 1e-9:
         return Check(name, True, loss, required)
+    if loss > limit + 1e-9:  # measured over the limit, not yet significant: no rule passes it
+        why = f"measured above the limit, not significant over {images} images: run more prompts"
+        return Check(name, False, loss, required, inconclusive=why)
     own = (model.get("adherence") or {}).get("inconclusive")
     rule = own or (data.thresholds.get("adherence") or {}).get("inconclusive")
     accepted = rule == "warn"
