@@ -35,17 +35,21 @@ def test_a_float32_model_that_rounds_to_16_bits_is_found_and_one_that_does_not_i
     assert low_precision_casts({"transformer": _Rounds().to(torch.bfloat16)}) == []
 
 
-def test_the_note_is_inductors_default_only(monkeypatch):
+def test_the_note_is_inductors_default_only():
+    # torch's config.patch, not monkeypatch: monkeypatch's undo deletes an attribute the module did not hold in its
+    # __dict__, and deleting a torch config entry hides it, so every later compile in the process failed
+    # ("torch._inductor.config.emulate_precision_casts does not exist", CI under two test workers).
     import torch._inductor.config as inductor_config
 
     casts = ["_Rounds: `to(torch.bfloat16)`"]
-    monkeypatch.setattr(inductor_config, "emulate_precision_casts", False)
-    note = precision_cast_note(casts, "inductor")
-    assert note is not None and "_Rounds: `to(torch.bfloat16)`" in note and "rather than a compile defect" in note
-    assert precision_cast_note([], "inductor") is None
-    assert precision_cast_note(casts, "aot_eager") is None  # eager kernels round as eager does
-    monkeypatch.setattr(inductor_config, "emulate_precision_casts", True)
-    assert precision_cast_note(casts, "inductor") is None
+    with inductor_config.patch(emulate_precision_casts=False):
+        note = precision_cast_note(casts, "inductor")
+        assert note is not None and "_Rounds: `to(torch.bfloat16)`" in note and "rather than a compile defect" in note
+        assert precision_cast_note([], "inductor") is None
+        assert precision_cast_note(casts, "aot_eager") is None  # eager kernels round as eager does
+    with inductor_config.patch(emulate_precision_casts=True):
+        assert precision_cast_note(casts, "inductor") is None
+    assert hasattr(inductor_config, "emulate_precision_casts")  # still there for every later compile
 
 
 @pytest.mark.parametrize(("entry", "found"), [("tiny-kandinsky5", True), ("tiny-flux", False)])

@@ -148,7 +148,7 @@ def _measure(spec: CellSpec) -> dict[str, Any]:
             reason = f"{feature.name}: load-time options go through diffusers' from_pretrained: adapter target only"
             return {"status": "unsupported", "unsupported_scope": "model", "refused_by": "harness", "error": reason}
         load_kwargs.update(extra)
-    settled = settle(spec, target.device)  # this family's one-time costs are paid before the cell's start
+    settled = settle(spec, target.device, note_phase)  # this family's one-time costs are paid before the cell's start
     start = resident_at_start(target.device)  # what earlier cells in this process left is not this cell's
     load_times: list[float] = []
     note_phase("loading the pipeline")

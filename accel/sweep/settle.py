@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import gc
 import json
+from collections.abc import Callable
+from typing import Any
 
 from accel.sweep.spec import CellSpec, build_requests
 
@@ -33,19 +35,20 @@ def settle_key(spec: CellSpec) -> str:
     return json.dumps([model, spec.workload.model_dump(mode="json")], sort_keys=True)
 
 
-def settle(spec: CellSpec, device: str) -> str:
+def settle(spec: CellSpec, device: str, note: Callable[[str], Any] | None = None) -> str:
     """Pay this model's one-time costs in this process before the cell's memory start (see the module's
-    docstring); once per process, model and workload. Returns what the record's ``memory_settled`` says."""
+    docstring); once per process, model and workload. ``note`` is told the phase when a settling call runs (the
+    cell's ``note_phase``). Returns what the record's ``memory_settled`` says."""
     if device.startswith("cuda"):
         return ON_DEVICE
     _settle_compiler(spec)
     key = settle_key(spec)
     if key in _SETTLED:
         return SETTLED
-    from accel.sweep.cell import note_phase
     from accel.targets.build import make_target
 
-    note_phase("settling the process (one unaccelerated load and call, for the memory's start)")
+    if note is not None:
+        note("settling the process (one unaccelerated load and call, for the memory's start)")
     target = make_target(spec.model)
     try:  # a model that cannot load or call here fails the cell's own load or call, with its own error
         target.load({})
