@@ -157,34 +157,6 @@ def test_the_same_cell_reads_the_same_memory_as_a_processs_first_cell_and_as_a_l
 
 
 @needs_kernel
-def test_the_first_compiling_cell_of_a_process_is_not_charged_with_the_compilers_first_use(tmp_path, write_profile):
-    """torch.compile's process-wide first use (inductor's imports, caches, pools) was charged to whichever cell
-    compiled first: in coverage's inline run flux.1 compile-regional read 67 MiB and flux.1-kontext's 9 MiB (same
-    weights). The settle pays it before the first compiling cell's start. Measured on tiny-flux: 67 then 12 MiB
-    unsettled (55 MiB of first use), 17-21 then 11-12 settled over three runs; what remains is the second cell
-    compiling the very same graphs (inductor's caches hit), so the bound is 16 MiB: under a third of the first use
-    it guards against, not the 4 MiB of two identical uncompiled cells."""
-    import json
-
-    from conftest import run_cli, small_profile
-
-    raw = small_profile(["tiny-flux"], [], steps=2)
-    raw["variants"] = [
-        {"name": "compile-first", "features": {"compile": "regional"}},
-        {"name": "compile-later", "features": {"compile": "regional"}},
-    ]
-    raw["measure"].update(noise_floor=False, executor="inline", timing="sequential", sweep_warmup=False)
-    run_dir = tmp_path / "run"
-    done = run_cli("sweep", str(write_profile(raw)), "--out", str(run_dir))
-    assert done.returncode == 0, done.stderr[-3000:]
-    records = {r["variant"]: r for r in map(json.loads, (run_dir / "results.jsonl").read_text().splitlines())}
-    first, later = records["compile-first"], records["compile-later"]
-    assert first["status"] == later["status"] == "ok", (first.get("error"), later.get("error"))
-    mib = (first["cell_memory_bytes"] / 2**20, later["cell_memory_bytes"] / 2**20)
-    assert first["cell_memory_bytes"] - later["cell_memory_bytes"] <= 16 * 2**20, mib
-
-
-@needs_kernel
 def test_a_stretch_excluded_from_the_region_is_not_in_its_peak():
     """The stage pass between the headline passes is the harness's: a block it allocates and frees is not in
     the region's peak, while blocks before and after it are."""

@@ -6,8 +6,7 @@ start they were its memory: the same tiny-flux baseline read 27 MiB as a worker'
 second. ``settle(spec, device)`` pays them once per process, model and workload, before the cell's start
 (``accel.measure.memory.resident_at_start``): it loads the model unaccelerated, makes one call of the cell's
 first request, and frees it. A cell's memory then counts the same things wherever it runs in a process: the
-first cell of a worker, a later cell of an inline run, each rank of a parallel cell. A compiling cell's process
-also pays torch.compile's own first use once (``_settle_compiler``).
+first cell of a worker, a later cell of an inline run, each rank of a parallel cell.
 
 Only where the host's RSS is the measure (off CUDA): the device's allocated bytes count nothing of the sort.
 """
@@ -41,7 +40,6 @@ def settle(spec: CellSpec, device: str, note: Callable[[str], Any] | None = None
     cell's ``note_phase``). Returns what the record's ``memory_settled`` says."""
     if device.startswith("cuda"):
         return ON_DEVICE
-    _settle_compiler(spec)
     key = settle_key(spec)
     if key in _SETTLED:
         return SETTLED
@@ -61,27 +59,3 @@ def settle(spec: CellSpec, device: str, note: Callable[[str], Any] | None = None
         gc.collect()
     _SETTLED.add(key)
     return SETTLED
-
-
-def _settle_compiler(spec: CellSpec) -> None:
-    """A compiling cell's process-wide first use of torch.compile (inductor's imports, code caches and
-    lowerings: 55 MiB on a CPU) paid once per process before the cell's start, by compiling a small transformer
-    block (linear layers, attention, norms, GELU) with the cell's backend: the first compiling cell of an inline
-    run had read 67 MiB where the next read 12 (tiny-flux; 17-21 and 11-12 settled). What the cell's own graphs
-    cost stays the cell's; a later cell compiling the very same graphs still finds inductor's caches warm."""
-    if "compile" not in spec.features or "compile" in _SETTLED:
-        return
-    import torch
-
-    backend = (spec.features.get("compile") or {}).get("backend", "inductor") if isinstance(
-        spec.features.get("compile"), dict) else "inductor"  # fmt: skip
-    block = torch.nn.TransformerEncoderLayer(64, 2, 128, batch_first=True)  # linear, attention, norms, GELU
-    try:
-        with torch.no_grad():
-            torch.compile(block, backend=backend)(torch.ones(1, 16, 64))
-    except Exception:  # the cell's own compile reports what fails
-        return
-    finally:
-        torch._dynamo.reset()
-        gc.collect()
-    _SETTLED.add("compile")
