@@ -111,12 +111,7 @@ def test_a_cell_notes_each_phase_for_the_supervisor_that_may_have_to_kill_it(tmp
     profile = small_profile(["tiny-flux"], VARIANTS[:1], steps=2)
     profile["measure"] = {"warmup": 0, "repeats": 2, "executor": "inline", "noise_floor": False, "pairs": 1}
     run_sweep(parse_profile(profile), "p.yaml", tmp_path / "run", show_progress=False)
-    # The baseline settles the process for tiny-flux (one unaccelerated load and call); the variant, in the same
-    # process, finds it settled.
-    assert seen[:2] == [
-        "building the target",
-        "settling the process (one unaccelerated load and call, for the memory's start)",
-    ]
+    # The variant finds the process settled (by its baseline, or by an earlier test in this worker): no settling.
     variant = seen[seen.index("building the target", 1) :]  # the variant cell's phases, after the baseline's
     assert variant == [
         "building the target",
