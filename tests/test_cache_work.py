@@ -49,6 +49,50 @@ def test_diffusers_caches_run_on_cogvideox_and_their_skipped_work_is_counted_bel
     assert not np.array_equal(outputs[0][0], baseline)
 
 
+def test_fastercache_skipping_the_unconditional_half_counts_as_half_the_work_of_that_call():
+    """FasterCache skips the unconditional half of a [uncond, cond] batch by calling the denoiser on the conditional
+    half: every unit is still called once per denoiser call, so a count of calls saw nothing skipped ("0 cached")
+    while the output changed. Work is counted in batch rows: a call on half the batch is half a call's work."""
+    target = loaded("tiny-cogvideox")
+    baseline = generate(target, steps=STEPS)[0]
+    rows: list[int] = []
+    block = target.pipeline.transformer.transformer_blocks[0]
+    hook = block.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append((args[0] if args else kwargs["hidden_states"]).shape[0]), with_kwargs=True
+    )
+    raw = {"spatial_attention_timestep_skip_range": [0, 1]}  # no attention reuse: the batch skip alone
+    try:
+        verdict, outputs = applied_runs(target, "faster_cache", raw, runs=1, steps=STEPS)
+    finally:
+        hook.remove()
+    full = max(rows)
+    assert full == 2 and min(rows) == 1, rows  # CFG batched, and the library did skip the unconditional half
+    halved = sum(1 - n / full for n in rows) / len(rows)
+    assert verdict.engaged, verdict.summary
+    assert verdict.evidence["denoiser_calls_per_run"] == [{"transformer": len(rows)}]
+    assert verdict.evidence["skipped_work_per_run"] == [{"transformer": round(halved, 4)}]
+    assert not np.array_equal(outputs[0][0], baseline)
+
+
+def test_a_call_on_a_smaller_batch_made_by_the_pipeline_is_not_work_skipped():
+    """A denoiser call is measured in the rows of its latents too: where the pipeline itself calls on fewer rows
+    (here the next call of two images, then one), every unit computes all of that call and nothing is skipped."""
+    from accel.features.work import BlockWork, work_done
+
+    target = loaded("tiny-flux")
+    work = BlockWork({"transformer": target.pipeline.transformer})
+    try:
+        runs = []
+        for images in (2, 1):
+            work.begin()
+            generate(target, num_images_per_prompt=images)
+            runs.append(work.end())
+    finally:
+        work.remove()
+    assert [run["transformer"]["rows"] for run in runs] == [2 * 2, 2 * 1]  # two steps each
+    assert all(computed == full > 0 for run in work_done(runs) for computed, full in run.values())
+
+
 def _one_block_wan():
     """tiny-wan cut to one block in its block list: Cache-DiT's Fn_compute_blocks=1 leaves nothing to cache."""
     target = loaded("tiny-wan")

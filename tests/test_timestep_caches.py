@@ -187,3 +187,37 @@ def test_faster_cache_on_separate_cfg_calls_without_cache_context_is_the_library
     support = _support(loaded("tiny-lumina2"), "faster_cache", None)
     assert not support.supported and support.owner is Owner.LIBRARY, support
     assert "separate transformer call" in support.reason
+
+
+@pytest.mark.parametrize(
+    ("model", "guidance", "shares"),
+    [("tiny-wan", 3.5, True), ("tiny-wan", 1.0, False), ("tiny-cogvideox", 3.5, False)],
+)
+def test_pab_where_each_cfg_branch_is_a_call_of_its_own_says_the_branches_share_its_cache(model, guidance, shares):
+    """diffusers' PAB keeps one state per attention module, not one per cache_context: Wan calls its transformer once
+    per CFG branch, so a reused step hands each branch the other's attention. The supported verdict says so where
+    the unconditional calls were made (not at guidance 1, nor where CFG is one batched call), and the gate shows it
+    beside the cell."""
+    from synthetic import CLAIMS, results
+
+    from accel.gate import GateData, gate_records, load_gate_data
+    from accel.report import tables
+
+    target = loaded(model)
+    raw = {"spatial_attention_timestep_skip_range": [0, 1001]}
+    verdict, _ = applied_runs(target, "pyramid_attention_broadcast", raw, runs=1, steps=STEPS, guidance_scale=guidance)
+    assert verdict.engaged, verdict.summary
+    caveat = verdict.evidence.get("caveat")
+    assert (caveat is not None) == shares, caveat
+    if not shares:
+        return
+    assert caveat.startswith("WanPipeline calls the denoiser once per CFG branch")
+    # What the gate and the tables make of it: supported, with the caveat beside the cell.
+    records = results()
+    cell = next(r for r in records if r["model"] == "flux" and r["variant"] == "compile")
+    cell["evidence"] = {"compile": {"engaged": True, "summary": "evidence", "caveat": caveat}}
+    shipped = load_gate_data()
+    report = gate_records(records, GateData(shipped.thresholds, CLAIMS))
+    judged = next(v for v in report.verdicts if v.key == "flux/compile")
+    assert judged.outcome == "pass"
+    assert tables.classify(cell, judged) == (tables.SUPPORTED, f"supported, compile: {caveat}")

@@ -50,7 +50,7 @@ def _work_skips(applied: Any, name: str, module: torch.nn.Module) -> tuple[list[
 
     counters = [h for h in applied.handles if isinstance(h, WorkCounter)]
     skipped: list[int] = []
-    before: list[list[int]] = []
+    before: list[list[float]] = []
     calls = [0]
 
     def pre(*_: Any) -> None:
@@ -58,7 +58,9 @@ def _work_skips(applied: Any, name: str, module: torch.nn.Module) -> tuple[list[
 
     def post(*_: Any) -> None:
         start = before.pop()
-        if any(h.computed_total(name) - s < h.units_per_call(name) for h, s in zip(counters, start, strict=True)):
+        if any(
+            h.computed_total(name) - s < h.units_per_call(name) - 1e-6 for h, s in zip(counters, start, strict=True)
+        ):
             skipped.append(calls[0])
         calls[0] += 1
 

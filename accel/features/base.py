@@ -180,6 +180,10 @@ class Tally:
     def add(self, count: int = 1) -> None:
         self.tensor.add_(count)
 
+    def at_least(self, count: int) -> None:
+        """Raise the value to ``count`` if below it (a running maximum, traced as one op as ``add`` is)."""
+        self.tensor.clamp_(min=count)
+
     @property
     def value(self) -> int:
         return int(self.tensor.item())

@@ -54,6 +54,8 @@ class WorkCounter(Handle):
         self.hooked: list[str] = []
         # PAB and FasterCache: their timestep source and each denoiser's range (accel.features.timestep_caches).
         self.schedule: Any = None
+        # PAB on a pipeline that calls its denoiser once per CFG branch: (pipeline class, steps per run).
+        self.branch_sharing: tuple[str, int] | None = None
 
     def begin_run(self) -> None:
         super().begin_run()
@@ -62,10 +64,10 @@ class WorkCounter(Handle):
     def end_run(self) -> None:
         self.current["work"] = self.work.end()
 
-    def computed_total(self, component: str) -> int:
+    def computed_total(self, component: str) -> float:
         """Work units ``component`` computed so far (a running count: read it outside traced code and compare two
         readings; ``accel.diverge.curve`` reads it around each denoiser call of an untimed call)."""
-        return sum(self.work.read().get(component, {}).get("units", {}).values())
+        return self.work.computed(component)
 
     def units_per_call(self, component: str) -> int:
         """The work units one full call of ``component`` computes (each counted unit once)."""
@@ -77,7 +79,7 @@ class WorkCounter(Handle):
             self.undo()
 
 
-def work_evidence(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, tuple[int, int]]]]:
+def work_evidence(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict[str, tuple[float, float]]]]:
     """The evidence of skipped work over a handle's runs (each with its ``work`` counts), and the counts."""
     counted = [run.get("work") or {} for run in runs]
     done = work_done(counted) if counted and all(counted) else [{} for _ in counted]
@@ -90,7 +92,7 @@ def work_evidence(runs: list[dict[str, Any]]) -> tuple[dict[str, Any], list[dict
     return evidence, done
 
 
-def _share(computed: int, full: int) -> float:
+def _share(computed: float, full: float) -> float:
     return 1.0 - computed / full if full else 0.0
 
 

@@ -125,6 +125,19 @@ class PyramidAttentionBroadcast(_TimestepHookFeature[PyramidAttentionBroadcastCo
     def window(self, name: str, options: PyramidAttentionBroadcastConfig) -> tuple[int, int]:
         return options.timestep_skip_ranges.get(name, options.spatial_attention_timestep_skip_range)
 
+    def apply(self, pipeline: Any, options: PyramidAttentionBroadcastConfig, context: RunContext) -> WorkCounter:
+        handle = super().apply(pipeline, options, context)
+        if runs_cfg_as_separate_calls(pipeline):
+            handle.branch_sharing = (type(pipeline).__name__, context.steps)
+        return handle
+
+    def verify(self, handle: WorkCounter) -> Verdict:
+        verdict = super().verify(handle)
+        note = shared_across_cfg_branches(handle, verdict)
+        if note:
+            verdict.evidence["caveat"] = note
+        return verdict
+
     def check_model(self, pipeline: Any, model: Any, options: PyramidAttentionBroadcastConfig) -> Support:
         unknown = sorted(set(options.timestep_skip_ranges) - set(denoisers(pipeline)))
         if unknown:
@@ -145,6 +158,26 @@ class PyramidAttentionBroadcast(_TimestepHookFeature[PyramidAttentionBroadcastCo
             spatial_attention_timestep_skip_range=self.window(name, options),
             current_timestep_callback=current_timestep,
         )
+
+
+def shared_across_cfg_branches(handle: WorkCounter, verdict: Verdict) -> str | None:
+    """What a reader of an engaged PAB cell on a pipeline that calls its denoiser once per CFG branch must know.
+
+    diffusers' PAB keeps one state per attention module (``PyramidAttentionBroadcastState``), not one per
+    ``cache_context`` as FirstBlockCache's ``StateManager`` does: where the unconditional branch is a call of its
+    own, a reused step gives each branch the attention the other branch computed last. Said only where the runs
+    show more denoiser calls than steps (the unconditional calls were made)."""
+    if handle.branch_sharing is None or not verdict.engaged:
+        return None
+    pipeline, steps = handle.branch_sharing
+    calls = [sum(counts.values()) for counts in verdict.evidence.get("denoiser_calls_per_run", [])]
+    if not calls or max(calls) <= steps:
+        return None
+    return (
+        f"{pipeline} calls the denoiser once per CFG branch and diffusers' PAB keeps one attention cache per module, "
+        "not one per branch (no cache_context): on a reused step each branch takes the attention the other "
+        "branch computed last"
+    )
 
 
 # The tensor_format of each transformer's latents, as measured on the zoo (the hidden_states it is called with),

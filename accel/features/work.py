@@ -10,8 +10,14 @@ of its first weighted leaf (``to_q``, ``net.0.proj``), which run only when the u
 replace the forward of a block (FirstBlockCache, MagCache) or of an attention module (PAB, FasterCache,
 TaylorSeer), never of a leaf inside it.
 
-A full call computes every unit once, so the work skipped on a run is the units' calls short of one per
-denoiser call. A unit the model never called on any run (an unused branch) is left out of the count.
+Work is counted in batch rows, not calls: FasterCache skips the unconditional half of a [uncond, cond] batch by
+calling the denoiser on the conditional half only, so every unit is still called once per denoiser call but
+computes half the rows (hidream-i1: counted by calls, "0 cached" while the output changed). Each counter keeps
+the rows its unit computed (the leading dimension of the counted leaf's input) and the most rows one call has
+computed (a full call's); one full call of the denoiser (its batch, the leading dimension of its latents, at its
+most) computes each unit's most rows once. So a unit's work on a run is its rows over its most rows per call, and
+a full run is the denoiser's rows over its most rows per call: both equal the calls wherever every call is
+whole. A unit the model never called on any run (an unused branch) is left out of the count.
 
 The counters are ``Tally`` tensors bumped by a module-level hook from an attribute of the counted leaf: an
 in-place add that torch.compile traces as an ordinary op, with no Python value to guard on, so a regionally
@@ -34,9 +40,34 @@ _TALLY_ATTRIBUTE = "_accel_work_tally"
 _IN_BLOCK_LIST = re.compile(r"(^|\.)\d+\.")
 
 
+# Keyword names under which diffusers' denoisers take their latents (when not the first positional argument).
+LATENT_KEYWORDS = ("hidden_states", "sample", "x", "latents", "img")
+
+
+def _rows(value: Any) -> int:
+    """The leading (batch) dimension of a tensor argument, 1 for anything else."""
+    shape = getattr(value, "shape", None)
+    return int(shape[0]) if shape else 1
+
+
 def _count(module: Any, args: Any) -> None:
-    """The pre-hook of a counted leaf: one call of its unit (the same function for every leaf)."""
-    getattr(module, _TALLY_ATTRIBUTE).add()
+    """The pre-hook of a counted leaf: the rows its unit computes in this call (the same function for every leaf)."""
+    rows, most = getattr(module, _TALLY_ATTRIBUTE)
+    n = _rows(args[0]) if args else 1
+    rows.add(n)
+    most.at_least(n)
+
+
+def latent_rows(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+    """The batch rows of a denoiser call: the leading dimension of its latents (first positional tensor, else the
+    first of ``LATENT_KEYWORDS`` given), 1 when none is found."""
+    for value in args:
+        if hasattr(value, "shape"):
+            return _rows(value)
+    for key in LATENT_KEYWORDS:
+        if hasattr(kwargs.get(key), "shape"):
+            return _rows(kwargs[key])
+    return 1
 
 
 def _is_unit(name: str, module: Any) -> bool:
@@ -76,13 +107,34 @@ def work_units(model: Any) -> dict[str, Any]:
 
 
 @dataclass
+class _Rows:
+    """Rows computed in total and the most rows one call computed."""
+
+    rows: Tally
+    most: Tally
+
+    @classmethod
+    def on(cls, device: str) -> _Rows:
+        return cls(Tally(device), Tally(device))
+
+    def count(self, n: int) -> None:
+        self.rows.add(n)
+        self.most.at_least(n)
+
+
+@dataclass
 class _Denoiser:
     calls: Tally
-    units: dict[str, Tally] = field(default_factory=dict)
+    rows: _Rows
+    units: dict[str, _Rows] = field(default_factory=dict)
+
+    def pre_hook(self, module: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        self.calls.add()
+        self.rows.count(latent_rows(args, kwargs))
 
 
 class BlockWork:
-    """Counts, per denoiser, its calls and each work unit's calls; ``read`` gives the totals so far."""
+    """Counts, per denoiser, its calls and batch rows and each work unit's rows; ``read`` gives the totals so far."""
 
     def __init__(self, models: dict[str, Any], device: str = "cpu") -> None:
         self.models = models
@@ -91,17 +143,17 @@ class BlockWork:
         self.leaves: list[Any] = []
         self.start: dict[str, dict[str, Any]] = {}
         for component, model in models.items():
-            entry = _Denoiser(Tally(device))
-            self.hooks.append(model.register_forward_pre_hook(lambda *_, tally=entry.calls: tally.add()))
+            entry = _Denoiser(Tally(device), _Rows.on(device))
+            self.hooks.append(model.register_forward_pre_hook(entry.pre_hook, with_kwargs=True))
             for name, unit in work_units(model).items():
                 leaf = _counted_leaf(unit)
                 if hasattr(leaf, _TALLY_ATTRIBUTE):  # a leaf shared by two units counts for the first
                     continue
-                tally = Tally(device)
-                setattr(leaf, _TALLY_ATTRIBUTE, tally)
+                counter = _Rows.on(device)
+                setattr(leaf, _TALLY_ATTRIBUTE, (counter.rows, counter.most))
                 self.leaves.append(leaf)
                 self.hooks.append(leaf.register_forward_pre_hook(_count))
-                entry.units[name] = tally
+                entry.units[name] = counter
             self.denoisers[component] = entry
 
     @property
@@ -109,11 +161,23 @@ class BlockWork:
         return sum(len(entry.units) for entry in self.denoisers.values())
 
     def read(self) -> dict[str, dict[str, Any]]:
-        """Per denoiser: ``calls`` and ``units`` (calls per unit), totals since the counters were made."""
+        """Per denoiser, totals since the counters were made: ``calls``, ``rows`` (batch rows over its calls) and
+        ``units`` (rows per unit), with the most rows one call had: ``most_rows`` and ``unit_most_rows``."""
         return {
-            component: {"calls": entry.calls.value, "units": {name: t.value for name, t in entry.units.items()}}
+            component: {
+                "calls": entry.calls.value,
+                "rows": entry.rows.rows.value,
+                "most_rows": entry.rows.most.value,
+                "units": {name: c.rows.value for name, c in entry.units.items()},
+                "unit_most_rows": {name: c.most.value for name, c in entry.units.items()},
+            }
             for component, entry in self.denoisers.items()
         }
+
+    def computed(self, component: str) -> float:
+        """Full-call computations of ``component``'s units so far (rows over each unit's most rows per call)."""
+        counts = self.read().get(component)
+        return sum(_unit_calls(counts, name) for name in counts["units"]) if counts else 0.0
 
     def begin(self) -> None:
         """Start a run's count."""
@@ -138,23 +202,45 @@ class BlockWork:
 
 
 def run_delta(before: dict[str, dict[str, Any]], after: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """What one run added to the counters (``read`` before and after it)."""
-    return {
-        component: {
-            "calls": counts["calls"] - before[component]["calls"],
-            "units": {name: n - before[component]["units"][name] for name, n in counts["units"].items()},
+    """What one run added to the counters (``read`` before and after it); the most rows per call as after it."""
+    delta: dict[str, dict[str, Any]] = {}
+    for component, counts in after.items():
+        start = before[component]
+        delta[component] = {
+            **counts,
+            "calls": counts["calls"] - start["calls"],
+            "units": {name: n - start["units"][name] for name, n in counts["units"].items()},
         }
-        for component, counts in after.items()
-    }
+        if "rows" in counts:
+            delta[component]["rows"] = counts["rows"] - start["rows"]
+    return delta
 
 
-def work_done(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, tuple[int, int]]]:
-    """Per run, per denoiser: (unit computations made, unit computations a full run would make).
+def _unit_calls(counts: dict[str, Any], name: str) -> float:
+    """A unit's work in full calls: its rows over its most rows per call (its calls, in counts without rows)."""
+    most = counts.get("unit_most_rows", {}).get(name, 1)
+    return counts["units"].get(name, 0) / most if most else 0.0
 
-    A full run computes every unit once per denoiser call. Units never called since the counters were made (``used``;
-    else: by no run) are not the model's work here (left out); a unit called more often than its denoiser (twice
-    per forward) counts as fully computed. A unit a cache skipped on every timed call still counts: the first call
-    after the cache was applied (a warm-up) computed it.
+
+def _full_calls(counts: dict[str, Any]) -> float:
+    """A denoiser's calls in full calls: its rows over its most rows per call (its calls, in counts without rows)."""
+    if "rows" not in counts:
+        return float(counts["calls"])
+    return counts["rows"] / counts["most_rows"] if counts["most_rows"] else 0.0
+
+
+def _tidy(value: float) -> float | int:
+    return int(value) if float(value).is_integer() else round(value, 3)
+
+
+def work_done(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, tuple[float, float]]]:
+    """Per run, per denoiser: (unit computations made, unit computations a full run would make), in full calls.
+
+    A full run computes every unit once per full denoiser call (rows over the most rows per call: a call on half
+    the batch is half a call, for the denoiser and for each unit). Units never called since the counters were made
+    (``used``; else: by no run) are not the model's work here (left out); a unit called more often than its
+    denoiser (twice per forward) counts as fully computed. A unit a cache skipped on every timed call still counts:
+    the first call after the cache was applied (a warm-up) computed it.
     """
     components = list(runs[0]) if runs else []
     used = {
@@ -168,8 +254,8 @@ def work_done(runs: list[dict[str, dict[str, Any]]]) -> list[dict[str, tuple[int
     return [
         {
             c: (
-                sum(min(run[c]["units"].get(name, 0), run[c]["calls"]) for name in used[c]),
-                run[c]["calls"] * len(used[c]),
+                _tidy(sum(min(_unit_calls(run[c], name), _full_calls(run[c])) for name in used[c])),
+                _tidy(_full_calls(run[c]) * len(used[c])),
             )
             for c in components
             if c in run

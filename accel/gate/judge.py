@@ -189,6 +189,8 @@ def gate_cell(
             breaks = graph_break_note(name, evidence[name])
             if breaks:
                 verdict.notes.append(breaks)
+            if isinstance(evidence[name].get("caveat"), str):  # what the library does that a reader must know
+                verdict.notes.append(f"{name}: {evidence[name]['caveat']}")
     unexcused_engagement = [name for name in broken if claims[name] is not False]
     for name in unexcused_engagement:
         verdict.checks.append(Check(f"engagement of {name}", False, broken[name], "engaged on every timed run"))
