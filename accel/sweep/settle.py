@@ -40,6 +40,7 @@ def settle(spec: CellSpec, device: str, note: Callable[[str], Any] | None = None
     cell's ``note_phase``). Returns what the record's ``memory_settled`` says."""
     if device.startswith("cuda"):
         return ON_DEVICE
+    _settle_compiler(spec)
     key = settle_key(spec)
     if key in _SETTLED:
         return SETTLED
@@ -59,3 +60,34 @@ def settle(spec: CellSpec, device: str, note: Callable[[str], Any] | None = None
         gc.collect()
     _SETTLED.add(key)
     return SETTLED
+
+
+def _settle_compiler(spec: CellSpec) -> None:
+    """A compiling cell's process-wide first use of torch.compile paid once per process before the cell's start:
+    inductor's modules (dynamo, AOT autograd, the lowerings and the C++ code generator: about 40 MiB of the first
+    compiling cell's memory on a CPU) and one compile of a two-op function with the cell's backend (its code
+    caches and the toolchain's first use). What the cell's own graphs cost stays the cell's."""
+    if "compile" not in spec.features or "compile" in _SETTLED:
+        return
+    import torch
+
+    options = spec.features.get("compile")
+    backend = options.get("backend", "inductor") if isinstance(options, dict) else "inductor"
+    _SETTLED.add("compile")
+    try:
+        import torch._inductor.codegen.cpp
+        import torch._inductor.compile_fx
+        import torch._inductor.lowering
+
+        torch.compile(_two_ops, backend=backend)(torch.ones(8, 8))
+    except Exception:  # the cell's own compile reports what fails
+        return
+    finally:
+        torch._dynamo.reset()
+        gc.collect()
+
+
+def _two_ops(x: Any) -> Any:
+    import torch
+
+    return torch.nn.functional.gelu(x @ x) + 1
