@@ -189,6 +189,20 @@ def test_faster_cache_on_separate_cfg_calls_without_cache_context_is_the_library
     assert "separate transformer call" in support.reason
 
 
+def test_faster_cache_on_separate_cfg_calls_is_the_library_refusal_even_where_the_layout_is_not_measured(monkeypatch):
+    """The library's refusal comes before omni-accel's own gap: a pipeline whose CFG branches are separate calls is
+    refused by diffusers' FasterCache whatever its latents' layout, so an unmeasured layout must not hide it as the
+    harness's (Cosmos 2 read "not measured yet")."""
+    from accel.features import timestep_caches
+
+    monkeypatch.setattr(timestep_caches, "FASTER_CACHE_FORMATS", {})
+    support = _support(loaded("tiny-wan"), "faster_cache", None)
+    assert not support.supported and support.owner is Owner.LIBRARY, support
+    assert "separate transformer call" in support.reason
+    support = _support(loaded("tiny-pixart-sigma"), "faster_cache", None)  # batched CFG: the harness's gap
+    assert not support.supported and support.owner is Owner.HARNESS, support
+
+
 @pytest.mark.parametrize(
     ("model", "guidance", "shares"),
     [("tiny-wan", 3.5, True), ("tiny-wan", 1.0, False), ("tiny-cogvideox", 3.5, False)],

@@ -302,12 +302,6 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
                 f'"Support BSC for LTX Video"); {name} takes {layout}',
                 Owner.LIBRARY,
             )
-        if faster_cache_format(model) is None:
-            return Support.no(
-                f"not supported by omni-accel yet: FasterCache needs the tensor_format of {name}'s latents, not "
-                "measured yet: add its layout to accel.features.timestep_caches.FASTER_CACHE_FORMATS",
-                Owner.HARNESS,
-            )
         if runs_cfg_as_separate_calls(pipeline):
             # Seen on Wan: the hook splits every batch in halves as (uncond, cond); with two videos per prompt
             # it reused one video's features for the other (SSIM 0.87), with one it failed. Its state is not
@@ -316,5 +310,11 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
                 f"FasterCache takes each transformer batch as [uncond, cond] halves; {type(pipeline).__name__} runs "
                 "the unconditional branch as a separate transformer call, so the halves are two different samples",
                 Owner.LIBRARY,
+            )
+        if faster_cache_format(model) is None:
+            return Support.no(
+                f"not supported by omni-accel yet: FasterCache needs the tensor_format of {name}'s latents, not "
+                "measured yet: add its layout to accel.features.timestep_caches.FASTER_CACHE_FORMATS",
+                Owner.HARNESS,
             )
         return super().check_model(pipeline, model, options)
