@@ -7,6 +7,8 @@ import multiprocessing
 import time
 from pathlib import Path
 
+from forkserver_race import Interrupted, interrupt_after_the_first_pid, outlived
+
 from accel.ranksup import RankProblem, start_ranks, supervise
 
 
@@ -45,54 +47,19 @@ def test_ranks_past_the_deadline_are_a_timeout_naming_every_running_rank(tmp_pat
     assert _run(tmp_path, ["hang", "hang"], timeout_s=0.5) == RankProblem("timeout", 0, running=(0, 1))
 
 
-class _Interrupted(BaseException):
-    """What this test's SIGINT handler raises (a KeyboardInterrupt escaping a test would end pytest itself)."""
-
-
 def test_an_interrupt_while_a_forkserver_rank_starts_leaves_no_rank_behind(monkeypatch):
     """A forkserver process starts in two steps: the forkserver forks and sends the pid, then the parent writes
     the process object into the child's pipe. A Ctrl-C between them (here: right after the pid is read) must
     not leave a child waiting for its process object: it held the resource tracker's pipe, so an interrupted
     sweep waited on the tracker forever (CI, two test workers). The interrupt is raised once the process has
     started, and the process is ended."""
-    import os
-    import signal
-    from multiprocessing import forkserver
-
-    read_signed = forkserver.read_signed
-    pids: list[int] = []
-
-    def read_then_interrupt(fd: int) -> int:
-        value = read_signed(fd)
-        if not pids:  # the first read is the new child's pid
-            pids.append(value)
-            os.kill(os.getpid(), signal.SIGINT)
-        return value
-
-    def interrupted(signum, frame):
-        raise _Interrupted
-
-    monkeypatch.setattr(forkserver, "read_signed", read_then_interrupt)
-    previous = signal.signal(signal.SIGINT, interrupted)
     ranks: list = []
-    try:
+    with interrupt_after_the_first_pid(monkeypatch) as pids:
         try:
             start_ranks(multiprocessing.get_context("forkserver"), time.sleep, lambda r: (120,), 2, ranks)
-        except _Interrupted:
+        except Interrupted:
             pass
         else:
             raise AssertionError("the interrupt was lost")
-    finally:
-        signal.signal(signal.SIGINT, previous)
     assert pids, "the forkserver never sent a pid"
-    deadline = time.monotonic() + 20
-    alive = True
-    while alive and time.monotonic() < deadline:
-        try:
-            os.kill(pids[0], 0)
-            time.sleep(0.1)
-        except ProcessLookupError:
-            alive = False
-    if alive:
-        os.kill(pids[0], signal.SIGKILL)
-    assert not alive, "the child started during the interrupt outlived it"
+    assert not outlived(pids[0]), "the child started during the interrupt outlived it"

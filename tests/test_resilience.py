@@ -359,10 +359,6 @@ def test_failed_baselines_names_a_baseline_that_did_not_run_never_one_unsupporte
     }
 
 
-class _Interrupted(BaseException):
-    """What this test's SIGINT handler raises (a KeyboardInterrupt escaping a test would end pytest itself)."""
-
-
 def _sleeping_worker(seconds: float, *rest: object) -> None:
     """Stands in for a cell's worker (``workers._worker``'s arguments): outlives the test unless killed."""
     time.sleep(seconds)
@@ -373,43 +369,18 @@ def test_an_interrupt_while_a_cells_worker_starts_ends_that_worker(monkeypatch):
     forkserver's pid and the process object's write (an interrupted sweep under a second test suite hung on
     it) is raised once the worker has started, and the worker is killed."""
     import multiprocessing
-    from multiprocessing import forkserver
+
+    from forkserver_race import Interrupted, interrupt_after_the_first_pid, outlived
 
     from accel.sweep import workers
 
-    read_signed = forkserver.read_signed
-    pids: list[int] = []
-
-    def read_then_interrupt(fd: int) -> int:
-        value = read_signed(fd)
-        if not pids:  # the first read is the new worker's pid
-            pids.append(value)
-            os.kill(os.getpid(), signal.SIGINT)
-        return value
-
-    def interrupted(signum, frame):
-        raise _Interrupted
-
-    monkeypatch.setattr(forkserver, "read_signed", read_then_interrupt)
     monkeypatch.setattr(workers, "_forkserver_context", lambda: multiprocessing.get_context("forkserver"))
     monkeypatch.setattr(workers, "_worker", _sleeping_worker)
     monkeypatch.setattr(workers, "FAULT_ENV", "OMNI_ACCEL_TEST_UNSET")
-    previous = signal.signal(signal.SIGINT, interrupted)
-    try:
-        with pytest.raises(_Interrupted):
-            workers.run_in_process(120, 600)  # type: ignore[arg-type]  # the "spec" is time.sleep's seconds
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with interrupt_after_the_first_pid(monkeypatch) as pids, pytest.raises(Interrupted):
+        workers.run_in_process(120, 600)  # type: ignore[arg-type]  # the "spec" is time.sleep's seconds
     assert pids, "the forkserver never sent a pid"
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pids[0], 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    os.kill(pids[0], signal.SIGKILL)
-    pytest.fail("the worker started during the interrupt outlived it")
+    assert not outlived(pids[0]), "the worker started during the interrupt outlived it"
 
 
 def test_a_temporary_folder_too_long_for_the_forkservers_socket_is_named_with_what_to_do(tmp_path):
