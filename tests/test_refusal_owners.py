@@ -281,3 +281,44 @@ def test_harness_tea_cache_needs_calibration_where_its_hooks_run():
     support = _refused("tea_cache", target.pipeline, 0.4)
     assert not support.supported and support.owner is Owner.HARNESS, support
     assert support.reason.startswith("needs calibration: omni-accel calibrate")
+
+
+@pytest.mark.parametrize(("model", "bypasses"), [("tiny-sd3", True), ("tiny-sdxl", True), ("tiny-flux", False)])
+def test_library_attention_backend_where_diffusers_passes_over_every_processor(model, bypasses, monkeypatch):
+    """diffusers' ``set_attention_backend`` sets only processors with an ``_attention_backend`` (those that call its
+    dispatcher) and passes over the rest without a word: on tiny-sd3 (JointAttnProcessor2_0) and tiny-sdxl's UNet
+    (AttnProcessor2_0) it returns, sets nothing, and the call's attention never reaches a registered backend. The
+    cells read "failed: backend set but no attention call reached the diffusers dispatcher" before; it is the
+    library's refusal, checked here against the library called directly (tiny-flux: it does reach them)."""
+    from diffusers.models.attention_dispatch import _AttentionBackendRegistry
+    from features_helpers import generate
+
+    from accel.features.base import denoisers
+
+    target = loaded(model)
+    models = denoisers(target.pipeline)
+    calls = {"registry": 0}
+
+    def counted(function):
+        def call(*args, **kwargs):
+            calls["registry"] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    for name, function in list(_AttentionBackendRegistry._backends.items()):
+        monkeypatch.setitem(_AttentionBackendRegistry._backends, name, counted(function))
+    for denoiser in models.values():
+        denoiser.set_attention_backend("native")  # returns: no refusal raised by the library
+    try:
+        generate(target, steps=2)
+    finally:
+        for denoiser in models.values():
+            denoiser.reset_attention_backend()
+    assert (calls["registry"] == 0) == bypasses, calls
+    support = _refused("attention_backend", target.pipeline, {"backend": "native"})
+    if bypasses:
+        assert not support.supported and support.owner is Owner.LIBRARY, support
+        assert "passes over the rest without a word" in support.reason
+    else:
+        assert support.supported, support

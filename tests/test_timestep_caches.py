@@ -235,3 +235,22 @@ def test_pab_where_each_cfg_branch_is_a_call_of_its_own_says_the_branches_share_
     judged = next(v for v in report.verdicts if v.key == "flux/compile")
     assert judged.outcome == "pass"
     assert tables.classify(cell, judged) == (tables.SUPPORTED, f"supported, compile: {caveat}")
+
+
+def test_the_timesteps_kept_as_evidence_do_not_grow_with_the_calls():
+    """The timestep callback runs once per attention module per denoiser call: kept as a list, its record grew by
+    modules x steps every generation (the evidence adding to the memory of a long measurement). Distinct values
+    are kept: as many after three generations as after one."""
+    from accel import apply
+
+    target = loaded("tiny-sd3")
+    config = FEATURES["pyramid_attention_broadcast"].parse_options({})
+    with apply(target.pipeline, config, num_inference_steps=STEPS) as applied:
+        (handle,) = applied.handles
+        kept = []
+        for _ in range(3):
+            generate(target, steps=STEPS)
+            kept.append(sum(len(values) for values in handle.schedule[0].seen.values()))
+        verdict = applied.verdicts()["pyramid_attention_broadcast"]
+    assert kept == [STEPS] * 3, kept
+    assert verdict.engaged, verdict.summary

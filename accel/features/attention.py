@@ -119,6 +119,15 @@ def _attention_processors(transformer: Any) -> list[Any]:
     ]
 
 
+def bypassing_processors(model: Any) -> list[str]:
+    """The processor classes of ``model``'s attention modules when none of them dispatches through diffusers'
+    registry (no ``_attention_backend``: ``set_attention_backend`` skips them), else []."""
+    processors = [module.processor for module in model.modules() if getattr(module, "processor", None) is not None]
+    if not processors or any(hasattr(processor, "_attention_backend") for processor in processors):
+        return []
+    return sorted({type(processor).__name__ for processor in processors})
+
+
 class _DispatchHandle(Handle):
     """Wraps every registered backend function with a ``Tally``: counts survive torch.compile unchanged. Per
     denoiser (``transformer``, ``transformer_2``, ``unet``), a ``Tally`` of its calls and of its attention
@@ -279,6 +288,15 @@ class AttentionBackend(Feature[AttentionBackendConfig, _AttentionHandle]):
                 f"pipeline {type(pipeline).__name__}: {', '.join(without)} has no set_attention_backend() (not a "
                 "diffusers model): omni-accel sets backends through diffusers only",
                 Owner.HARNESS,
+            )
+        bypassing = {name: bypassing_processors(model) for name, model in models.items()}
+        if any(bypassing.values()):
+            named = "; ".join(f"{name}: {', '.join(classes)}" for name, classes in bypassing.items() if classes)
+            return Support.no(
+                "diffusers' set_attention_backend sets only processors that dispatch through its attention registry "
+                f"(those with an _attention_backend) and passes over the rest without a word; {named} call torch's "
+                "attention directly, so no backend can reach them",
+                Owner.LIBRARY,
             )
         return self.probe(device, options, compute_dtype(pipeline))
 

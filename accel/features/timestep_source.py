@@ -39,7 +39,9 @@ class DenoiserTimestep:
     def __init__(self, pipeline: Any, reset: dict[str, Any]) -> None:
         """``reset``: the denoisers (by name) whose hooks' state is reset at each new generation."""
         self.pipeline = pipeline
-        self.seen: dict[str, list[float]] = {}
+        # Distinct timesteps per denoiser (a set: one entry per step however many hooks ask, and no growth with the
+        # calls a long measurement makes: the evidence must not add to the memory it sits beside).
+        self.seen: dict[str, set[float]] = {}
         self.steps_done = 0
         self._reset = reset
         self._from_pipeline = hasattr(type(pipeline), "current_timestep")
@@ -88,7 +90,7 @@ class DenoiserTimestep:
 
         def current_timestep() -> float:
             value = self.current()
-            self.seen.setdefault(denoiser, []).append(value)
+            self.seen.setdefault(denoiser, set()).add(value)
             return value
 
         return current_timestep
