@@ -35,6 +35,7 @@ from accel.results import (
     refused_by,
     warm_median,
 )
+from accel.sweep.raised_in import failure_owner_words
 
 
 class Footnotes:
@@ -130,7 +131,8 @@ def _cell(record: dict[str, Any], verdict: Any) -> tuple[str, str | None]:
         return HARNESS_MARK if owner == "harness" else "❌", (
             f"{variant}: {REFUSED_BY_WORDS[owner]}: {record.get('error')}{declared_tag(record)}"
         )
-    return "❌", f"{variant}: {record.get('error')}{declared_tag(record)}"
+    failed = failure_owner_words(record.get("raised_in")) if record["status"] == "failed" else ""
+    return "❌", f"{variant}: {failed}{record.get('error')}{declared_tag(record)}"
 
 
 def support_matrix(records: list[dict[str, Any]], data: GateData, published: list[PublishedClaim] | None = None) -> str:

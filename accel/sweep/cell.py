@@ -28,6 +28,7 @@ from accel.measure.timing import torch_threads
 from accel.results import SCHEMA_VERSION, steps_path
 from accel.sweep.collect import collect_record
 from accel.sweep.engine_cell import ENGINE_TARGETS, measure_engine
+from accel.sweep.raised_in import raised_in
 from accel.sweep.spec import BASELINE, CELL_FILES, INTERLEAVED, CellSpec, npz_bytes
 
 # Exported as this module's own name: the rank-seeds fault (``accel.sweep.ranks``) replaces it here, where
@@ -83,6 +84,7 @@ def run_cell(spec: CellSpec) -> dict[str, Any]:
     except Exception as error:  # a crash inside a pipeline or a feature: recorded, the sweep goes on
         first_line = (str(error).strip().splitlines() or [""])[0]
         record.update(status="failed", error=f"{type(error).__name__}: {first_line}", traceback=traceback.format_exc())
+        record["raised_in"] = raised_in(error)  # whose code failed: a library's, the model's or omni-accel's
     record["cell_wall_s"] = time.perf_counter() - started
     # Wall-clock span (epoch seconds): the runner finds the cells that overlapped it on the same node.
     timing = record.setdefault("timing", {})
