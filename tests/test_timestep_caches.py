@@ -254,3 +254,34 @@ def test_the_timesteps_kept_as_evidence_do_not_grow_with_the_calls():
         verdict = applied.verdicts()["pyramid_attention_broadcast"]
     assert kept == [STEPS] * 3, kept
     assert verdict.engaged, verdict.summary
+
+
+@pytest.mark.parametrize("skip_range", [2, 3])
+def test_pab_caveat_on_per_branch_cfg_says_which_branch_computes_as_the_library_did(skip_range):
+    """Wave 9's caveat said "each branch takes the attention the other branch computed last"; diffusers' PAB counts
+    the cond and uncond calls as one sequence, so with an even block_skip_range (the default 2) the unconditional
+    call never computes its attention inside the range: it always takes the conditional call's of the same step.
+    Counted at the attention's query projection per call (Wan calls cond, then uncond, each step)."""
+    target = loaded("tiny-wan")
+    transformer = target.pipeline.transformer
+    calls = [0]
+    computed: list[int] = []
+    hooks = [
+        transformer.register_forward_pre_hook(lambda *_: calls.__setitem__(0, calls[0] + 1)),
+        transformer.blocks[0].attn1.to_q.register_forward_pre_hook(lambda *_: computed.append(calls[0])),
+    ]
+    raw = {"spatial_attention_timestep_skip_range": [0, 1001], "spatial_attention_block_skip_range": skip_range}
+    try:
+        verdict, _ = applied_runs(target, "pyramid_attention_broadcast", raw, runs=1, steps=STEPS)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    caveat = verdict.evidence["caveat"]
+    uncond_computed = [n for n in computed if n % 2 == 0]  # the second call of each step
+    cond_computed = [n for n in computed if n % 2 == 1]
+    if skip_range % 2 == 0:
+        assert uncond_computed == [] and cond_computed, computed
+        assert "only one branch's calls compute that attention" in caveat, caveat
+    else:
+        assert uncond_computed and cond_computed, computed
+        assert "whichever branch computed last" in caveat, caveat

@@ -54,8 +54,9 @@ class WorkCounter(Handle):
         self.hooked: list[str] = []
         # PAB and FasterCache: their timestep source and each denoiser's range (accel.features.timestep_caches).
         self.schedule: Any = None
-        # PAB on a pipeline that calls its denoiser once per CFG branch: (pipeline class, steps per run).
-        self.branch_sharing: tuple[str, int] | None = None
+        # PAB on a pipeline that calls its denoiser once per CFG branch: (pipeline class, steps per run, PAB's
+        # block_skip_range).
+        self.branch_sharing: tuple[str, int, int] | None = None
 
     def begin_run(self) -> None:
         super().begin_run()

@@ -128,7 +128,7 @@ class PyramidAttentionBroadcast(_TimestepHookFeature[PyramidAttentionBroadcastCo
     def apply(self, pipeline: Any, options: PyramidAttentionBroadcastConfig, context: RunContext) -> WorkCounter:
         handle = super().apply(pipeline, options, context)
         if runs_cfg_as_separate_calls(pipeline):
-            handle.branch_sharing = (type(pipeline).__name__, context.steps)
+            handle.branch_sharing = (type(pipeline).__name__, context.steps, options.spatial_attention_block_skip_range)
         return handle
 
     def verify(self, handle: WorkCounter) -> Verdict:
@@ -165,19 +165,28 @@ def shared_across_cfg_branches(handle: WorkCounter, verdict: Verdict) -> str | N
 
     diffusers' PAB keeps one state per attention module (``PyramidAttentionBroadcastState``), not one per
     ``cache_context`` as FirstBlockCache's ``StateManager`` does: where the unconditional branch is a call of its
-    own, a reused step gives each branch the attention the other branch computed last. Said only where the runs
-    show more denoiser calls than steps (the unconditional calls were made)."""
+    own, the module's calls alternate between the branches and its count of calls decides which compute: with an
+    even ``block_skip_range`` (the default 2) only the branch called first in each step ever computes inside the
+    range and the other branch's calls always take its attention (never computing their own: CFG's difference is
+    lost in those layers); with an odd one a reused call takes whichever branch computed last. Said only where the
+    runs show more denoiser calls than steps (the unconditional calls were made)."""
     if handle.branch_sharing is None or not verdict.engaged:
         return None
-    pipeline, steps = handle.branch_sharing
+    pipeline, steps, skip_range = handle.branch_sharing
     calls = [sum(counts.values()) for counts in verdict.evidence.get("denoiser_calls_per_run", [])]
     if not calls or max(calls) <= steps:
         return None
-    return (
+    shared = (
         f"{pipeline} calls the denoiser once per CFG branch and diffusers' PAB keeps one attention cache per module, "
-        "not one per branch (no cache_context): on a reused step each branch takes the attention the other "
-        "branch computed last"
+        "not one per branch (no cache_context), counting the two branches' calls as one sequence: "
     )
+    if skip_range % 2 == 0:
+        return shared + (
+            f"with spatial_attention_block_skip_range {skip_range} (even), inside the timestep range only one "
+            "branch's calls compute that attention and the other branch's take it instead of computing their own "
+            "(both branches' attention there is the one branch's)"
+        )
+    return shared + "on a reused step a branch takes the attention whichever branch computed last"
 
 
 # The tensor_format of each transformer's latents, as measured on the zoo (the hidden_states it is called with),
