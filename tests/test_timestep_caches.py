@@ -111,6 +111,36 @@ def test_faster_cache_on_packed_latents_is_the_library_refusal():
     assert "BCFHW, BFCHW or BCHW" in support.reason and type(transformer).__name__ in support.reason
 
 
+def test_faster_cache_guidance_distilled_runs_on_packed_latents_as_the_library_runs_it():
+    """With ``is_guidance_distilled`` diffusers' FasterCache skips no unconditional batch, so its frequency filter
+    (the only reader of ``tensor_format``) never runs: on tiny-flux's packed tokens the library runs it (called
+    directly: attention reused, the output changed; wave 9 review), so omni-accel does not refuse it."""
+    from diffusers import FasterCacheConfig as LibraryConfig
+
+    target = loaded("tiny-flux")
+    baseline = generate(target, steps=STEPS)[0]
+    direct = LibraryConfig(
+        spatial_attention_block_skip_range=2,
+        spatial_attention_timestep_skip_range=(-1, 681),  # the default: the first step outside (nothing cached yet)
+        current_timestep_callback=lambda: target.pipeline.current_timestep,
+        is_guidance_distilled=True,
+        tensor_format="BCHW",
+    )
+    target.pipeline.transformer.enable_cache(direct)
+    try:
+        library = generate(target, steps=STEPS)[0]
+    finally:
+        target.pipeline.transformer.disable_cache()
+    assert not np.array_equal(library, baseline)
+    raw = {"is_guidance_distilled": True}
+    assert _support(target, "faster_cache", raw).supported
+    verdict, outputs = applied_runs(target, "faster_cache", raw, runs=1, steps=STEPS)
+    assert verdict.engaged, verdict.summary
+    assert np.array_equal(outputs[0][0], library)  # the harness's call is the library's
+    refused = _support(target, "faster_cache", None)  # not distilled: the filter would read packed tokens
+    assert not refused.supported and refused.owner is Owner.LIBRARY and "is_guidance_distilled" in refused.reason
+
+
 def test_faster_cache_splits_every_input_batched_with_the_latents():
     """SD3 batches [uncond, cond] in one call. diffusers' FasterCache, called directly with its default inputs to
     split, halves hidden_states and encoder_hidden_states but leaves ``pooled_projections`` whole, and the call

@@ -56,7 +56,7 @@ class WorkCounter(Handle):
         self.schedule: Any = None
         # PAB on a pipeline that calls its denoiser once per CFG branch: (pipeline class, steps per run, PAB's
         # block_skip_range).
-        self.branch_sharing: tuple[str, int, int] | None = None
+        self.branch_sharing: tuple[str, int, int | None] | None = None
 
     def begin_run(self) -> None:
         super().begin_run()

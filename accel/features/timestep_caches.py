@@ -76,6 +76,9 @@ class _TimestepHookFeature(_DiffusersHookFeature[ConfigT]):
 
     def verify(self, handle: WorkCounter) -> Verdict:
         verdict = skipped_work_verdict(handle.runs, self.name)
+        note = shared_across_cfg_branches(handle, verdict)
+        if note:
+            verdict.evidence["caveat"] = note
         if handle.schedule is None:
             return verdict
         timestep, windows = handle.schedule
@@ -131,13 +134,6 @@ class PyramidAttentionBroadcast(_TimestepHookFeature[PyramidAttentionBroadcastCo
             handle.branch_sharing = (type(pipeline).__name__, context.steps, options.spatial_attention_block_skip_range)
         return handle
 
-    def verify(self, handle: WorkCounter) -> Verdict:
-        verdict = super().verify(handle)
-        note = shared_across_cfg_branches(handle, verdict)
-        if note:
-            verdict.evidence["caveat"] = note
-        return verdict
-
     def check_model(self, pipeline: Any, model: Any, options: PyramidAttentionBroadcastConfig) -> Support:
         unknown = sorted(set(options.timestep_skip_ranges) - set(denoisers(pipeline)))
         if unknown:
@@ -180,6 +176,12 @@ def shared_across_cfg_branches(handle: WorkCounter, verdict: Verdict) -> str | N
         f"{pipeline} calls the denoiser once per CFG branch and diffusers' PAB keeps one attention cache per module, "
         "not one per branch (no cache_context), counting the two branches' calls as one sequence: "
     )
+    if skip_range is None:  # FasterCache, guidance-distilled: its block state is one per module as PAB's
+        return (
+            f"{pipeline} calls the denoiser once per CFG branch and diffusers' FasterCache keeps one attention state "
+            "per module, not one per branch (no cache_context): a reused call takes the attention the other "
+            "branch's call cached"
+        )
     if skip_range % 2 == 0:
         return shared + (
             f"with spatial_attention_block_skip_range {skip_range} (even), inside the timestep range only one "
@@ -280,11 +282,15 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
             **options.model_dump(),
             current_timestep_callback=current_timestep,
             attention_weight_callback=lambda _: 0.5,
-            tensor_format=faster_cache_format(model),
+            # Guidance-distilled: no unconditional batch to approximate, so the frequency filter that reads the
+            # format never runs (diffusers returns before it); the library still checks the value is one it knows.
+            tensor_format=faster_cache_format(model) or ("BCHW" if options.is_guidance_distilled else None),
         )
 
     def apply(self, pipeline: Any, options: FasterCacheConfig, context: RunContext) -> WorkCounter:
         handle = super().apply(pipeline, options, context)
+        if options.is_guidance_distilled and runs_cfg_as_separate_calls(pipeline):
+            handle.branch_sharing = (type(pipeline).__name__, context.steps, None)
         hooks = [
             model.register_forward_pre_hook(split_every_batched_input, with_kwargs=True)
             for model in denoisers(pipeline).values()
@@ -304,14 +310,15 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
         # (the current timestep) are not what stops it.
         name = type(model).__name__
         layout = _by_prefix(FASTER_CACHE_UNSUPPORTED_LAYOUTS, model)
-        if layout is not None:
+        if layout is not None and not options.is_guidance_distilled:
             # Seen on Flux and Qwen-Image: "Tensors must have same number of dimensions: got 4 and 3".
             return Support.no(
                 f"diffusers' FasterCache filters latents of tensor_format BCFHW, BFCHW or BCHW only (its TODO: "
-                f'"Support BSC for LTX Video"); {name} takes {layout}',
+                f'"Support BSC for LTX Video"); {name} takes {layout}. A guidance-distilled model (FLUX.1-dev) '
+                "needs no filter: faster_cache: {is_guidance_distilled: true}",
                 Owner.LIBRARY,
             )
-        if runs_cfg_as_separate_calls(pipeline):
+        if runs_cfg_as_separate_calls(pipeline) and not options.is_guidance_distilled:
             # Seen on Wan: the hook splits every batch in halves as (uncond, cond); with two videos per prompt
             # it reused one video's features for the other (SSIM 0.87), with one it failed. Its state is not
             # kept per CFG branch either, so is_guidance_distilled would mix the two calls' attention.
@@ -320,7 +327,7 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
                 "the unconditional branch as a separate transformer call, so the halves are two different samples",
                 Owner.LIBRARY,
             )
-        if faster_cache_format(model) is None:
+        if faster_cache_format(model) is None and not options.is_guidance_distilled:
             return Support.no(
                 f"not supported by omni-accel yet: FasterCache needs the tensor_format of {name}'s latents, not "
                 "measured yet: add its layout to accel.features.timestep_caches.FASTER_CACHE_FORMATS",
