@@ -89,3 +89,28 @@ def test_coverage_tiling_is_diffusers_own_tiled_decode_and_says_what_it_does(mod
     assert geometry in note and "blends the 8-px overlaps" in note, note
     verdict, _ = applied_runs(target, "vae_use_tiling", {"tile_size": 32, "tile_stride": 24})
     assert verdict.engaged and verdict.evidence["parity_note"] == note and note in verdict.summary
+
+
+def test_tiling_on_cogvideox_sets_its_overlap_factor_as_diffusers_takes_it():
+    """CogVideoX's VAE takes tile sizes and overlap factors, not strides: the harness passed
+    ``tile_sample_stride_height`` and the cell failed inside omni-accel (coverage, wave 9's ``raised_in``). The
+    stride is given as the overlap 1 - stride / size, and the decode is diffusers' own at that setting."""
+    import torch
+
+    target = loaded("tiny-cogvideox")
+    vae = target.pipeline.vae
+    latents = torch.randn((1, vae.config.latent_channels, 2, 8, 8), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        vae.enable_tiling(
+            tile_sample_min_height=32, tile_sample_min_width=32,
+            tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.25,
+        )  # fmt: skip
+        direct = vae.decode(latents).sample
+        vae.disable_tiling()
+        with apply(target.pipeline, VaeTilingConfig(tile_size=32, tile_stride=24)) as applied:
+            harness = vae.decode(latents).sample
+            note = applied.handles[0].geometry
+    assert torch.equal(harness, direct)
+    assert "decodes 32-px tiles every 24 px" in note, note
+    verdict, _ = applied_runs(target, "vae_use_tiling", {"tile_size": 32, "tile_stride": 24}, steps=2)
+    assert verdict.engaged, verdict.summary

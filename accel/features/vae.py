@@ -91,6 +91,11 @@ def tiling_geometry(vae: Any) -> str:
         tile, stride = int(vae.tile_sample_min_height), int(vae.tile_sample_stride_height)
         blend = max(0, tile - stride)
         latents = ""
+    elif hasattr(vae, "tile_overlap_factor_height") and hasattr(vae, "tile_sample_min_height"):  # CogVideoX style
+        tile = int(vae.tile_sample_min_height)
+        blend = int(tile * vae.tile_overlap_factor_height)
+        stride = tile - blend
+        latents = ""
     else:
         tile = int(vae.tile_sample_min_size)
         blend = int(tile * vae.tile_overlap_factor)
@@ -147,6 +152,8 @@ class VaeTiling(Feature[VaeTilingConfig, _TilingHandle]):
             "tile_sample_min_width",
             "tile_sample_stride_height",
             "tile_sample_stride_width",
+            "tile_overlap_factor_height",
+            "tile_overlap_factor_width",
         )
         saved = {a: getattr(vae, a) for a in tile_attributes if hasattr(vae, a)}
         accepted = inspect.signature(vae.enable_tiling).parameters
@@ -155,8 +162,13 @@ class VaeTiling(Feature[VaeTilingConfig, _TilingHandle]):
             kwargs: dict[str, Any] = {}
             if options.tile_size is not None:
                 kwargs["tile_sample_min_height"] = kwargs["tile_sample_min_width"] = options.tile_size
-            if options.tile_stride is not None:
+            if options.tile_stride is not None and "tile_sample_stride_height" in accepted:
                 kwargs["tile_sample_stride_height"] = kwargs["tile_sample_stride_width"] = options.tile_stride
+            elif options.tile_stride is not None:
+                # CogVideoX style: the overlap as a share of the tile (1 - stride / size).
+                size = options.tile_size or vae.tile_sample_min_height
+                overlap = max(0.0, 1.0 - options.tile_stride / size)
+                kwargs["tile_overlap_factor_height"] = kwargs["tile_overlap_factor_width"] = overlap
             vae.enable_tiling(**kwargs)
         else:
             # AutoencoderKL style: one tile size and an overlap factor, set as attributes.
