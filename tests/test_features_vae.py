@@ -100,17 +100,17 @@ def test_tiling_on_cogvideox_sets_its_overlap_factor_as_diffusers_takes_it():
     target = loaded("tiny-cogvideox")
     vae = target.pipeline.vae
     latents = torch.randn((1, vae.config.latent_channels, 2, 8, 8), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
+    with torch.no_grad():  # the harness first: enable_tiling keeps factors an earlier call set
+        with apply(target.pipeline, VaeTilingConfig(tile_size=32, tile_stride=16)) as applied:
+            harness = vae.decode(latents).sample
+            note = applied.handles[0].geometry
         vae.enable_tiling(
             tile_sample_min_height=32, tile_sample_min_width=32,
-            tile_overlap_factor_height=0.25, tile_overlap_factor_width=0.25,
+            tile_overlap_factor_height=0.5, tile_overlap_factor_width=0.5,
         )  # fmt: skip
         direct = vae.decode(latents).sample
         vae.disable_tiling()
-        with apply(target.pipeline, VaeTilingConfig(tile_size=32, tile_stride=24)) as applied:
-            harness = vae.decode(latents).sample
-            note = applied.handles[0].geometry
-    assert torch.equal(harness, direct)
-    assert "decodes 32-px tiles every 24 px" in note, note
-    verdict, _ = applied_runs(target, "vae_use_tiling", {"tile_size": 32, "tile_stride": 24}, steps=2)
+    assert torch.equal(harness, direct)  # at its default overlap (1/6) the tiles would start every 24 px
+    assert "decodes 32-px tiles every 16 px" in note, note
+    verdict, _ = applied_runs(target, "vae_use_tiling", {"tile_size": 32, "tile_stride": 16}, steps=2)
     assert verdict.engaged, verdict.summary
