@@ -167,6 +167,7 @@ def main() -> None:
         "probe": probes,
         "held_out": {k: round(summary[k], 3) for k in (*VIDEO_ATTRIBUTES, "overall")},
         "direction_ci": [round(v, 2) for v in summary["direction_ci"]],
+        "colour_ci": [round(v, 2) for v in summary["colour_ci"]],
         "n": summary["n"],
         "seconds": {
             "train": round(train_s),
