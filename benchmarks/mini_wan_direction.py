@@ -7,9 +7,12 @@ cached in ``--cache``), with the recipe's ``train.expert`` section changed by th
 and colour words at sigma 0.85 (wrong / right caption error; 1 when the word is ignored), the held-out
 adherence at guidance ``--cfg`` (the 24 held-out captions x ``--eval-seeds``, 20 steps, both experts) and the
 wall times. ``--seed`` draws the batches and noise (the committed run's expert generator is seed 1).
+``--probe-every N`` prints, every N steps, one JSON line of the same two probes on the EMA weights the stage
+would keep at that step (``"step"``, ``"probe"``, ``"seconds"``: training time so far): a learning curve from
+one run, the same run as without it (the probes draw from their own generators).
 
     python benchmarks/mini_wan_direction.py --steps 2000 [--seed 1] [--direction-contrast 1.0 --margin 0.1]
-        [--temporal-weight 1.0] [--empty-caption 0.1] [--save DIR]
+        [--temporal-weight 1.0] [--empty-caption 0.1] [--sigma-power 2] [--probe-every 500] [--save DIR]
 """
 
 from __future__ import annotations
@@ -61,6 +64,21 @@ def _prepare(pipe: Any, config: dict[str, Any], cache: Path) -> dict[str, Any]:
     return data
 
 
+def _probes(pipe: Any) -> dict[str, float]:
+    """The direction and colour ``caption_preference`` probes of ``pipe.transformer`` at sigma 0.85."""
+    from accel.measure import mini_wan_eval
+    from accel.zoo import video_world
+
+    base = video_world.VideoScene("blue", "red", "left")
+    probes = {}
+    for word, other in (("direction", video_world.VideoScene("blue", "red", "right")),
+                        ("colour", video_world.VideoScene("blue", "green", "left"))):  # fmt: skip
+        probe = mini_wan_eval.caption_preference(pipe, base, other, "transformer", 0.85)
+        probes[word] = round(probe["ratio"], 3)
+        probes[f"{word}_right_closer"] = round(probe["right_closer"], 2)
+    return probes
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=2000)
@@ -70,6 +88,8 @@ def main() -> None:
     parser.add_argument("--contrast-rows", type=int, default=16)
     parser.add_argument("--temporal-weight", type=float, default=0.0)
     parser.add_argument("--empty-caption", type=float, default=None)
+    parser.add_argument("--sigma-power", type=float, default=None, help="train.expert's sigma_power (leans low)")
+    parser.add_argument("--probe-every", type=int, default=0, help="probes every N steps (0: at the end only)")
     parser.add_argument("--cfg", type=float, default=5.0)
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--cache", default="/tmp/mini-wan-expert-data.pt")
@@ -102,27 +122,38 @@ def main() -> None:
                           contrast_rows=args.contrast_rows)  # fmt: skip
     if args.temporal_weight:
         expert_cfg["temporal_weight"] = args.temporal_weight
+    if args.sigma_power is not None:
+        expert_cfg["sigma_power"] = args.sigma_power
     model = build_components(config)["transformer"]
+    probed = copy.deepcopy(model).eval()  # holds the EMA weights while they are probed
+    probe_s = 0.0
     trained = time.perf_counter()
+
+    def on_step(step: int, ema: dict[str, torch.Tensor]) -> None:
+        nonlocal probe_s
+        if not args.probe_every or step % args.probe_every:
+            return
+        began_probe = time.perf_counter()
+        probed.load_state_dict(ema)
+        pipe.transformer = probed
+        line = {"label": args.label, "seed": args.seed, "step": step, "probe": _probes(pipe),
+                "seconds": round(began_probe - trained - probe_s)}  # fmt: skip
+        print(json.dumps(line), flush=True)
+        probe_s += time.perf_counter() - began_probe
+
     result = _train_expert(
         "transformer", model, data["latents"], data["masks"], data["embeds"], data["caption_index"],
         data["unique"].index(""), config, torch.Generator().manual_seed(args.seed), ThreadPicker([1]),
-        TrainLog(None), progress=False, swaps=direction_swaps(data["unique"]),
+        TrainLog(None), progress=False, swaps=direction_swaps(data["unique"]), on_step=on_step,
     )  # fmt: skip
-    train_s = time.perf_counter() - trained
+    train_s = time.perf_counter() - trained - probe_s
     if args.save:
         from safetensors.torch import save_file
 
         Path(args.save).mkdir(parents=True, exist_ok=True)
         save_file(model.state_dict(), str(Path(args.save) / "transformer.safetensors"))
     pipe.transformer = model
-    base = video_world.VideoScene("blue", "red", "left")
-    probes = {}
-    for word, other in (("direction", video_world.VideoScene("blue", "red", "right")),
-                        ("colour", video_world.VideoScene("blue", "green", "left"))):  # fmt: skip
-        probe = mini_wan_eval.caption_preference(pipe, base, other, "transformer", 0.85)
-        probes[word] = round(probe["ratio"], 3)
-        probes[f"{word}_right_closer"] = round(probe["right_closer"], 2)
+    probes = _probes(pipe)
     evaluated = time.perf_counter()
     summary = mini_wan_eval.held_out_adherence(
         pipe, list(video_world.HELD_OUT_SCENES), args.eval_seeds, args.cfg, steps=20
@@ -136,9 +167,11 @@ def main() -> None:
         "probe": probes,
         "held_out": {k: round(summary[k], 3) for k in (*VIDEO_ATTRIBUTES, "overall")},
         "direction_ci": [round(v, 2) for v in summary["direction_ci"]],
+        "colour_ci": [round(v, 2) for v in summary["colour_ci"]],
         "n": summary["n"],
         "seconds": {
             "train": round(train_s),
+            "probes": round(probe_s),
             "eval": round(time.perf_counter() - evaluated),
             "total": round(time.perf_counter() - began),
         },

@@ -77,7 +77,7 @@ def test_the_predicted_clean_latent_of_the_true_velocity_is_the_clean_latent():
     assert torch.allclose(implied, x0, atol=1e-6)
 
 
-def _tiny_expert_run(expert_cfg: dict) -> dict[str, torch.Tensor]:
+def _tiny_expert_run(expert_cfg: dict, on_step=None) -> dict[str, torch.Tensor]:
     """Three steps of ``_train_expert`` on a tiny transformer and data: the resulting weights."""
     config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
     config["transformer"].update(num_layers=1)
@@ -93,7 +93,7 @@ def _tiny_expert_run(expert_cfg: dict) -> dict[str, torch.Tensor]:
     mini_wan_train._train_expert(
         "transformer", model, latents, masks, embeds, caption_index, captions.index(""), config,
         torch.Generator().manual_seed(1), ThreadPicker([1]), TrainLog(None), progress=False,
-        swaps=mini_wan_objective.direction_swaps(captions),
+        swaps=mini_wan_objective.direction_swaps(captions), on_step=on_step,
     )  # fmt: skip
     return {k: v.clone() for k, v in model.state_dict().items()}
 
@@ -137,3 +137,48 @@ def test_the_contrast_without_swaps_is_refused():
             "transformer", None, None, None, None, None, 0, config, torch.Generator(), ThreadPicker([1]),
             TrainLog(None), progress=False,
         )  # fmt: skip
+
+
+def test_the_power_draw_leans_towards_zero_by_its_power_and_refuses_a_non_positive_one():
+    draw = torch.rand(20_000, generator=torch.Generator().manual_seed(2))
+    for power in (2.0, 3.0):
+        leaned = mini_wan_objective.power_draw(draw, power)
+        assert ((leaned >= 0) & (leaned <= 1)).all()
+        for q in (0.1, 0.25, 0.5):  # P(r ** power < q) = q ** (1 / power)
+            assert float((leaned < q).float().mean()) == pytest.approx(q ** (1 / power), abs=0.015)
+    with pytest.raises(ValueError, match="positive power"):
+        mini_wan_objective.power_draw(draw, 0.0)
+
+
+def test_the_sigma_power_lowers_every_draw_of_the_expert_s_sigma_and_its_absence_changes_nothing(monkeypatch):
+    seen: list[torch.Tensor] = []
+    real = mini_wan_train.noised_sample
+
+    def spy(x0: torch.Tensor, noise: torch.Tensor, sigma: torch.Tensor) -> torch.Tensor:
+        seen.append(sigma.clone())
+        return real(x0, noise, sigma)
+
+    monkeypatch.setattr(mini_wan_train, "noised_sample", spy)
+    runs = {}
+    for name, cfg in (("absent", {}), ("one", {"sigma_power": 1.0}), ("three", {"sigma_power": 3.0})):
+        seen.clear()
+        weights = _tiny_expert_run(cfg)
+        runs[name] = (torch.cat(seen), weights)
+    plain, leaned = runs["absent"][0], runs["three"][0]
+    assert torch.equal(runs["one"][0], plain)  # no key is the uniform draw, the committed recipe's
+    assert all(torch.equal(runs["one"][1][k], runs["absent"][1][k]) for k in runs["absent"][1])
+    shift, boundary = mini_wan.MINI_WAN_CONFIG["scheduler"]["shift"], mini_wan.MINI_WAN_CONFIG["boundary_ratio"]
+    low_u = mini_wan_train.sigma_range("transformer", boundary, shift)[0]
+    low = mini_wan_train.shifted_sigma(torch.tensor(low_u), shift)
+    assert (leaned <= plain).all() and (leaned < plain).any()  # the same uniform draws, each one lowered
+    assert (leaned >= low - 1e-6).all()  # and still within the expert's range
+    assert any(not torch.equal(runs["three"][1][k], plain_w) for k, plain_w in runs["absent"][1].items())
+
+
+def test_the_step_callback_sees_each_step_s_ema_weights_and_the_last_are_the_ones_kept():
+    seen: list[tuple[int, dict[str, torch.Tensor]]] = []
+    kept = _tiny_expert_run({}, on_step=lambda step, ema: seen.append((step, {k: v.clone() for k, v in ema.items()})))
+    assert [step for step, _ in seen] == [1, 2, 3]
+    assert all(torch.equal(seen[-1][1][k], kept[k]) for k in kept)  # the EMA after the last step is what is kept
+    assert any(not torch.equal(seen[0][1][k], kept[k]) for k in kept)  # and the first step's is not yet that
+    assert all(torch.equal(_tiny_expert_run({})[k], kept[k]) for k in kept)  # watching changes nothing

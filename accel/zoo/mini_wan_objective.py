@@ -11,6 +11,12 @@ Two terms aim at it, each switched on by a key of the recipe's ``train.expert`` 
   the right one's by the margin in log ratio (``contrast_hinge``): the probe's ratio, made a target.
 - ``temporal_weight``: the error of the frame-to-frame change of the predicted clean latent
   (``temporal_difference_error``), where motion lives.
+
+A third key changes where on the schedule the expert learns, not the loss: ``sigma_power`` draws the expert's
+time ``u`` from ``low + (high - low) r ** sigma_power`` (``r`` uniform; ``power_draw``) instead of uniformly,
+so a power above 1 spends more draws at the lower sigmas of the expert's range. Near sigma 1 the MSE-optimal
+prediction is the conditional mean, which on the world's torus (the ball starts anywhere) carries no
+direction: only draws where the noisy latent still shows the ball can teach the direction word.
 """
 
 from __future__ import annotations
@@ -80,3 +86,10 @@ def temporal_difference_error(predicted: torch.Tensor, x0: torch.Tensor, weights
     change = predicted.diff(dim=2) - x0.diff(dim=2)
     pair = torch.maximum(weights[:, :, 1:], weights[:, :, :-1]).expand_as(change)
     return (pair * change**2).sum() / pair.sum()
+
+
+def power_draw(draw: torch.Tensor, power: float) -> torch.Tensor:
+    """``draw ** power`` for uniform draws in [0, 1]: above 1 the result leans towards 0 (P(< q) = q ** (1 / power))."""
+    if power <= 0:
+        raise ValueError(f"sigma_power {power}: expected a positive power (1 is the uniform draw, 2 leans low)")
+    return draw**power

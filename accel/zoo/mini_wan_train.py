@@ -31,6 +31,7 @@ from accel.zoo.mini_wan_objective import (
     contrast_hinge,
     direction_swaps,
     pick_swaps,
+    power_draw,
     predicted_x0,
     temporal_difference_error,
     weighted_row_error,
@@ -247,6 +248,7 @@ def _train_expert(
     log: TrainLog,
     progress: bool,
     swaps: torch.Tensor | None = None,
+    on_step: Callable[[int, dict[str, torch.Tensor]], None] | None = None,
 ) -> dict[str, Any]:
     """Rectified flow for one expert on its part of the schedule (``sigma_range``); the EMA weights are kept.
 
@@ -256,11 +258,15 @@ def _train_expert(
     (``accel.zoo.mini_wan_objective``; absent keys leave the committed recipe's draws and weights unchanged):
     ``direction_contrast`` (weight, with ``direction_margin`` and ``contrast_rows``, the first rows of the batch
     predicted again under a caption with another direction word from ``swaps``, ``direction_swaps``) and
-    ``temporal_weight`` (the frame-to-frame change of the predicted clean latent).
+    ``temporal_weight`` (the frame-to-frame change of the predicted clean latent); ``sigma_power`` leans the
+    draws of the expert's time towards the low end of its range (``power_draw``). ``on_step``, when given, is
+    called after every step with the number of steps done and the EMA weights (the ones the stage keeps; read
+    them, do not change them): a learning curve without changing the run.
     """
     cfg = config["train"]["expert"]
     contrast = float(cfg.get("direction_contrast", 0.0))
     temporal = float(cfg.get("temporal_weight", 0.0))
+    power = float(cfg.get("sigma_power", 1.0))
     if contrast and swaps is None:
         raise ValueError(
             "direction_contrast needs the captions' direction swaps: pass "
@@ -280,7 +286,10 @@ def _train_expert(
         drop = torch.rand(cfg["batch"], generator=generator) < cfg["empty_caption"]
         which = torch.where(drop, torch.full_like(which, empty), which)
         noise = torch.randn(x0.shape, generator=generator)
-        sigma = shifted_sigma(low + (high - low) * torch.rand(cfg["batch"], generator=generator), shift)
+        draw = torch.rand(cfg["batch"], generator=generator)
+        if power != 1.0:
+            draw = power_draw(draw, power)
+        sigma = shifted_sigma(low + (high - low) * draw, shift)
         noisy = noised_sample(x0, noise, sigma)
         prediction = model(
             hidden_states=noisy,
@@ -315,6 +324,8 @@ def _train_expert(
         loss.backward()
         optimizer.step()
         ema_update(ema, model.state_dict(), ema_decay(step, cfg["ema"]))
+        if on_step is not None:
+            on_step(step + 1, ema)
         return loss.item()
 
     result: dict[str, Any] = _loop(expert, cfg["steps"], step_fn, picker, log, progress, NAME)
