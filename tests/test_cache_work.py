@@ -80,7 +80,7 @@ def test_a_call_on_a_smaller_batch_made_by_the_pipeline_is_not_work_skipped():
     from accel.features.work import BlockWork, work_done
 
     target = loaded("tiny-flux")
-    work = BlockWork({"transformer": target.pipeline.transformer})
+    work = BlockWork({"transformer": target.pipeline.transformer}, rows=True)
     try:
         runs = []
         for images in (2, 1):
@@ -174,7 +174,8 @@ def test_teacache_coefficients_are_the_published_sets_with_their_source():
     assert sets["NativeFluxTransformer"] == sets["FluxTransformer2DModel"]
 
 
-def test_work_counters_inside_regionally_compiled_blocks_add_no_graph_and_count_every_call():
+@pytest.mark.parametrize("rows", [False, True], ids=["calls", "rows"])
+def test_work_counters_inside_regionally_compiled_blocks_add_no_graph_and_count_every_call(rows):
     """The counted leaves sit inside the compiled blocks: their hooks are traced, bump tensor tallies at run time,
     and leave the graphs, graph breaks and converted frames as without them (no recompile for a counter)."""
     from accel.features.compile import _dynamo_counters
@@ -187,7 +188,7 @@ def test_work_counters_inside_regionally_compiled_blocks_add_no_graph_and_count_
         target = loaded("tiny-flux")
         transformer = target.pipeline.transformer
         transformer.compile_repeated_blocks(backend="aot_eager")
-        work = BlockWork({"transformer": transformer}) if counted else None
+        work = BlockWork({"transformer": transformer}, rows=rows) if counted else None
         generate(target, steps=2)
         before = _dynamo_counters()
         if work is not None:

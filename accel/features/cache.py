@@ -46,10 +46,10 @@ class WorkCounter(Handle):
     """The handle of a cache hook: counts, per denoiser, its calls and the work its blocks computed (``BlockWork``,
     below every hook a cache installs). ``undo`` takes the cache away on ``remove``."""
 
-    def __init__(self, models: dict[str, Any], undo: Any = None, device: str = "cpu") -> None:
+    def __init__(self, models: dict[str, Any], undo: Any = None, device: str = "cpu", rows: bool = False) -> None:
         super().__init__()
         self.undo = undo
-        self.work = BlockWork(models, device)
+        self.work = BlockWork(models, device, rows=rows)
         # The modules a hook matched by name (taylorseer_cache fills it; its evidence).
         self.hooked: list[str] = []
         # PAB and FasterCache: their timestep source and each denoiser's range (accel.features.timestep_caches).

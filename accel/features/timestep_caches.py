@@ -41,6 +41,10 @@ class _TimestepHookFeature(_DiffusersHookFeature[ConfigT]):
         """diffusers' config for the denoiser ``name`` with the given ``current_timestep_callback``."""
         raise NotImplementedError
 
+    def counts_rows(self, options: ConfigT) -> bool:
+        """Whether a call may compute part of its batch (work counted in rows, ``accel.features.work``)."""
+        return False
+
     def window(self, name: str, options: ConfigT) -> tuple[int, int]:
         """The timestep range inside which ``name``'s hooks may reuse attention."""
         return tuple(options.spatial_attention_timestep_skip_range)  # type: ignore[attr-defined]
@@ -70,7 +74,7 @@ class _TimestepHookFeature(_DiffusersHookFeature[ConfigT]):
                     registry.remove_hook(hook, recurse=True)
                 registry.invalidate_child_registries_cache()
 
-        handle = WorkCounter(models, undo=undo, device=context.device)
+        handle = WorkCounter(models, undo=undo, device=context.device, rows=self.counts_rows(options))
         handle.schedule = (timestep, {name: self.window(name, options) for name in models})
         return handle
 
@@ -274,6 +278,10 @@ class FasterCache(_TimestepHookFeature[FasterCacheConfig]):
     reach = Reach.EVERY_DENOISER
     config_cls = FasterCacheConfig
     description = "diffusers FasterCache"
+
+    def counts_rows(self, options: FasterCacheConfig) -> bool:
+        # Its unconditional-batch skip runs the denoiser on half the batch: work is the rows computed.
+        return not options.is_guidance_distilled
 
     def timestep_config(self, name: str, model: Any, options: FasterCacheConfig, current_timestep: Any) -> Any:
         from diffusers import FasterCacheConfig as DiffusersFasterCacheConfig
