@@ -210,6 +210,11 @@ class Errors(TypedDict, total=False):
         "records written before it: device for the scope environment, model for model",
     ]
     traceback: Annotated[str, "the traceback of an unexpected crash inside a pipeline or a feature"]
+    raised_in: Annotated[
+        dict[str, Any],
+        "whose code a crash was raised in: package (diffusers, torchao, omni-accel, ...) and where (file:line in "
+        "function), the innermost frame outside torch and the standard library (accel.raised_in); null when none",
+    ]
     notes: Annotated[list[str], "what could not be measured or written (no baseline, a file outside the run)"]
 
 

@@ -51,6 +51,7 @@ LAYERS = {
     "data": 1,
     "yaml_bounds": 1,
     "ranksup": 1,
+    "raised_in": 1,
 }
 # Inside a package split by concern, the rank of each module: a module imports its own rank or lower, and never
 # the package's own __init__ (ranked above them all, as "__init__") unless it ranks above that too.

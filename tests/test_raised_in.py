@@ -8,8 +8,8 @@ from features_helpers import generate, loaded
 from synthetic import CLAIMS, results
 
 from accel.gate import GateData, gate_records, load_gate_data
+from accel.raised_in import HARNESS, raised_in
 from accel.report import tables
-from accel.sweep.raised_in import HARNESS, raised_in
 
 
 def _raise_from(filename: str) -> BaseException:

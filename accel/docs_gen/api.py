@@ -90,7 +90,7 @@ def modules_page() -> str:
         "(`LAYERS`, and `PACKAGE_LAYERS` inside a package split by concern): "
         "(docs_gen, bytecode) -> (__main__, cli, pytest_plugin) -> (sweep, calibrate, tune, diverge) "
         "-> (report, gate) -> (results, record) -> (targets, features, engines, profile) -> (native, env) "
-        "-> (measure, outputs, calibration) -> zoo -> (errors, cpu_time, data, yaml_bounds, ranksup).",
+        "-> (measure, outputs, calibration) -> zoo -> (errors, cpu_time, data, yaml_bounds, ranksup, raised_in).",
         "",
         "| module | what it holds |",
         "|---|---|",

@@ -24,6 +24,7 @@ from typing import Any
 from accel.gate import ENVIRONMENT, EXPECTED, PASS, SKIP, GateData, gate_records
 from accel.gate.judge import RunMeasure, claims_voided, with_publishable_claims
 from accel.measure.speedup import format_speedup
+from accel.raised_in import failure_owner_words
 from accel.report.format import fmt, table_lines
 from accel.report.published import PublishedClaim, disagreement, disagreements_table, published_marker
 from accel.results import (
@@ -35,7 +36,6 @@ from accel.results import (
     refused_by,
     warm_median,
 )
-from accel.sweep.raised_in import failure_owner_words
 
 
 class Footnotes:

@@ -25,10 +25,10 @@ from typing import Any
 
 from accel.errors import AccelError, ModelUnavailable
 from accel.measure.timing import torch_threads
+from accel.raised_in import raised_in
 from accel.results import SCHEMA_VERSION, steps_path
 from accel.sweep.collect import collect_record
 from accel.sweep.engine_cell import ENGINE_TARGETS, measure_engine
-from accel.sweep.raised_in import raised_in
 from accel.sweep.spec import BASELINE, CELL_FILES, INTERLEAVED, CellSpec, npz_bytes
 
 # Exported as this module's own name: the rank-seeds fault (``accel.sweep.ranks``) replaces it here, where
