@@ -16,7 +16,7 @@ from typing import Any
 
 HARNESS = "omni-accel"
 # Packages whose frames are passed over: they raise for what their caller handed them.
-PASSED_OVER = ("torch", "typing_extensions", "functools", "contextlib")
+PASSED_OVER = ("torch", "typing_extensions")
 
 
 def _package(filename: str) -> tuple[str, str] | None:

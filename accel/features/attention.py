@@ -110,20 +110,21 @@ def _adding(tally: Tally) -> Any:
     return count
 
 
+def _processors(model: Any) -> list[Any]:
+    """The processors of every attention module of ``model``."""
+    return [module.processor for module in model.modules() if getattr(module, "processor", None) is not None]
+
+
 def _attention_processors(transformer: Any) -> list[Any]:
     """The processors of the transformer's diffusers attention modules (those set_attention_backend sets)."""
-    return [
-        module.processor
-        for module in transformer.modules()
-        if getattr(module, "processor", None) is not None and hasattr(module.processor, "_attention_backend")
-    ]
+    return [processor for processor in _processors(transformer) if hasattr(processor, "_attention_backend")]
 
 
 def bypassing_processors(model: Any) -> list[str]:
     """The processor classes of ``model``'s attention modules when none of them dispatches through diffusers'
     registry (no ``_attention_backend``: ``set_attention_backend`` skips them), else []."""
-    processors = [module.processor for module in model.modules() if getattr(module, "processor", None) is not None]
-    if not processors or any(hasattr(processor, "_attention_backend") for processor in processors):
+    processors = _processors(model)
+    if not processors or _attention_processors(model):
         return []
     return sorted({type(processor).__name__ for processor in processors})
 

@@ -10,9 +10,11 @@ of its first weighted leaf (``to_q``, ``net.0.proj``), which run only when the u
 replace the forward of a block (FirstBlockCache, MagCache) or of an attention module (PAB, FasterCache,
 TaylorSeer), never of a leaf inside it.
 
-Work is counted in batch rows, not calls: FasterCache skips the unconditional half of a [uncond, cond] batch by
-calling the denoiser on the conditional half only, so every unit is still called once per denoiser call but
-computes half the rows (hidream-i1: counted by calls, "0 cached" while the output changed). Each counter keeps
+A full call computes every unit once, so the work skipped on a run is the units' calls short of one per denoiser
+call. Where a call can compute part of its batch, work is counted in batch rows instead (``BlockWork(rows=True)``):
+FasterCache skips the unconditional half of a [uncond, cond] batch by calling the denoiser on the conditional half
+only, so every unit is still called once per denoiser call but computes half the rows (hidream-i1: counted by
+calls, "0 cached" while the output changed). In rows, each counter keeps
 the rows its unit computed (the leading dimension of the counted leaf's input) and the most rows one call has
 computed (a full call's); one full call of the denoiser (its batch, the leading dimension of its latents, at its
 most) computes each unit's most rows once. So a unit's work on a run is its rows over its most rows per call, and
@@ -177,8 +179,9 @@ class BlockWork:
         return sum(len(entry.units) for entry in self.denoisers.values())
 
     def read(self) -> dict[str, dict[str, Any]]:
-        """Per denoiser, totals since the counters were made: ``calls``, ``rows`` (batch rows over its calls) and
-        ``units`` (rows per unit), with the most rows one call had: ``most_rows`` and ``unit_most_rows``."""
+        """Per denoiser, totals since the counters were made: ``calls`` and ``units`` (calls per unit); with
+        ``rows``, ``units`` holds rows per unit, beside ``rows`` (the denoiser's batch rows over its calls) and the
+        most rows one call had (``most_rows``, ``unit_most_rows``)."""
         if not self.rows:  # calls: the units' tallies hold calls
             return {
                 component: {"calls": entry.calls.value, "units": {n: c.rows.value for n, c in entry.units.items()}}
