@@ -9,6 +9,7 @@ frame outside torch and Python's own library (torch raises for its callers' argu
 
 from __future__ import annotations
 
+import os
 import sysconfig
 import traceback
 from pathlib import Path
@@ -17,11 +18,17 @@ from typing import Any
 HARNESS = "omni-accel"
 # Packages whose frames are passed over: they raise for what their caller handed them.
 PASSED_OVER = ("torch", "typing_extensions")
+# omni-accel's own package folder, wherever it is installed (editable or in site-packages): a frame is the
+# harness's only when its file is inside it, not when some other folder on its path is named ``accel``.
+HARNESS_ROOT = Path(os.path.realpath(__file__)).parent
 
 
 def _package(filename: str) -> tuple[str, str] | None:
     """(package, path inside it) of a frame's file; None for torch's and the standard library's own frames."""
     path = Path(filename)
+    real = Path(os.path.realpath(filename))
+    if real.is_relative_to(HARNESS_ROOT):
+        return HARNESS, (Path(HARNESS_ROOT.name) / real.relative_to(HARNESS_ROOT)).as_posix()
     parts = path.parts
     if "site-packages" in parts or "dist-packages" in parts:
         index = max(i for i, part in enumerate(parts) if part in ("site-packages", "dist-packages"))
@@ -29,9 +36,6 @@ def _package(filename: str) -> tuple[str, str] | None:
         if not inside or inside[0] in PASSED_OVER:
             return None
         return inside[0], "/".join(inside[1:]) or inside[0]
-    if "accel" in parts:
-        index = len(parts) - 1 - parts[::-1].index("accel")
-        return HARNESS, "/".join(parts[index:])
     stdlib = sysconfig.get_paths().get("stdlib", "")
     if (stdlib and filename.startswith(stdlib)) or filename.startswith("<"):
         return None

@@ -8,7 +8,7 @@ from features_helpers import generate, loaded
 from synthetic import CLAIMS, results
 
 from accel.gate import GateData, gate_records, load_gate_data
-from accel.raised_in import HARNESS, raised_in
+from accel.raised_in import HARNESS, HARNESS_ROOT, raised_in
 from accel.report import tables
 
 
@@ -26,8 +26,17 @@ def _raise_from(filename: str) -> BaseException:
 def test_torch_raising_for_its_caller_names_the_caller():
     error = _raise_from("/venv/lib/python3.11/site-packages/diffusers/hooks/faster_cache.py")
     assert raised_in(error) == {"package": "diffusers", "where": "hooks/faster_cache.py:3 in fails"}
-    error = _raise_from("/work/x/accel/features/timestep_caches.py")
+    error = _raise_from(str(HARNESS_ROOT / "features" / "timestep_caches.py"))
     assert raised_in(error) == {"package": HARNESS, "where": "accel/features/timestep_caches.py:3 in fails"}
+
+
+def test_only_omni_accels_own_files_are_the_harness():
+    """A user's script in some other folder named ``accel`` is theirs, not a harness defect; installed in
+    site-packages, omni-accel's files are still the harness's."""
+    error = _raise_from("/home/someone/accel/run_my_model.py")
+    assert raised_in(error) == {"package": "run_my_model", "where": "run_my_model.py:3 in fails"}
+    error = _raise_from("/venv/lib/python3.11/site-packages/accel_plugins/hooks.py")
+    assert raised_in(error) == {"package": "accel_plugins", "where": "hooks.py:3 in fails"}
 
 
 def test_fastercache_on_a_unet_fails_inside_diffusers():

@@ -360,6 +360,28 @@ def test_profile_constraints_replace_the_gates_limits(tmp_path):
     assert any("PSNR dB" in line for line in loose.recommended.judgement.evidence)
 
 
+def test_attributes_lost_holds_by_its_intervals_top_as_the_gate_judges_it():
+    """A loss measured as 0 on 4 images is not shown to be under 0.05 (the Wilson interval's top is 0.49): the
+    tuner holds it as the gate does, not by its point estimate; 0 over 200 images is (top 0.019)."""
+    from accel.tune.constraints import custom_checks
+    from accel.tune.spec import Constraints
+
+    limit = Constraints(attributes_lost=0.05)
+
+    def lost(loss: float, images: int | None) -> tuple[bool, str]:
+        paired = {"images": images} if images is not None else None
+        [check] = custom_checks({"adherence_loss": loss, "adherence": {"vs_baseline": paired}}, limit)
+        return check
+
+    few, many = lost(0.0, 4), lost(0.0, 200)
+    assert not few[0] and "95% interval high" in few[1] and "over 4 images" in few[1], few
+    assert many[0] and "over 200 images" in many[1], many
+    assert not lost(0.06, 10_000)[0]
+    old_record = lost(0.0, None)  # before schema 3: the net change, named so
+    assert old_record[0] and "net change" in old_record[1], old_record
+    assert not custom_checks({}, limit)[0][0]  # no ground truth: nothing is assumed
+
+
 def test_bad_tune_input_is_refused_with_what_to_do(tmp_path):
     with pytest.raises(ConfigError, match="tune: points"):
         tune(tea_profile(points=0), tmp_path / "a", evaluate=FakeEvaluator())

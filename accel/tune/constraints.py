@@ -83,11 +83,27 @@ def custom_checks(record: dict[str, Any], constraints: Constraints) -> list[tupl
         ok = worst is not None and worst >= constraints.per_prompt_ssim
         checks.append(_check("SSIM of the worst sample", ok, worst, f">= {constraints.per_prompt_ssim}"))
     if constraints.attributes_lost is not None:
-        lost = record.get("adherence_loss")
-        ok = lost is not None and lost <= constraints.attributes_lost
-        shown = lost if lost is not None else "unavailable (the model has no ground truth)"
-        checks.append(_check("attributes lost", ok, shown, f"<= {constraints.attributes_lost}"))
+        checks.append(_attributes_lost_check(record, constraints.attributes_lost))
     return checks
+
+
+def _attributes_lost_check(record: dict[str, Any], limit: float) -> tuple[bool, str]:
+    """The loss of prompt attributes held to ``limit`` as SSIM is, by its interval's worst end: the top of the
+    95% Wilson interval over the images (``loss_interval``, as the gate judges it), so that a loss measured
+    as 0 on a few images is not taken for none. A record without per-image scores (before schema 3) is held
+    by its net change, and the line says so."""
+    from accel.measure.adherence import loss_interval
+
+    lost = record.get("adherence_loss")
+    if lost is None:
+        return _check("attributes lost", False, "unavailable (the model has no ground truth)", f"<= {limit}")
+    paired = (record.get("adherence") or {}).get("vs_baseline")
+    images = paired.get("images") if isinstance(paired, dict) else None
+    if not isinstance(images, int) or images <= 0:
+        return _check("attributes lost (net change: no per-image scores)", lost <= limit, lost, f"<= {limit}")
+    low, high = loss_interval(float(lost), images)
+    shown = f"{lost:.4g} [{low:.3g}, {high:.3g}] over {images} images"
+    return _check("attributes lost, 95% interval high", high <= limit + 1e-9, shown, f"<= {limit}")
 
 
 def judge(record: dict[str, Any], verdict: CellVerdict, constraints: Constraints) -> Judgement:

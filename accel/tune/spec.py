@@ -23,7 +23,11 @@ class Constraints(StrictModel):
     )
     psnr: float | None = Field(default=None, gt=0, description="Mean PSNR in dB, at least.")
     attributes_lost: float | None = Field(
-        default=None, ge=0, le=1, description="Share of prompt attributes lost vs the baseline, at most (ground truth)."
+        default=None,
+        ge=0,
+        le=1,
+        description="Share of prompt attributes lost vs the baseline, at most, by the top of its 95% interval over "
+        "the images as the gate judges it (ground truth).",
     )
     per_prompt_ssim: float | None = Field(default=None, ge=0, le=1, description="Every sample's SSIM, at least.")
 
