@@ -182,8 +182,12 @@ def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path
     config["train"]["videos"] = 16
     for stage in ("text", "vae_frames", "vae", "expert"):
         config["train"][stage].update(steps=2, warmup=1, batch=4)
+    config["train"]["expert"]["steps_by_expert"] = {"transformer": 3}  # the recipe's per-expert step count
     manifest = mini_wan.train(tmp_path, config, threads=1, progress=False)
     assert mini_wan.verify_weights(tmp_path) == manifest
+    assert manifest["expert_steps"] == {"transformer": 3, "transformer_2": 2}
+    log = (tmp_path / mini_wan.LOG_FILE).read_text()
+    assert "transformer step 3/3" in log and "transformer_2 step 2/2" in log, log
     assert set(manifest["final_losses"]) == {"text", "vae_frames", "vae", *mini_wan.EXPERTS}
     assert manifest["expert_sigma_ranges"]["transformer"][0] == pytest.approx(config["boundary_ratio"])
     components = mini_wan.build_mini_wan(config, weights_dir=tmp_path)
@@ -196,6 +200,7 @@ def test_the_experts_trained_side_by_side_are_the_experts_trained_one_after_the_
     config["train"]["videos"] = 8
     for stage in ("text", "vae_frames", "vae", "expert"):
         config["train"][stage].update(steps=3, warmup=1, batch=4)
+    config["train"]["expert"]["steps_by_expert"] = {}
     hashes = {}
     for cores in (1, 2):
         monkeypatch.setattr(mini_wan_train, "usable_cores", lambda n=cores: n)
@@ -211,6 +216,7 @@ def test_the_ball_weight_changes_what_the_experts_learn(tmp_path):
     config["train"]["videos"] = 8
     for stage in ("text", "vae_frames", "vae", "expert"):
         config["train"][stage].update(steps=3, warmup=1, batch=4)
+    config["train"]["expert"]["steps_by_expert"] = {}
     hashes = []
     for weight in (0.0, 4.0):
         config["train"]["expert"]["ball_weight"] = weight
