@@ -114,7 +114,8 @@ def main() -> None:
     config = copy.deepcopy(MINI_WAN_CONFIG)
     data = _prepare(pipe, config, Path(args.cache))
     expert_cfg = config["train"]["expert"]
-    expert_cfg["steps"] = args.steps
+    expert_cfg["steps"] = args.steps  # --steps is the stage's length, not the recipe's per-expert count
+    expert_cfg.pop("steps_by_expert", None)
     if args.empty_caption is not None:
         expert_cfg["empty_caption"] = args.empty_caption
     if args.direction_contrast:

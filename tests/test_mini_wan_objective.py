@@ -81,7 +81,8 @@ def _tiny_expert_run(expert_cfg: dict, on_step=None) -> dict[str, torch.Tensor]:
     """Three steps of ``_train_expert`` on a tiny transformer and data: the resulting weights."""
     config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
     config["transformer"].update(num_layers=1)
-    config["train"]["expert"].update(steps=3, warmup=1, batch=8, **expert_cfg)
+    config["train"]["expert"].update(steps=3, warmup=1, batch=8, steps_by_expert={})
+    config["train"]["expert"].update(expert_cfg)
     model = mini_wan_train.build_components(config)["transformer"]
     generator = torch.Generator().manual_seed(0)
     latents = torch.randn(8, 8, 3, 4, 4, generator=generator)
@@ -182,3 +183,17 @@ def test_the_step_callback_sees_each_step_s_ema_weights_and_the_last_are_the_one
     assert all(torch.equal(seen[-1][1][k], kept[k]) for k in kept)  # the EMA after the last step is what is kept
     assert any(not torch.equal(seen[0][1][k], kept[k]) for k in kept)  # and the first step's is not yet that
     assert all(torch.equal(_tiny_expert_run({})[k], kept[k]) for k in kept)  # watching changes nothing
+
+
+def test_an_expert_named_in_steps_by_expert_trains_its_own_steps_with_the_learning_rate_over_them():
+    plain = _tiny_expert_run({})  # steps 3
+    # The recipe's steps (5) are the other expert's; this one runs 3 with its cosine over 3, as if steps were 3.
+    own = _tiny_expert_run({"steps": 5, "steps_by_expert": {"transformer": 3}})
+    assert all(torch.equal(own[k], plain[k]) for k in plain)
+    other = _tiny_expert_run({"steps_by_expert": {"transformer_2": 5}})  # names only the other expert
+    assert all(torch.equal(other[k], plain[k]) for k in plain)
+    longer = _tiny_expert_run({"steps_by_expert": {"transformer": 4}})
+    assert any(not torch.equal(longer[k], plain[k]) for k in plain)
+    assert mini_wan_train.expert_steps(mini_wan.MINI_WAN_CONFIG["train"]["expert"], "transformer_2") == 10000
+    with pytest.raises(ValueError, match=r"steps_by_expert: \['transformer_3'\] are not experts"):
+        mini_wan_train.expert_steps({"steps": 3, "steps_by_expert": {"transformer_3": 4}}, "transformer")

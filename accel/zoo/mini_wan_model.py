@@ -80,8 +80,12 @@ MINI_WAN_CONFIG: dict[str, Any] = {
         },
         "vae": {"steps": 600, "batch": 8, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 20, "ball_weight": 3.0},
         # The ball's latent pixels weigh 1 + ball_weight in the loss (``mini_wan_train.latent_ball_mask``).
+        # ``steps`` is each expert's unless ``steps_by_expert`` names it (``mini_wan_train.expert_steps``; the
+        # learning rate's cosine runs over the expert's own steps): the high-noise expert learns the direction
+        # word only after 10000 steps (docs/zoo.md, waves 9-10), 16000 fit issue 43's 45 minutes.
         "expert": {
             "steps": 10000,
+            "steps_by_expert": {"transformer": 16000},
             "batch": 64,
             "lr": 1e-3,
             "warmup": 100,
