@@ -311,3 +311,28 @@ def test_diverge_out_never_writes_over_its_mapping(world, monkeypatch, capsys, n
         args = ["diverge", str(world / "profile.yaml"), "--model", "tiny-flux", "--against", "tiny-flux"]
         args += ["--mapping", str(world / "mo" / name), "--out", path]
         _refused(monkeypatch, capsys, world, args, "--out", path)
+
+
+def test_figures_of_a_run_missing_some_models_outputs_are_drawn_for_the_rest(tmp_path):
+    """A committed run directory keeps no outputs (they are ignored by git); re-measuring one model there with
+    --resume writes that model's outputs only. The report's image grids are then drawn for the models whose
+    outputs are there, and the others get their charts alone: the resume crashed on the first missing file
+    (FileNotFoundError, wave 10, after re-measuring the coverage run's mini-wan cells)."""
+    import numpy as np
+    from synthetic import record
+
+    from accel.report.figures import write_figures
+
+    key = "p0_s0_n0"
+    image = np.random.default_rng(0).random((1, 16, 16, 3), dtype=np.float32)
+    cells = [
+        {**record(model, variant, {}), "outputs_file": f"outputs/{model}/{variant}.npz"}
+        for model in ("gone", "here")
+        for variant in ("baseline", "tiled")
+    ]
+    for variant in ("baseline", "tiled"):
+        (tmp_path / "outputs" / "here").mkdir(parents=True, exist_ok=True)
+        np.savez(tmp_path / "outputs" / "here" / f"{variant}.npz", **{key: image})
+    figures = write_figures(tmp_path, cells, [key])
+    assert [f for f in figures["here"] if "grid-" in f] == ["figures/grid-here-p0.png"]
+    assert not [f for f in figures["gone"] if "grid-" in f]

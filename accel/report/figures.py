@@ -91,7 +91,9 @@ def image_grids(run_dir: Path, records: list[dict[str, Any]], keys: list[str]) -
     paths = []
     prompts = sorted({key.split("_")[0] for key in keys})
     for model in dict.fromkeys(r["model"] for r in records):
-        cells = _with_outputs(records, model)
+        # Only the cells whose outputs are here: a run directory re-measured in part with --resume after its
+        # outputs were deleted (a committed report keeps none) holds the re-measured model's outputs alone.
+        cells = [r for r in _with_outputs(records, model) if (Path(run_dir) / r["outputs_file"]).is_file()]
         if not cells:
             continue
         for prompt in prompts:
