@@ -313,7 +313,7 @@ def test_diverge_out_never_writes_over_its_mapping(world, monkeypatch, capsys, n
         _refused(monkeypatch, capsys, world, args, "--out", path)
 
 
-def test_figures_of_a_run_missing_some_models_outputs_are_drawn_for_the_rest(tmp_path):
+def test_figures_of_a_run_missing_some_models_outputs_are_drawn_for_the_rest_and_kept_for_the_others(tmp_path):
     """A committed run directory keeps no outputs (they are ignored by git); re-measuring one model there with
     --resume writes that model's outputs only. The report's image grids are then drawn for the models whose
     outputs are there, and the others get their charts alone: the resume crashed on the first missing file
@@ -336,3 +336,12 @@ def test_figures_of_a_run_missing_some_models_outputs_are_drawn_for_the_rest(tmp
     figures = write_figures(tmp_path, cells, [key])
     assert [f for f in figures["here"] if "grid-" in f] == ["figures/grid-here-p0.png"]
     assert not [f for f in figures["gone"] if "grid-" in f]
+    # The grids an earlier sweep of the folder drew from outputs since deleted stay in the report (the coverage
+    # report lost every other model's grid); another model whose name extends this one's keeps its own.
+    (tmp_path / "figures" / "grid-gone-p0.png").write_bytes(b"png")
+    (tmp_path / "figures" / "grid-gone-too-p0.png").write_bytes(b"png")
+    cells += [{**record("gone-too", "baseline", {}), "outputs_file": "outputs/gone-too/baseline.npz"}]
+    figures = write_figures(tmp_path, cells, [key])
+    assert [f for f in figures["gone"] if "grid-" in f] == ["figures/grid-gone-p0.png"]
+    assert [f for f in figures["gone-too"] if "grid-" in f] == ["figures/grid-gone-too-p0.png"]
+    assert [f for f in figures["here"] if "grid-" in f] == ["figures/grid-here-p0.png"]  # drawn anew

@@ -288,8 +288,19 @@ def write_figures(run_dir: Path, records: list[dict[str, Any]], keys: list[str])
         if drift:
             figures[model].append(str(drift.relative_to(run_dir)))
         figures[model] += [str(path.relative_to(run_dir)) for path in video_figures(run_dir, records, model)]
-    if not (run_dir / "outputs").is_dir():  # a run directory copied without its outputs: charts only
-        return figures
-    for model, grid in image_grids(run_dir, records, keys):
+    drawn = image_grids(run_dir, records, keys) if (run_dir / "outputs").is_dir() else []
+    for model, grid in drawn:
         figures[model].append(str(grid.relative_to(run_dir)))
+    for model in figures:  # outputs gone (a copied or committed run): the grids drawn from them before stay
+        if not any(Path(f).name.startswith("grid-") for f in figures[model]):
+            figures[model] += [str(path.relative_to(run_dir)) for path in _grids_drawn_before(run_dir, model)]
     return figures
+
+
+def _grids_drawn_before(run_dir: Path, model: str) -> list[Path]:
+    """The image grids an earlier sweep of this folder drew for ``model`` (a folder holds one run: a fresh sweep
+    refuses old results, and --resume keeps the records they were drawn from). ``grid-<model>-<prompt>.png``: a
+    model's name may hold dashes, a prompt key (``p0``) none, so ``flux.1``'s are not ``flux.1-kontext``'s."""
+    prefix = f"grid-{model}-"
+    paths = (Path(run_dir) / FIGURES).glob(prefix + "*.png")
+    return sorted(path for path in paths if "-" not in path.name[len(prefix) : -len(".png")])
