@@ -25,8 +25,10 @@ HARNESS_ROOT = Path(os.path.realpath(__file__)).parent
 
 def _package(filename: str) -> tuple[str, str] | None:
     """(package, path inside it) of a frame's file; None for torch's and the standard library's own frames."""
+    if filename.startswith("<"):  # exec'd or generated code (<string>, <eval_with_key>): no file of anyone's
+        return None
     path = Path(filename)
-    real = Path(os.path.realpath(filename))
+    real = Path(os.path.realpath(filename))  # a relative name would resolve against the working directory
     if real.is_relative_to(HARNESS_ROOT):
         return HARNESS, (Path(HARNESS_ROOT.name) / real.relative_to(HARNESS_ROOT)).as_posix()
     parts = path.parts
@@ -37,7 +39,7 @@ def _package(filename: str) -> tuple[str, str] | None:
             return None
         return inside[0], "/".join(inside[1:]) or inside[0]
     stdlib = sysconfig.get_paths().get("stdlib", "")
-    if (stdlib and filename.startswith(stdlib)) or filename.startswith("<"):
+    if stdlib and filename.startswith(stdlib):
         return None
     return path.stem, path.name
 

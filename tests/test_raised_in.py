@@ -39,6 +39,24 @@ def test_only_omni_accels_own_files_are_the_harness():
     assert raised_in(error) == {"package": "accel_plugins", "where": "hooks.py:3 in fails"}
 
 
+def test_the_harness_installed_in_site_packages_or_reached_through_a_link_is_still_the_harness(tmp_path, monkeypatch):
+    """omni-accel installed (not editable) lives under site-packages: its frames are still the harness's, not a
+    package called ``accel``; a frame whose file is reached through a symlink to it too. Generated code
+    (``<string>``) is nobody's, even run from inside the package folder."""
+    import accel.raised_in as module
+
+    installed = tmp_path / "venv" / "lib" / "python3.11" / "site-packages" / "accel"
+    (installed / "features").mkdir(parents=True)
+    monkeypatch.setattr(module, "HARNESS_ROOT", installed)
+    error = _raise_from(str(installed / "features" / "x.py"))
+    assert raised_in(error) == {"package": HARNESS, "where": "accel/features/x.py:3 in fails"}
+    (tmp_path / "link").symlink_to(installed, target_is_directory=True)
+    error = _raise_from(str(tmp_path / "link" / "features" / "x.py"))
+    assert raised_in(error) == {"package": HARNESS, "where": "accel/features/x.py:3 in fails"}
+    monkeypatch.chdir(installed)
+    assert module._package("<string>") is None and module._package("<eval_with_key>.3") is None
+
+
 def test_fastercache_on_a_unet_fails_inside_diffusers():
     """diffusers' FasterCache splits the UNet's 0-d timestep into halves: the crash is diffusers', named so."""
     from accel import apply

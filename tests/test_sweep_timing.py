@@ -124,7 +124,19 @@ def test_noise_floor_is_interleaved_with_a_copy_of_itself(drifting_run):
     floor = drifting_run["noise-floor"]
     assert len(floor["paired"]["reference_s"]) == len(floor["paired"]["variant_s"]) == floor["paired"]["pairs_drawn"]
     assert floor["paired"]["pairs_drawn"] >= 6
-    assert floor["speedup_ci"]["verdict"] in ("equivalent", "noise", "inconclusive")  # never faster/slower
+    verdict = floor["speedup_ci"]["verdict"]
+    assert verdict in ("equivalent", "noise", "inconclusive", "faster", "slower"), floor["speedup_ci"]
+    if verdict in ("faster", "slower"):
+        # Identical configurations measured apart beyond the band (the load this test makes, on a busy CI
+        # machine): the floor's record keeps what its pairs show (the machine's bias; the gate checks it against
+        # them), the gate publishes no claim of a reference cell, and no variant's claim stands beside it.
+        from accel.gate import gate_records
+
+        report = gate_records(list(drifting_run.values()), load_gate_data())
+        assert [key for key, _ in report.speed_claims if "noise-floor" in key] == []
+        for variant in ("same", "slow"):  # no faster, slower or equivalent beside a floor that moved
+            claim = drifting_run[variant]["speedup_ci"]
+            assert claim["verdict"] in ("noise", "inconclusive", "unverified"), claim
 
 
 def test_records_say_how_where_and_beside_what_they_were_timed(drifting_run):

@@ -224,7 +224,7 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
                 if attempts > 1:
                     return run_in_process(spec, timeout_s, attempts - 1)
                 return failure(spec, f"worker could not be started: {error}", started)
-            worker.join(timeout_s)
+            join_interruptibly(worker, timeout_s)
         except BaseException:  # Ctrl-C in the sweep: the worker must not outlive it
             if worker.pid is not None:
                 worker.kill()
@@ -246,6 +246,24 @@ def run_in_process(spec: CellSpec, timeout_s: float, attempts: int = 2) -> dict[
         relay_worker_log(Path(result_path + ".log"))  # the worker's warnings, in the run's log
         for path in (result_path, result_path + ".phase", result_path + ".log"):
             Path(path).unlink(missing_ok=True)
+
+
+# How long the sweep's main thread waits on a worker at a time, so that an interrupt is acted on within it.
+JOIN_SLICE_S = 0.5
+
+
+def join_interruptibly(worker: Any, timeout_s: float) -> None:
+    """``worker.join(timeout_s)`` in slices of ``JOIN_SLICE_S``. A signal the kernel hands to another thread of
+    this process (torch's, the allocator's: after a stop and continue, Ctrl-Z then ``kill``, any thread may take
+    it) only sets CPython's flag; the main thread runs the handler when it next runs Python code, and one whole
+    join would keep it waiting for the cell to end or time out (CI: an interrupted sweep still running 60 s later,
+    the review reproduced it with a hanging cell)."""
+    deadline = time.monotonic() + timeout_s
+    while worker.exitcode is None:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return
+        worker.join(min(JOIN_SLICE_S, left))
 
 
 def timeout_message(timeout_s: float) -> str:

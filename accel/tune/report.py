@@ -42,9 +42,22 @@ def _interval(value: float | None, interval: tuple[float, float] | None) -> str:
     return f"{fmt(value)} [{fmt(interval[0])}–{fmt(interval[1])}]" if interval else fmt(value)
 
 
+def _lost(record: dict[str, Any]) -> str:
+    """The attributes lost with the 95% interval over the images the constraint and the gate hold it by."""
+    from accel.measure.adherence import loss_interval
+
+    lost = record.get("adherence_loss")
+    if lost is None:
+        return "-"
+    paired = (record.get("adherence") or {}).get("vs_baseline")
+    images = paired.get("images") if isinstance(paired, dict) else None
+    if not isinstance(images, int) or images <= 0:
+        return fmt(lost)
+    return _interval(float(lost), loss_interval(float(lost), images))
+
+
 def _row(outcome: Outcome) -> list[str]:
     ssim, ssim_ci = quality(outcome)
-    lost = outcome.record.get("adherence_loss")
     labels = [x for x, on in (("inert", outcome.judgement.inert), ("harmful", outcome.judgement.harmful)) if on]
     held = "yes" if outcome.judgement.passed else "no"
     return [
@@ -52,12 +65,12 @@ def _row(outcome: Outcome) -> list[str]:
         outcome.round,
         _interval(outcome.value, outcome.interval),
         _interval(ssim, ssim_ci),
-        fmt(lost) if lost is not None else "-",
+        _lost(outcome.record),
         held + (f" ({', '.join(labels)})" if labels else ""),
     ]
 
 
-HEADER = ["configuration", "round", "objective [95% CI]", "SSIM [95% CI]", "attributes lost", "holds"]
+HEADER = ["configuration", "round", "objective [95% CI]", "SSIM [95% CI]", "attributes lost [95% CI]", "holds"]
 ALIGNS = ["left", "left", "right", "right", "right", "left"]
 
 
