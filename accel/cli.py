@@ -217,12 +217,13 @@ def _sampling_notice(profile: Any) -> str | None:
 def _read_records(path: Path) -> list[dict[str, Any]]:
     """A run's records, as gate and table read them; a last line cut short is noted on stderr and skipped."""
     from accel.results import load_results
+    from accel.sweep.runner import in_planned_order
 
     results = load_results(path)
     notice = results.cut_notice()
     if notice:
         typer.echo(notice, err=True)
-    return results.records
+    return in_planned_order(path if path.is_dir() else path.parent, results.records)
 
 
 def _refuse_directory(path: Path, option: str) -> None:

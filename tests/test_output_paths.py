@@ -345,3 +345,21 @@ def test_figures_of_a_run_missing_some_models_outputs_are_drawn_for_the_rest_and
     assert [f for f in figures["gone"] if "grid-" in f] == ["figures/grid-gone-p0.png"]
     assert [f for f in figures["gone-too"] if "grid-" in f] == ["figures/grid-gone-too-p0.png"]
     assert [f for f in figures["here"] if "grid-" in f] == ["figures/grid-here-p0.png"]  # drawn anew
+
+
+def test_table_and_gate_list_a_resumed_runs_cells_in_the_profiles_order(tmp_path, monkeypatch, capsys):
+    """A resumed run appends the cells it measured to results.jsonl; its report lists every cell in the
+    profile's order, and the tables and the gate must too (the coverage matrix listed mini-wan's re-measured
+    cells after every other family's)."""
+    run = tmp_path / "run"
+    shutil.copytree(COMMITTED, run, ignore=shutil.ignore_patterns("images", "figures"))
+    expected = {}
+    for command in ("table", "gate"):
+        code, out, _ = invoke(monkeypatch, capsys, command, str(run))
+        assert code in (0, 1), out
+        expected[command] = out
+    lines = (run / "results.jsonl").read_text().splitlines(keepends=True)
+    (run / "results.jsonl").write_text("".join(lines[1:] + lines[:1]))  # the baseline re-measured last
+    for command in ("table", "gate"):
+        code, out, _ = invoke(monkeypatch, capsys, command, str(run))
+        assert out == expected[command], command

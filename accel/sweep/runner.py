@@ -84,6 +84,19 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
     """(model, variant) of every cell the run's profile plans that ``records`` lack (an interrupted sweep, a
     lost line); empty when the directory holds no resolved profile (a bare results file)."""
     measured = {(r["model"], r["variant"]) for r in records}
+    return [(model, variant) for model, variant in planned_cells(run_dir) if (model, variant) not in measured]
+
+
+def in_planned_order(run_dir: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` in the order the run's profile plans its cells, as the sweep's report lists them: a resumed
+    run appends the cells it measured to results.jsonl, and the tables and the gate listed them last. Records
+    of no planned cell keep their order, after the rest."""
+    index = {cell: number for number, cell in enumerate(planned_cells(run_dir))}
+    return sorted(records, key=lambda r: index.get((r["model"], r["variant"]), len(index)))
+
+
+def planned_cells(run_dir: Path) -> list[tuple[str, str]]:
+    """(model, variant) of every cell the run's profile plans, in its order; empty for a bare results file."""
     planned_file = run_dir / PLANNED_CELLS_FILE
     if planned_file.is_file():
         try:
@@ -96,7 +109,7 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
         planned = [(c.model.name, c.variant) for c in plan(resolved_profile(run_dir), run_dir)]
     else:
         return []
-    return [(model, variant) for model, variant in planned if (model, variant) not in measured]
+    return [(str(model), str(variant)) for model, variant in planned]
 
 
 def run_measure(run_dir: Path) -> RunMeasure | None:
