@@ -214,18 +214,22 @@ def test_native_stage_times_agree_with_an_independent_outer_timer():
     pipeline.vae.decode = timed_decode
     request = target.native_request(Request("a red fox", 0, steps=4, height=64, width=64, guidance_scale=3.5))
     pipeline(request)  # warm
-    for _ in range(3):
+    gaps = []
+    for _ in range(5):
         spans.update(denoiser=[], vae=[])
         start = time.perf_counter()
         pipeline(request)
         outer = time.perf_counter() - start
         report = target.stage_report()
         stages = report["stages"]
-        assert abs(sum(stages.values()) - outer) / outer < 0.05, (stages, outer)
+        gaps.append((abs(sum(stages.values()) - outer) / outer, stages, outer))
         assert len(report["steps"]) == 4 and len(spans["denoiser"]) == 4
         denoiser, vae = sum(spans["denoiser"]), sum(spans["vae"])
         assert denoiser <= stages["denoising"] + 1e-3 and denoiser > 0.5 * stages["denoising"], (stages, denoiser)
         assert vae <= stages["vae_decode"] + 1e-3 and vae > 0.5 * stages["vae_decode"], (stages, vae)
+    # A stage the marks miss is missed on every call; a preemption between the marks and the outer clock (a
+    # ~40 ms call, CI once ran it beside four test workers) inflates one call: the closest call must agree.
+    assert min(gaps, key=lambda gap: gap[0])[0] < 0.05, gaps
 
 
 def test_native_vs_adapter_profile_is_valid():

@@ -88,10 +88,16 @@ def unmeasured_cells(run_dir: Path, records: list[dict[str, Any]]) -> list[tuple
 
 
 def in_planned_order(run_dir: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``records`` in the order the run's profile plans its cells, as the sweep's report lists them: a resumed
-    run appends the cells it measured to results.jsonl, and the tables and the gate listed them last. Records
-    of no planned cell keep their order, after the rest."""
-    index = {cell: number for number, cell in enumerate(planned_cells(run_dir))}
+    """``records`` in the order the run's profile plans its cells (``cells.planned.json``), as the sweep's report
+    lists them: a resumed run appends the cells it measured to results.jsonl, and the tables and the gate listed
+    them last. Records of no planned cell keep their order, after the rest. Without a readable plan the records
+    keep the file's order: the plan's own problems are the gate's to report (``unmeasured_cells``), after the
+    inputs it checks first."""
+    try:
+        planned = json.loads((run_dir / PLANNED_CELLS_FILE).read_text())
+        index = {(str(model), str(variant)): number for number, (model, variant) in enumerate(planned)}
+    except (OSError, ValueError, TypeError):
+        return records
     return sorted(records, key=lambda r: index.get((r["model"], r["variant"]), len(index)))
 
 
