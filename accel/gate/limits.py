@@ -213,7 +213,7 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     3: the net change) is judged on its point estimate, and the check's name says so.
     """
     from accel.features import FEATURES
-    from accel.measure.adherence import loss_interval
+    from accel.measure.adherence import loss_images, loss_interval
 
     loss = record.get("adherence_loss")
     model = (data.thresholds.get("models") or {}).get(record["model"]) or {}
@@ -233,8 +233,8 @@ def adherence_check(data: GateData, record: dict[str, Any]) -> Check | None:
     # adherence, which lets gains on some images offset losses on others: the check says which it is.
     paired = (record.get("adherence") or {}).get("vs_baseline")
     required = f"<= {fmt(limit, 4, significant=True)} (lossy)"
-    images = paired.get("images") if isinstance(paired, dict) else None
-    if not isinstance(images, int) or images <= 0:
+    images = loss_images(record)
+    if images is None:
         name = "adherence loss vs baseline" + ("" if paired else " (net change: no per-image scores)")
         return Check(name, loss <= limit + 1e-9, loss, required)
     low, high = loss_interval(float(loss), images)

@@ -216,6 +216,14 @@ def paired_loss(baseline: dict[str, dict[str, int]], variant: dict[str, dict[str
     }
 
 
+def loss_images(record: dict[str, Any]) -> int | None:
+    """How many images a record's paired adherence loss was measured over (``adherence.vs_baseline.images``), or
+    None for a record without per-image scores (before schema 3: its loss is the net change)."""
+    paired = (record.get("adherence") or {}).get("vs_baseline")
+    images = paired.get("images") if isinstance(paired, dict) else None
+    return images if isinstance(images, int) and images > 0 else None
+
+
 def loss_interval(loss: float, images: int) -> tuple[float, float]:
     """A 95% Wilson interval for a paired adherence loss (a share of attributes) measured over ``images`` images.
 

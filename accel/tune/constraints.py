@@ -92,14 +92,13 @@ def _attributes_lost_check(record: dict[str, Any], limit: float) -> tuple[bool, 
     95% Wilson interval over the images (``loss_interval``, as the gate judges it), so that a loss measured
     as 0 on a few images is not taken for none. A record without per-image scores (before schema 3) is held
     by its net change, and the line says so."""
-    from accel.measure.adherence import loss_interval
+    from accel.measure.adherence import loss_images, loss_interval
 
     lost = record.get("adherence_loss")
     if lost is None:
         return _check("attributes lost", False, "unavailable (the model has no ground truth)", f"<= {limit}")
-    paired = (record.get("adherence") or {}).get("vs_baseline")
-    images = paired.get("images") if isinstance(paired, dict) else None
-    if not isinstance(images, int) or images <= 0:
+    images = loss_images(record)
+    if images is None:
         return _check("attributes lost (net change: no per-image scores)", lost <= limit, lost, f"<= {limit}")
     low, high = loss_interval(float(lost), images)
     shown = f"{lost:.4g} [{low:.3g}, {high:.3g}] over {images} images"

@@ -44,14 +44,13 @@ def _interval(value: float | None, interval: tuple[float, float] | None) -> str:
 
 def _lost(record: dict[str, Any]) -> str:
     """The attributes lost with the 95% interval over the images the constraint and the gate hold it by."""
-    from accel.measure.adherence import loss_interval
+    from accel.measure.adherence import loss_images, loss_interval
 
     lost = record.get("adherence_loss")
     if lost is None:
         return "-"
-    paired = (record.get("adherence") or {}).get("vs_baseline")
-    images = paired.get("images") if isinstance(paired, dict) else None
-    if not isinstance(images, int) or images <= 0:
+    images = loss_images(record)
+    if images is None:
         return fmt(lost)
     return _interval(float(lost), loss_interval(float(lost), images))
 
