@@ -40,7 +40,10 @@ def test_stages_add_up_to_the_end_to_end_time(zoo_run):
         # 2 steps x 1 request, from the stage pass (timed apart from the 3 headline repeats)
         assert stages["steps_per_call"] == 2 and len(record["step_times"]) == 2
         assert record["warm"]["n"] == 3 and len(record["stage_outer_s"]) == len(record["stage_sums"]) == 1
-        assert stages["component_share"] > 0.5  # the hooks saw most of the call
+        # A share, not a timing claim: one 12 ms call loses half its share to one preemption under load (CI saw
+        # 0.42 for tiny-flux, 0.65 idle). That the hooks see all of each component's time is checked against
+        # independent clocks, which a preemption moves alike (test_stage_times_agree_with_an_independent_outer_timer).
+        assert 0 < stages["component_share"] <= 1
 
 
 class _OuterClock:
@@ -98,6 +101,9 @@ def test_stage_times_agree_with_an_independent_outer_timer(source):
         assert stages["vae_decode"] == pytest.approx(sum(clock.spans["vae"]), rel=0.05, abs=1e-3)
         denoiser = sum(clock.spans["denoiser"])
         assert denoiser <= stages["denoising"] + 1e-3 and denoiser > 0.5 * stages["denoising"], (stages, denoiser)
+        # The component time (the report's "components" share) holds all the denoiser and VAE time our clocks saw.
+        seen = denoiser + sum(clock.spans["vae"])
+        assert call["component_s"] >= seen - 1e-3 and call["component_s"] <= outer, (call["component_s"], seen)
         assert len(call["steps"]) == 3
     recorder.remove()
 
