@@ -23,7 +23,8 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's, else what ``platform`` says)."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
@@ -70,7 +71,7 @@ def device_name(device: str) -> str:
 
         index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
         return torch.cuda.get_device_name(index)
-    return _cpu_model()
+    return cpu_model()
 
 
 CPU_PEAKS_KEY = "cpu_peak_flops"
@@ -116,7 +117,7 @@ def capture(profile_fingerprint: str | None = None, output_dir: Path | None = No
         "packages": {name: _version(name) for name in PACKAGES},
         "python": platform.python_version(),
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.version.cuda if cuda else None,

@@ -6,12 +6,13 @@ caption's ground truth (``accel.measure.video_adherence``: background colour, ba
 motion, persistence) and prints, per guidance scale and expert setting, each attribute kind's share with a
 95% interval, and what one-expert runs lost against both experts video by video.
 
-    python benchmarks/mini_wan_adherence.py [--seeds 0 1 2] [--cfg 1 5] [--steps 20] [--weights DIR]
+    python benchmarks/mini_wan_adherence.py [--seeds 0 1 2] [--cfg 1 5] [--cfg2 3] [--steps 20] [--weights DIR]
         [--experts both transformer transformer_2] [--seen] [--diagnose]
 
 ``--experts transformer`` runs every step on the high-noise expert, ``transformer_2`` every step on the
 low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.measure.mini_wan_eval.only_expert``). ``--cfg 1``
-runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default).
+runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default). ``--cfg2``
+guides the low-noise expert's steps apart (``WanPipeline``'s ``guidance_scale_2``; every pair is run).
 ``--seen`` scores as many training combinations (new seeds) instead. ``--diagnose`` first prints what limits
 the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``) and whether each
 expert reads a direction word and a colour word at a noise level of its own (``caption_preference``).
@@ -31,6 +32,8 @@ def main() -> None:
     parser.add_argument("--weights", default=None, help="a training's output (omni-accel zoo train --out DIR)")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--cfg", type=float, nargs="+", default=[1.0, 5.0])
+    low_noise = "the low-noise expert's guidance (WanPipeline's guidance_scale_2); default: --cfg's"
+    parser.add_argument("--cfg2", type=float, nargs="+", default=None, help=low_noise)
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--experts", nargs="+", default=["both", "transformer", "transformer_2"])
@@ -66,18 +69,19 @@ def main() -> None:
                 print(f"{expert} at sigma {sigma}, {word} word: wrong/right caption MSE {r['ratio']:.3f}, "
                       f"right caption closer on {r['right_closer']:.2f} of draws")  # fmt: skip
     print(f"{which}: {len(scenes)} captions x {len(args.seeds)} seeds, {args.steps} steps")
-    for cfg in args.cfg:
+    for cfg, cfg2 in [(cfg, cfg2) for cfg in args.cfg for cfg2 in (args.cfg2 or [None])]:
         both: dict[str, dict[str, int]] = {}
         for experts in args.experts:
             began = time.perf_counter()
             with mini_wan_eval.only_expert(pipe, None if experts == "both" else experts):
-                summary = mini_wan_eval.held_out_adherence(pipe, scenes, args.seeds, cfg, args.steps)
+                summary = mini_wan_eval.held_out_adherence(pipe, scenes, args.seeds, cfg, args.steps, cfg2)
             seconds = (time.perf_counter() - began) / summary["n"]
             parts = ", ".join(
                 f"{k} {summary[k]:.3f} [{summary[f'{k}_ci'][0]:.2f}, {summary[f'{k}_ci'][1]:.2f}]"
                 for k in (*VIDEO_ATTRIBUTES, "overall")
             )
-            print(f"cfg {cfg:g}, experts {experts}: {parts}; {seconds:.2f} s a video")
+            label = f"cfg {cfg:g}" if cfg2 is None else f"cfg {cfg:g} / {cfg2:g} (high / low noise)"
+            print(f"{label}, experts {experts}: {parts}; {seconds:.2f} s a video")
             if experts == "both":
                 both = summary["per_image"]
             elif both:

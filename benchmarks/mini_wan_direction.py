@@ -31,8 +31,7 @@ def _prepare(pipe: Any, config: dict[str, Any], cache: Path) -> dict[str, Any]:
     """The committed recipe's expert data under the committed VAE and text encoder (cached in ``cache``)."""
     import torch
 
-    from accel.zoo.mini_wan_model import MAX_SEQUENCE_LENGTH
-    from accel.zoo.mini_wan_train import latent_ball_mask, make_dataset
+    from accel.zoo.mini_wan_train import caption_embeddings, latent_ball_mask, make_dataset
 
     if cache.exists():
         data: dict[str, Any] = torch.load(cache)
@@ -44,21 +43,13 @@ def _prepare(pipe: Any, config: dict[str, Any], cache: Path) -> dict[str, Any]:
     std = torch.tensor(pipe.vae.config.latents_std).view(view)
     with torch.no_grad():
         raw = torch.cat([pipe.vae.encode(videos[i : i + 32]).latent_dist.mean for i in range(0, len(videos), 32)])
-        unique = sorted(set(captions) | {""})
-        embeds = torch.cat(
-            [
-                pipe.encode_prompt(unique[i : i + 256], do_classifier_free_guidance=False,
-                                   max_sequence_length=MAX_SEQUENCE_LENGTH)[0]
-                for i in range(0, len(unique), 256)
-            ]
-        )  # fmt: skip
-    position = {caption: i for i, caption in enumerate(unique)}
+    embeds, unique, caption_index = caption_embeddings(pipe, captions)
     data = {
         "latents": (raw - mean) / std,
         "masks": latent_ball_mask(videos),
         "embeds": embeds,
         "unique": unique,
-        "caption_index": torch.tensor([position[c] for c in captions]),
+        "caption_index": caption_index,
     }
     torch.save(data, cache)
     return data

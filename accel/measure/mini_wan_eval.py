@@ -47,8 +47,13 @@ def only_expert(pipe: Any, expert: str | None) -> Iterator[None]:
         pipe.register_to_config(boundary_ratio=trained)
 
 
-def generate(pipe: Any, prompt: str, seed: int, guidance_scale: float, steps: int) -> Any:
-    """One video (frames x height x width x 3, floats in [0, 1]) of ``prompt`` at the world's size."""
+def generate(
+    pipe: Any, prompt: str, seed: int, guidance_scale: float, steps: int, guidance_scale_2: float | None = None
+) -> Any:
+    """One video (frames x height x width x 3, floats in [0, 1]) of ``prompt`` at the world's size.
+
+    ``guidance_scale`` guides the high-noise expert's steps, ``guidance_scale_2`` the low-noise expert's
+    (``WanPipeline``'s own argument; None: ``guidance_scale`` for both, the pipeline's default)."""
     import torch
 
     return pipe(
@@ -58,6 +63,7 @@ def generate(pipe: Any, prompt: str, seed: int, guidance_scale: float, steps: in
         num_frames=FRAMES,
         num_inference_steps=steps,
         guidance_scale=guidance_scale,
+        guidance_scale_2=guidance_scale_2,
         max_sequence_length=MAX_SEQUENCE_LENGTH,
         generator=torch.Generator().manual_seed(seed),
         output_type="np",
@@ -65,14 +71,20 @@ def generate(pipe: Any, prompt: str, seed: int, guidance_scale: float, steps: in
 
 
 def held_out_adherence(
-    pipe: Any, scenes: list[VideoScene], seeds: list[int], guidance_scale: float, steps: int = 20
+    pipe: Any,
+    scenes: list[VideoScene],
+    seeds: list[int],
+    guidance_scale: float,
+    steps: int = 20,
+    guidance_scale_2: float | None = None,
 ) -> dict[str, Any]:
     """Adherence summary (``accel.measure.adherence.summarise`` over ``VIDEO_ATTRIBUTES``) of each scene's caption
-    (template ``i`` for the ``i``-th scene) generated at each seed; ``per_image`` keys ``p<i>_s<seed>``."""
+    (template ``i`` for the ``i``-th scene) generated at each seed; ``per_image`` keys ``p<i>_s<seed>``.
+    ``guidance_scale_2``: the low-noise expert's guidance (``generate``)."""
     scores, keys = [], []
     for seed in seeds:
         for i, scene in enumerate(scenes):
-            video = generate(pipe, scene.caption(i), seed, guidance_scale, steps)
+            video = generate(pipe, scene.caption(i), seed, guidance_scale, steps, guidance_scale_2)
             scores.append(score_video(scene, video))
             keys.append(f"p{i}_s{seed}")
     return summarise(scores, keys, VIDEO_ATTRIBUTES)

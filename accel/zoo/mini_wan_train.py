@@ -3,11 +3,11 @@
 First the UMT5 encoder learns to tag each caption word's role (the stand-in for its language pretraining:
 Wan's cross-attention gives text tokens no position, so a random encoder's "red ball on blue" and "blue ball
 on red" are the same set of vectors), then it is frozen. Then the causal video VAE learns reconstruction
-(mini-flux's VAE stage, on 32x32 crops: single frames, then 5-frame clips), then each expert learns rectified
-flow (it predicts ``noise - x0``) on its own part of the noise schedule: ``transformer`` where the pipeline
-calls it (timestep ``>= boundary_ratio * 1000``), ``transformer_2`` below. Times are drawn as the inference
-schedule spends its steps (uniform before Wan's time shift). The loop machinery (thread picking, log,
-schedule, EMA) is mini-flux's; its log names both VAE stages ``vae`` (single frames first).
+(mini-flux's VAE stage, on 32x32 crops: single frames, then 5-frame clips, then whole 9-frame videos), then each
+expert learns rectified flow (it predicts ``noise - x0``) on its own part of the noise schedule: ``transformer``
+where the pipeline calls it (timestep ``>= boundary_ratio * 1000``), ``transformer_2`` below. Times are drawn as
+the inference schedule spends its steps (uniform before Wan's time shift). The loop machinery (thread picking, log,
+schedule, EMA) is mini-flux's; its log names the three VAE stages ``vae`` (single frames first, whole videos last).
 """
 
 from __future__ import annotations
@@ -387,6 +387,22 @@ def _train_experts(
         return [future.result() for future in futures]
 
 
+def caption_embeddings(pipe: Any, captions: list[str]) -> tuple[torch.Tensor, list[str], torch.Tensor]:
+    """The frozen text encoder's embedding of each distinct caption and of the empty one (classifier-free
+    guidance's), computed once: (embeddings, the distinct captions sorted, each training caption's row)."""
+    unique = sorted(set(captions) | {""})
+    with torch.no_grad():
+        embeds = torch.cat(
+            [
+                pipe.encode_prompt(unique[i : i + 256], do_classifier_free_guidance=False,
+                                   max_sequence_length=MAX_SEQUENCE_LENGTH)[0]
+                for i in range(0, len(unique), 256)
+            ]
+        )  # fmt: skip
+    position = {caption: i for i, caption in enumerate(unique)}
+    return embeds, unique, torch.tensor([position[c] for c in captions])
+
+
 @torch.no_grad()
 def _reconstruction_psnr(vae: Any, count: int = 16) -> float:
     """Mean PSNR (dB) of the VAE's reconstructions of held-out scenes' videos."""
@@ -447,6 +463,10 @@ def train(
         vae, clips, clips_cfg, generator, picker, log, progress, NAME, ball_weighting(clips_cfg["ball_weight"])
     )
     del clips
+    videos_cfg = train_cfg["vae_videos"]
+    results["vae_videos"] = _train_vae(
+        vae, videos, videos_cfg, generator, picker, log, progress, NAME, ball_weighting(videos_cfg["ball_weight"])
+    )
     torch.set_num_threads(picker.current)
     raw = _encode_latents(components["vae"], videos, batch=32)
     mean = raw.mean(dim=(0, 2, 3, 4))
@@ -461,17 +481,8 @@ def train(
     latents = (raw - torch.tensor(latent["latents_mean"]).view(view)) / torch.tensor(latent["latents_std"]).view(view)
 
     pipe: Any = WanPipeline(**components)
-    unique = sorted(set(captions) | {""})
-    with torch.no_grad():
-        embeds = torch.cat(
-            [
-                pipe.encode_prompt(unique[i : i + 256], do_classifier_free_guidance=False,
-                                   max_sequence_length=MAX_SEQUENCE_LENGTH)[0]
-                for i in range(0, len(unique), 256)
-            ]
-        )  # fmt: skip
+    embeds, unique, caption_index = caption_embeddings(pipe, captions)
     position = {caption: i for i, caption in enumerate(unique)}
-    caption_index = torch.tensor([position[c] for c in captions])
     swaps = direction_swaps(unique)
     jobs = [
         (expert, components[expert], latents, masks, embeds, caption_index, position[""], config, seed + 1 + number,

@@ -8,10 +8,12 @@ directory, the model's name and its component files, so each model's module (``a
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from pathlib import Path
 from typing import Any
 
+from accel.env import cpu_model
 from accel.errors import ConfigError
 from accel.zoo.mini_flux_model import MANIFEST_FILE, combined_sha256, file_sha256
 
@@ -72,7 +74,7 @@ def load_weights(components: dict[str, Any], weights_dir: Path, files: dict[str,
 def write_weights(
     components: dict[str, Any], out_dir: Path, files: dict[str, str], manifest: dict[str, Any]
 ) -> dict[str, Any]:
-    """Save each component's weights, then the manifest: ``manifest`` with the library versions, each file's
+    """Save each component's weights, then the manifest: ``manifest`` with the library versions, the CPU, each file's
     SHA-256 and their combined hash added (what ``verify_weights`` checks). Returns the written manifest."""
     import diffusers
     import torch
@@ -87,7 +89,17 @@ def write_weights(
         "torch": torch.__version__,
         "diffusers": diffusers.__version__,
         "transformers": transformers.__version__,
+        # The data's rendering and the CPU's kernels decide the bits too: the same recipe and seed gave other
+        # weights on an Intel Xeon than on the AMD EPYC that trained the previous ones (docs/zoo.md, wave 11).
+        "numpy": importlib.metadata.version("numpy"),
+        "Pillow": importlib.metadata.version("Pillow"),
     }
-    written = {**manifest, "versions": versions, "files": hashes, "sha256": combined_sha256(hashes)}
+    written = {
+        **manifest,
+        "versions": versions,
+        "cpu": cpu_model(),
+        "files": hashes,
+        "sha256": combined_sha256(hashes),
+    }
     (out_dir / MANIFEST_FILE).write_text(json.dumps(written, indent=2) + "\n")
     return written
