@@ -46,6 +46,20 @@ def test_stages_add_up_to_the_end_to_end_time(zoo_run):
         assert 0 < stages["component_share"] <= 1
 
 
+def test_the_component_share_is_the_component_time_over_the_call():
+    """The report's "hooks saw" share is each call's component time over its end-to-end time (median over calls):
+    arithmetic on the recorder's numbers, so it is checked exactly here, apart from any timing."""
+    from accel.measure.stages import STAGES
+    from accel.sweep.collect import summarize_stages
+
+    def call(component_s, end_to_end_s):
+        stages = dict.fromkeys(STAGES, end_to_end_s / len(STAGES))
+        return {"stages": stages, "end_to_end_s": end_to_end_s, "steps": [0.1], "component_s": component_s}
+
+    assert summarize_stages([call(0.9, 1.0)])["component_share"] == pytest.approx(0.9)
+    assert summarize_stages([call(0.6, 1.0), call(1.4, 2.0), call(0.2, 1.0)])["component_share"] == pytest.approx(0.6)
+
+
 class _OuterClock:
     """Timers independent of the stage recorder: our own hooks on the components, installed first."""
 

@@ -277,6 +277,9 @@ def test_the_committed_manifest_matches_the_recipe_and_the_weights():
     assert all(math.isfinite(v) for v in manifest["final_losses"].values())
     assert manifest["seconds"]["total"] <= 45 * 60, "the committed run took longer than issue 43's 45 minutes"
     assert manifest["threads"] == 1, "the committed run fixed one thread (docs/zoo.md says why)"
+    # What a reproduction must match besides the recipe (docs/zoo.md, wave 11): the libraries, the renderer, the CPU.
+    assert {"torch", "diffusers", "transformers", "numpy", "Pillow"} <= set(manifest["versions"])
+    assert manifest["cpu"] and isinstance(manifest["cpu"], str)
     # Each expert's own step count (train.expert.steps_by_expert, else steps), declared and as the log ran it:
     # the high-noise expert learns the direction word only after 10000 steps (docs/zoo.md, waves 9-10).
     expert_cfg = manifest["config"]["train"]["expert"]

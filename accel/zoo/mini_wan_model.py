@@ -80,8 +80,10 @@ MINI_WAN_CONFIG: dict[str, Any] = {
         },
         "vae": {"steps": 600, "batch": 8, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 20, "ball_weight": 3.0},
         # Then whole 9-frame videos: a 5-frame clip is the first frame and one 4-frame chunk, so the decoder never
-        # met the causal cache a full chunk leaves for the next one (frames 5-8: shifted backgrounds, haloed balls;
-        # held-out round-trip colour 0.885 -> 0.969 with this stage, docs/zoo.md, wave 11).
+        # met the causal cache a full chunk leaves for the next one (frames 5-8: shifted backgrounds, haloed balls).
+        # The committed run with this stage: held-out reconstruction PSNR 19.5 -> 21.8 dB, but its round trip of the
+        # held-out videos reads colour 0.854 and direction 0.833 (wave 10's VAE: 0.896, 0.98; a dark blob on red
+        # backgrounds, docs/zoo.md, wave 11).
         "vae_videos": {
             "steps": 600,
             "batch": 8,
