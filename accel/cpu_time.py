@@ -1,11 +1,15 @@
-"""CPU time the whole machine spent working: the one counter both contention measurements read.
+"""CPU time the whole machine spent working: the one counter both contention measurements read; and the CPU's
+model name, which the environment record and the trained weights' manifests both write.
 
 The lowest layer (no accel imports): the sweep's contention meter (``accel.measure.contention``) and
-mini-flux's training thread picker (``accel.zoo.mini_flux``) sit in different layers and share it.
+mini-flux's training thread picker (``accel.zoo.mini_flux``) sit in different layers and share it, as the
+environment record (``accel.env``) and ``accel.zoo.trained_weights`` share ``cpu_model``.
 """
 
 from __future__ import annotations
 
+import platform
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -29,3 +33,14 @@ def machine_steal_seconds() -> float:
     no such count). Steal is time the VM wanted to run and the host ran someone else: it slows a timed call
     without any process of this machine being busy."""
     return float(getattr(psutil.cpu_times(), "steal", 0.0))
+
+
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo's, else what ``platform`` says)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()

@@ -10,6 +10,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from accel.cpu_time import cpu_model
+
 PACKAGES = (
     "torch", "diffusers", "transformers", "accelerate", "cache-dit", "torchao", "torchmetrics",
     "flash-attn", "xformers", "sageattention", "omni-accel",
@@ -21,17 +23,6 @@ def _version(package: str) -> str | None:
         return importlib.metadata.version(package)
     except importlib.metadata.PackageNotFoundError:
         return None
-
-
-def cpu_model() -> str:
-    """The CPU's model name (/proc/cpuinfo's, else what ``platform`` says)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 # The source tree whose commit a run records (a checkout; an installed package has no .git above it).

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from accel.env import cpu_model
+from accel.cpu_time import cpu_model
 from accel.errors import ConfigError
 from accel.zoo.mini_flux_model import MANIFEST_FILE, combined_sha256, file_sha256
 
