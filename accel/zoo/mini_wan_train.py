@@ -482,10 +482,9 @@ def train(
 
     pipe: Any = WanPipeline(**components)
     embeds, unique, caption_index = caption_embeddings(pipe, captions)
-    position = {caption: i for i, caption in enumerate(unique)}
     swaps = direction_swaps(unique)
     jobs = [
-        (expert, components[expert], latents, masks, embeds, caption_index, position[""], config, seed + 1 + number,
+        (expert, components[expert], latents, masks, embeds, caption_index, unique.index(""), config, seed + 1 + number,
          swaps)
         for number, expert in enumerate(EXPERTS)
     ]  # fmt: skip
