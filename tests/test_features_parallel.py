@@ -88,7 +88,10 @@ def test_ulysses_on_two_ranks_matches_one_rank_with_collectives_counted(tmp_path
         weights = sum(baseline["weight_bytes"].values())
         assert all(r["cell_memory_bytes"] >= weights for r in memory), (model, memory, weights)
         assert cell["cell_memory_bytes"] == sum(r["cell_memory_bytes"] for r in memory)
-        assert peak_memory_bytes(cell) >= peak_memory_bytes(baseline), (model, memory, baseline["cell_memory_bytes"])
+        assert peak_memory_bytes(cell) == cell["cell_memory_bytes"]  # what the tables read
+        # Not asked: that the sum exceed the baseline's memory. These weights are 0.2-3 MiB and a cell's own memory
+        # (RSS growth) is 10-60 MiB of activations and allocator state: tiny-qwen-image's baseline read 22, 25 and
+        # 64 MiB on three runs, its two ranks 59-83 MiB summed (the 64 MiB draw failed CI at 0297be5).
         assert cell["cell_memory_method"].endswith("summed over the 2 ranks")
         # 64x64: even shares at the gather (16 image tokens, 8 + 8), also with "anything": nothing was padded.
         assert evidence["gloo_uneven_gather"] is None, (model, evidence["gloo_uneven_gather"])
