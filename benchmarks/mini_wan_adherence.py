@@ -14,8 +14,10 @@ low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.measure.mini_wan
 runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default). ``--cfg2``
 guides the low-noise expert's steps apart (``WanPipeline``'s ``guidance_scale_2``; every pair is run).
 ``--seen`` scores as many training combinations (new seeds) instead. ``--diagnose`` first prints what limits
-the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``) and whether each
-expert reads a direction word and a colour word at a noise level of its own (``caption_preference``).
+the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``), what the
+pipeline keeps of other rendered videos handed to it noised to the experts' switch, to sigma 0.75, 0.6 and 0.5,
+and at 0 (their round trip; ``finish_from_truth``, at the last ``--cfg`` / ``--cfg2``) and whether each expert
+reads a direction word and a colour word at a noise level of its own (``caption_preference``).
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ def main() -> None:
         print(
             f"VAE round trip of {which} rendered videos: " + ", ".join(f"{k} {trip[k]:.3f}" for k in VIDEO_ATTRIBUTES)
         )
+        guidance = (args.cfg[-1], (args.cfg2 or args.cfg)[-1])
+        for sigma in sorted({pipe.config.boundary_ratio, 0.75, 0.6, 0.5, 0.0}, reverse=True):
+            kept = mini_wan_eval.finish_from_truth(pipe, scenes, args.seeds, sigma, *guidance, steps=args.steps)
+            print(
+                f"{which} rendered videos noised to sigma {kept['start_sigma']:.3f} and finished by the pipeline "
+                f"(guidance {guidance[0]:g} / {guidance[1]:g}): "
+                + ", ".join(f"{k} {kept[k]:.3f}" for k in VIDEO_ATTRIBUTES)
+            )
         base = video_world.VideoScene("blue", "red", "left")
         for word, other in (("direction", video_world.VideoScene("blue", "red", "right")),
                             ("colour", video_world.VideoScene("blue", "green", "left"))):  # fmt: skip

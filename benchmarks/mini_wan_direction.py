@@ -1,4 +1,4 @@
-"""Retrain mini-wan's high-noise expert alone with a recipe change and measure whether it reads the direction word.
+"""Retrain one of mini-wan's experts alone with a recipe change and measure whether it reads the direction word.
 
 Keeps the committed text encoder, VAE and low-noise expert (``transformer_2``) and trains ``transformer`` from
 its seeded initialisation on the committed recipe's data (3000 videos, seed 0, encoded by the committed VAE;
@@ -11,8 +11,13 @@ wall times. ``--seed`` draws the batches and noise (the committed run's expert g
 would keep at that step (``"step"``, ``"probe"``, ``"seconds"``: training time so far): a learning curve from
 one run, the same run as without it (the probes draw from their own generators).
 
-    python benchmarks/mini_wan_direction.py --steps 2000 [--seed 1] [--direction-contrast 1.0 --margin 0.1]
-        [--temporal-weight 1.0] [--empty-caption 0.1] [--sigma-power 2] [--probe-every 500] [--save DIR]
+``--expert transformer_2`` retrains the low-noise expert instead (keeping the committed high-noise one; its
+probes at ``--probe-sigma``, 0.65 by default); ``--cfg2`` guides the low-noise steps apart; ``--seen-seeds``
+also scores 24 training combinations (``mini_wan_adherence.py --seen``'s), where a choice may be made.
+
+    python benchmarks/mini_wan_direction.py --steps 2000 [--expert transformer] [--seed 1]
+        [--direction-contrast 1.0 --margin 0.1] [--temporal-weight 1.0] [--empty-caption 0.1] [--sigma-power 2]
+        [--probe-every 500] [--cfg 5] [--cfg2 3] [--seen-seeds 10 11 12 13] [--save DIR]
 """
 
 from __future__ import annotations
@@ -55,8 +60,8 @@ def _prepare(pipe: Any, config: dict[str, Any], cache: Path) -> dict[str, Any]:
     return data
 
 
-def _probes(pipe: Any) -> dict[str, float]:
-    """The direction and colour ``caption_preference`` probes of ``pipe.transformer`` at sigma 0.85."""
+def _probes(pipe: Any, expert: str = "transformer", sigma: float = 0.85) -> dict[str, float]:
+    """The direction and colour ``caption_preference`` probes of ``pipe``'s ``expert`` at ``sigma``."""
     from accel.measure import mini_wan_eval
     from accel.zoo import video_world
 
@@ -64,7 +69,7 @@ def _probes(pipe: Any) -> dict[str, float]:
     probes = {}
     for word, other in (("direction", video_world.VideoScene("blue", "red", "right")),
                         ("colour", video_world.VideoScene("blue", "green", "left"))):  # fmt: skip
-        probe = mini_wan_eval.caption_preference(pipe, base, other, "transformer", 0.85)
+        probe = mini_wan_eval.caption_preference(pipe, base, other, expert, sigma)
         probes[word] = round(probe["ratio"], 3)
         probes[f"{word}_right_closer"] = round(probe["right_closer"], 2)
     return probes
@@ -72,8 +77,12 @@ def _probes(pipe: Any) -> dict[str, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--expert", choices=["transformer", "transformer_2"], default="transformer")
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--seed", type=int, default=1, help="the expert's generator (the committed run's is 1)")
+    committed_seed = "the expert's generator (default: the committed run's, 1 for transformer, 2 for transformer_2)"
+    parser.add_argument("--seed", type=int, default=None, help=committed_seed)
+    probe_sigma = "the probes' noise level (default 0.85 for transformer, 0.65 for transformer_2)"
+    parser.add_argument("--probe-sigma", type=float, default=None, help=probe_sigma)
     parser.add_argument("--direction-contrast", type=float, default=0.0)
     parser.add_argument("--margin", type=float, default=0.1)
     parser.add_argument("--contrast-rows", type=int, default=16)
@@ -82,12 +91,24 @@ def main() -> None:
     parser.add_argument("--sigma-power", type=float, default=None, help="train.expert's sigma_power (leans low)")
     parser.add_argument("--probe-every", type=int, default=0, help="probes every N steps (0: at the end only)")
     parser.add_argument("--cfg", type=float, default=5.0)
+    parser.add_argument("--cfg2", type=float, default=None, help="the low-noise expert's guidance (guidance_scale_2)")
+    parser.add_argument(
+        "--seen-seeds",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also score 24 training combinations at these seeds (mini_wan_adherence.py --seen's)",
+    )
     parser.add_argument("--eval-seeds", type=int, nargs="+", default=[0, 1])
     parser.add_argument("--cache", default="/tmp/mini-wan-expert-data.pt")
     parser.add_argument("--save", default=None, help="write the trained expert's weights here (safetensors)")
     parser.add_argument("--label", default="")
     args = parser.parse_args()
     quiet_libraries()
+    if args.seed is None:
+        args.seed = 1 if args.expert == "transformer" else 2
+    if args.probe_sigma is None:
+        args.probe_sigma = 0.85 if args.expert == "transformer" else 0.65
 
     import torch
 
@@ -116,7 +137,7 @@ def main() -> None:
         expert_cfg["temporal_weight"] = args.temporal_weight
     if args.sigma_power is not None:
         expert_cfg["sigma_power"] = args.sigma_power
-    model = build_components(config)["transformer"]
+    model = build_components(config)[args.expert]
     probed = copy.deepcopy(model).eval()  # holds the EMA weights while they are probed
     probe_s = 0.0
     trained = time.perf_counter()
@@ -127,14 +148,15 @@ def main() -> None:
             return
         began_probe = time.perf_counter()
         probed.load_state_dict(ema)
-        pipe.transformer = probed
-        line = {"label": args.label, "seed": args.seed, "step": step, "probe": _probes(pipe),
+        setattr(pipe, args.expert, probed)
+        line = {"label": args.label, "seed": args.seed, "step": step,
+                "probe": _probes(pipe, args.expert, args.probe_sigma),
                 "seconds": round(began_probe - trained - probe_s)}  # fmt: skip
         print(json.dumps(line), flush=True)
         probe_s += time.perf_counter() - began_probe
 
     result = _train_expert(
-        "transformer", model, data["latents"], data["masks"], data["embeds"], data["caption_index"],
+        args.expert, model, data["latents"], data["masks"], data["embeds"], data["caption_index"],
         data["unique"].index(""), config, torch.Generator().manual_seed(args.seed), ThreadPicker([1]),
         TrainLog(None), progress=False, swaps=direction_swaps(data["unique"]), on_step=on_step,
     )  # fmt: skip
@@ -143,12 +165,18 @@ def main() -> None:
         from safetensors.torch import save_file
 
         Path(args.save).mkdir(parents=True, exist_ok=True)
-        save_file(model.state_dict(), str(Path(args.save) / "transformer.safetensors"))
-    pipe.transformer = model
-    probes = _probes(pipe)
+        save_file(model.state_dict(), str(Path(args.save) / f"{args.expert}.safetensors"))
+    setattr(pipe, args.expert, model)
+    probes = _probes(pipe, args.expert, args.probe_sigma)
     evaluated = time.perf_counter()
+    seen: dict[str, float] = {}
+    if args.seen_seeds:
+        training = video_world.training_scenes()
+        scenes = [training[(i * 37) % len(training)] for i in range(len(video_world.HELD_OUT_SCENES))]
+        scored = mini_wan_eval.held_out_adherence(pipe, scenes, args.seen_seeds, args.cfg, 20, args.cfg2)
+        seen = {k: round(scored[k], 3) for k in (*VIDEO_ATTRIBUTES, "overall")}
     summary = mini_wan_eval.held_out_adherence(
-        pipe, list(video_world.HELD_OUT_SCENES), args.eval_seeds, args.cfg, steps=20
+        pipe, list(video_world.HELD_OUT_SCENES), args.eval_seeds, args.cfg, 20, args.cfg2
     )
     record = {
         "label": args.label,
@@ -157,6 +185,9 @@ def main() -> None:
         "final_loss": round(result["final_loss"], 4),
         "train_direction_gap": round(result.get("direction_gap", float("nan")), 4),
         "probe": probes,
+        "expert": args.expert,
+        "guidance": [args.cfg, args.cfg2],
+        "seen": seen,
         "held_out": {k: round(summary[k], 3) for k in (*VIDEO_ATTRIBUTES, "overall")},
         "direction_ci": [round(v, 2) for v in summary["direction_ci"]],
         "colour_ci": [round(v, 2) for v in summary["colour_ci"]],

@@ -25,6 +25,18 @@ SCENES = list(video_world.HELD_OUT_SCENES)
 SEEDS = [0, 1]
 
 
+def _short_recipe(videos: int, steps: int) -> dict:
+    """mini-wan's recipe cut to ``videos`` videos and ``steps`` steps a stage (batch 4), with the decoder's
+    fine-tune beside the experts whether or not the committed recipe has it."""
+    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
+    config["train"]["videos"] = videos
+    config["train"].setdefault("vae_decoder", copy.deepcopy(config["train"]["vae_videos"]))
+    for stage in ("text", "vae_frames", "vae", "vae_videos", "vae_decoder", "expert"):
+        config["train"][stage].update(steps=steps, warmup=1, batch=4)
+    config["train"]["expert"]["steps_by_expert"] = {}
+    return config
+
+
 # ---- the world and its scorer -------------------------------------------------------------------------------
 
 
@@ -178,20 +190,22 @@ def test_the_text_stage_tags_one_token_per_word_with_its_role():
 
 
 def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path):
-    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
-    config["train"]["videos"] = 16
-    for stage in ("text", "vae_frames", "vae", "vae_videos", "expert"):
-        config["train"][stage].update(steps=2, warmup=1, batch=4)
+    from accel.measure import mini_wan_eval
+
+    config = _short_recipe(16, 2)
     config["train"]["expert"]["steps_by_expert"] = {"transformer": 3}  # the recipe's per-expert step count
+    config["boundary_ratio"] = 0.5  # not the committed recipe's: the retrain's pipeline switches where it trained
     manifest = mini_wan.train(tmp_path, config, threads=1, progress=False)
     assert mini_wan.verify_weights(tmp_path) == manifest
+    assert mini_wan_eval.load_pipeline(tmp_path).config.boundary_ratio == 0.5
     assert manifest["expert_steps"] == {"transformer": 3, "transformer_2": 2}
     # What decides the bits besides the recipe: the libraries, the data's renderer and the CPU (docs/zoo.md, wave 11).
     assert {"torch", "diffusers", "transformers", "numpy", "Pillow"} <= set(manifest["versions"])
     assert manifest["cpu"] and isinstance(manifest["cpu"], str)
     log = (tmp_path / mini_wan.LOG_FILE).read_text()
     assert "transformer step 3/3" in log and "transformer_2 step 2/2" in log, log
-    assert set(manifest["final_losses"]) == {"text", "vae_frames", "vae", "vae_videos", *mini_wan.EXPERTS}
+    stages = {"text", "vae_frames", "vae", "vae_videos", "vae_decoder", *mini_wan.EXPERTS}
+    assert set(manifest["final_losses"]) == stages
     assert manifest["expert_sigma_ranges"]["transformer"][0] == pytest.approx(config["boundary_ratio"])
     components = mini_wan.build_mini_wan(config, weights_dir=tmp_path)
     assert components["boundary_ratio"] == config["boundary_ratio"]
@@ -199,27 +213,47 @@ def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path
 
 
 def test_the_experts_trained_side_by_side_are_the_experts_trained_one_after_the_other(tmp_path, monkeypatch):
-    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
-    config["train"]["videos"] = 8
-    for stage in ("text", "vae_frames", "vae", "vae_videos", "expert"):
-        config["train"][stage].update(steps=3, warmup=1, batch=4)
-    config["train"]["expert"]["steps_by_expert"] = {}
+    config = _short_recipe(8, 3)
     hashes = {}
     for cores in (1, 2):
         monkeypatch.setattr(mini_wan_train, "usable_cores", lambda n=cores: n)
         manifest = mini_wan.train(tmp_path / str(cores), config, threads=1, progress=False)
-        hashes[cores] = {name: manifest["files"][mini_wan.COMPONENT_FILES[name]] for name in mini_wan.EXPERTS}
+        # The decoder's fine-tune runs beside the experts too: the VAE's file is the same either way.
+        hashes[cores] = {name: manifest["files"][mini_wan.COMPONENT_FILES[name]] for name in (*mini_wan.EXPERTS, "vae")}
         log = (tmp_path / str(cores) / "train_log.txt").read_text()
         assert all(f"{expert} step 3/3" in log for expert in mini_wan.EXPERTS), log
+        assert log.count("vae step 3/3") == 4, log  # frames, clips, whole videos, then the decoder alone
     assert hashes[1] == hashes[2]
 
 
+def test_the_decoder_stage_trains_the_decoder_and_leaves_the_encoder_and_so_every_latent(tmp_path):
+    import torch
+
+    from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog
+
+    vae = mini_wan_train.build_components(mini_wan.MINI_WAN_CONFIG)["vae"]
+    videos = torch.from_numpy(mini_wan_train.make_dataset(4, seed=0)[0])
+    before = {name: p.detach().clone() for name, p in vae.named_parameters()}
+    with torch.no_grad():
+        latents = vae.encode(videos).latent_dist.mean
+    cfg = {**mini_wan.MINI_WAN_CONFIG["train"]["vae_videos"], "steps": 3, "warmup": 1, "batch": 2}
+    result = mini_wan_train._train_decoder(
+        vae, videos, cfg, torch.Generator().manual_seed(0), ThreadPicker([1]), TrainLog(None), progress=False
+    )
+    assert math.isfinite(result["final_loss"])
+    decoding = {id(p) for p in mini_wan_train.decoder_parameters(vae)}
+    changed = {name for name, p in vae.named_parameters() if not torch.equal(p, before[name])}
+    trained = {name for name, p in vae.named_parameters() if id(p) in decoding}
+    assert changed and changed <= trained, sorted(changed - trained)
+    assert any(name.startswith("decoder.") for name in changed)
+    with torch.no_grad():
+        assert torch.equal(vae.encode(videos).latent_dist.mean, latents)
+    assert all(p.requires_grad for p in vae.parameters())  # the freeze does not outlast the stage
+
+
 def test_the_ball_weight_changes_what_the_experts_learn(tmp_path):
-    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
-    config["train"]["videos"] = 8
-    for stage in ("text", "vae_frames", "vae", "vae_videos", "expert"):
-        config["train"][stage].update(steps=3, warmup=1, batch=4)
-    config["train"]["expert"]["steps_by_expert"] = {}
+    config = _short_recipe(8, 3)
+    del config["train"]["vae_decoder"]
     hashes = []
     for weight in (0.0, 4.0):
         config["train"]["expert"]["ball_weight"] = weight
@@ -291,6 +325,18 @@ def test_the_committed_manifest_matches_the_recipe_and_the_weights():
     total = sum((mini_wan.WEIGHTS_DIR / f).stat().st_size for f in mini_wan.COMPONENT_FILES.values())
     assert total <= 10 * 2**20
     assert (mini_wan.WEIGHTS_DIR / mini_wan.LOG_FILE).read_text().strip()
+
+
+def test_a_recipe_that_switches_the_experts_elsewhere_than_the_weights_learnt_is_refused():
+    # Wave 12's first diagnosis table was taken with a recipe edit in the working tree (boundary 0.6) on weights
+    # trained at 0.75: the experts ran sigmas they never learnt and nothing said so.
+    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
+    config["boundary_ratio"] = 0.6
+    with pytest.raises(ConfigError, match=r"manifest\.json: .*boundary_ratio 0\.6 \(trained: 0\.75\).*load_pipeline"):
+        mini_wan.build_mini_wan(config)
+    config = copy.deepcopy(mini_wan.MINI_WAN_CONFIG)
+    config["train"]["expert"]["lr"] = 0.5  # the training recipe is not what the weights fix
+    assert set(mini_wan.build_mini_wan(config)) >= {"transformer", "transformer_2", "vae"}
 
 
 def test_tampered_weights_are_refused(tmp_path):
@@ -365,6 +411,44 @@ def test_each_expert_guided_apart_is_wan_s_own_argument_and_changes_the_video(pi
     same = mini_wan_eval.generate(pipe, prompt, 0, 5.0, 20)
     assert (mini_wan_eval.generate(pipe, prompt, 0, 5.0, 20, guidance_scale_2=5.0) == same).all()
     assert not (mini_wan_eval.generate(pipe, prompt, 0, 5.0, 20, guidance_scale_2=3.0) == same).all()
+
+
+def test_finishing_from_the_first_step_is_the_pipeline_s_own_video(pipe):
+    import torch
+
+    from accel.measure import mini_wan_eval
+    from accel.zoo.mini_wan import MAX_SEQUENCE_LENGTH
+
+    noise = torch.randn(1, 8, 3, 8, 8, generator=torch.Generator().manual_seed(3))
+    prompt = SCENES[0].caption(0)
+    high, low = TARGET_GUIDANCE
+    video = pipe(prompt, height=64, width=64, num_frames=9, num_inference_steps=20, guidance_scale=high,
+                 guidance_scale_2=low, max_sequence_length=MAX_SEQUENCE_LENGTH, latents=noise.clone(),
+                 output_type="np").frames[0]  # fmt: skip
+    finished = mini_wan_eval.finish(pipe, noise.clone(), prompt, 0, high, low)
+    assert float(abs(video - finished).max()) < 1e-4  # float rounding only (2.4e-6 measured)
+    # The guidance reaches the experts as the pipeline's does: another low-noise guidance, another video.
+    assert float(abs(mini_wan_eval.finish(pipe, noise.clone(), prompt, 0, high, 5.0) - video).max()) > 0.05
+
+
+def test_finishing_the_truth_from_sigma_0_is_the_vae_s_round_trip_of_the_same_videos(pipe):
+    import torch
+
+    from accel.measure import mini_wan_eval
+
+    scenes = SCENES[:6]
+    finished: list = []
+    kept = mini_wan_eval.finish_from_truth(pipe, scenes, [1], 0.0, *TARGET_GUIDANCE, videos=finished)
+    assert kept["start_sigma"] == 0.0 and kept["n"] == len(finished) == len(scenes)
+    for i, scene in enumerate(scenes):  # no step left to run: what is scored is the decoder's drawing of the truth
+        video = torch.from_numpy(video_world.render_array(scene, seed=20_000 + 100 + i))[None]
+        with torch.no_grad():
+            decoded = pipe.vae.decode(pipe.vae.encode(video).latent_dist.mean).sample.clamp(-1, 1)[0]
+        frames = ((decoded.permute(1, 2, 3, 0).numpy() + 1.0) / 2.0).astype(np.float32)
+        # Each scene its own render seed: one seed for every scene would give them all one trajectory.
+        assert float(abs(finished[i] - frames).max()) < 1e-4, i  # normalised and back: float rounding only
+        scored = score_video(scene, frames)
+        assert kept["per_image"][f"p{i}_s1"] == {kind: int(scored[kind]) for kind in VIDEO_ATTRIBUTES}, i
 
 
 def test_the_high_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):

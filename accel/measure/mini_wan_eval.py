@@ -16,15 +16,19 @@ from typing import Any
 
 from accel.measure.adherence import summarise
 from accel.measure.video_adherence import VIDEO_ATTRIBUTES, score_video
-from accel.zoo.mini_wan import EXPERTS, MAX_SEQUENCE_LENGTH, MINI_WAN_CONFIG, build_mini_wan
+from accel.zoo.mini_wan import EXPERTS, MAX_SEQUENCE_LENGTH, MINI_WAN_CONFIG, build_mini_wan, read_manifest
 from accel.zoo.video_world import FRAME_SIZE, FRAMES, VideoScene
 
 
 def load_pipeline(weights_dir: Path | None = None) -> Any:
-    """The trained mini-wan as a ``WanPipeline`` (the committed weights, or a retrain's ``weights_dir``)."""
+    """The trained mini-wan as a ``WanPipeline`` (the committed weights, or a retrain's ``weights_dir``).
+
+    A retrain is built from the recipe in its own manifest (its ``boundary_ratio`` may not be the committed one's:
+    the experts must switch where they were trained to)."""
     from diffusers import WanPipeline
 
-    pipe: Any = WanPipeline(**build_mini_wan(MINI_WAN_CONFIG, weights_dir=weights_dir))
+    config = MINI_WAN_CONFIG if weights_dir is None else read_manifest(weights_dir)["config"]
+    pipe: Any = WanPipeline(**build_mini_wan(config, weights_dir=weights_dir))
     pipe.set_progress_bar_config(disable=True)
     return pipe
 
@@ -157,3 +161,89 @@ def caption_preference(
         "ratio": float(wrong.mean() / right.mean()),
         "right_closer": float((right < wrong).float().mean()),
     }
+
+
+def finish(
+    pipe: Any, latents: Any, prompt: str, start: int, guidance_scale: float, guidance_scale_2: float, steps: int = 20
+) -> Any:
+    """The frames (F x H x W x 3, [0, 1]) ``pipe`` makes of normalised ``latents`` from step ``start`` of its
+    ``steps``-step schedule on, as ``WanPipeline`` runs the steps: Euler, each step on the expert its timestep picks
+    at ``boundary_ratio``, classifier-free guidance with the empty negative prompt (``guidance_scale`` on
+    ``transformer``'s steps, ``guidance_scale_2`` on ``transformer_2``'s). From step 0 with the pipeline's own
+    noise as ``latents`` it is the pipeline's video (``tests/test_mini_wan.py``)."""
+    import numpy as np
+    import torch
+
+    config = pipe.vae.config
+    view = (1, -1, 1, 1, 1)
+    mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
+    pipe.scheduler.set_timesteps(steps)
+    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+    boundary = pipe.config.boundary_ratio * 1000
+
+    def embed(text: str) -> Any:
+        return pipe.encode_prompt([text], do_classifier_free_guidance=False, max_sequence_length=MAX_SEQUENCE_LENGTH)[0]
+
+    caption, empty = embed(prompt), embed("")
+    with torch.no_grad():
+        for k in range(start, len(sigmas) - 1):
+            timestep = pipe.scheduler.timesteps[k : k + 1]
+            high = float(timestep) >= boundary
+            expert, scale = (pipe.transformer, guidance_scale) if high else (pipe.transformer_2, guidance_scale_2)
+            velocities = [
+                expert(hidden_states=latents, timestep=timestep, encoder_hidden_states=e, return_dict=False)[0]
+                for e in (caption, empty)
+            ]
+            velocity = velocities[1] + scale * (velocities[0] - velocities[1])
+            latents = latents + (sigmas[k + 1] - sigmas[k]) * velocity
+        decoded = pipe.vae.decode(latents * std + mean).sample.clamp(-1, 1)[0]
+    return ((decoded.permute(1, 2, 3, 0).numpy() + 1.0) / 2.0).astype(np.float32)
+
+
+def finish_from_truth(
+    pipe: Any,
+    scenes: list[VideoScene],
+    seeds: list[int],
+    sigma: float,
+    guidance_scale: float,
+    guidance_scale_2: float | None = None,
+    steps: int = 20,
+    videos: list[Any] | None = None,
+) -> dict[str, Any]:
+    """Adherence summary of videos the pipeline finishes (``finish``) from the world's own video noised part way.
+
+    Each scene's rendered video (seed ``20_000 + 100 * seed + i``, not a training seed) is encoded (latent mean,
+    normalised) and noised (noise seed ``100 * seed + i``) to the first sigma of the ``steps``-step schedule at or
+    below ``sigma``, and the pipeline runs the remaining steps with the scene's caption. What the start holds of
+    the caption (the direction included) the finish can keep or lose: from the switch's sigma it says whether the
+    low-noise expert keeps a direction it is handed; set against ``vae_round_trip_adherence`` (no noise) it says
+    what the finish costs. ``per_image`` keys ``p<i>_s<seed>``; the summary adds ``start_sigma``. ``videos``, when
+    given, receives each finished video's frames in that order (to look at what was scored).
+    """
+    import torch
+
+    from accel.zoo.video_world import render_array
+
+    config = pipe.vae.config
+    view = (1, -1, 1, 1, 1)
+    mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
+    pipe.scheduler.set_timesteps(steps)
+    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+    start = next(k for k, s in enumerate(sigmas) if s <= sigma)
+    scores, keys = [], []
+    for seed in seeds:
+        for i, scene in enumerate(scenes):
+            video = torch.from_numpy(render_array(scene, seed=20_000 + 100 * seed + i))[None]
+            with torch.no_grad():
+                x0 = (pipe.vae.encode(video).latent_dist.mean - mean) / std
+            noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(100 * seed + i))
+            latents = (1 - sigmas[start]) * x0 + sigmas[start] * noise
+            second = guidance_scale if guidance_scale_2 is None else guidance_scale_2
+            frames = finish(pipe, latents, scene.caption(i), start, guidance_scale, second, steps)
+            scores.append(score_video(scene, frames))
+            keys.append(f"p{i}_s{seed}")
+            if videos is not None:
+                videos.append(frames)
+    summary: dict[str, Any] = summarise(scores, keys, VIDEO_ATTRIBUTES)
+    summary["start_sigma"] = sigmas[start]
+    return summary

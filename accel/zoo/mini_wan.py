@@ -100,10 +100,27 @@ def weights_fingerprint(weights_dir: Path | None = None) -> dict[str, Any] | Non
     return {"sha256": combined, **build_settings(read_manifest(weights_dir), weights_dir)}
 
 
+# What the weights fix: the components' shapes, the schedule and where the experts switch.
+TRAINED_WITH = ("transformer", "vae", "umt5", "scheduler", "boundary_ratio")
+
+
 def build_mini_wan(config: dict[str, Any], weights_dir: Path | None = None) -> dict[str, Any]:
-    """Components of the trained mini-wan, loaded from the committed (hash-checked) weights."""
+    """Components of the trained mini-wan, loaded from the committed (hash-checked) weights.
+
+    ``config``'s architecture, schedule and switch (``TRAINED_WITH``) must be those the manifest says the weights
+    were trained with: experts switched elsewhere than they learnt run sigmas they never saw, silently."""
     weights_dir = weights_dir or WEIGHTS_DIR
-    settings = build_settings(verify_weights(weights_dir), weights_dir)
+    manifest = verify_weights(weights_dir)
+    settings = build_settings(manifest, weights_dir)
     model_config = copy.deepcopy(config.get("model", config))
+    trained = manifest.get("config", {})
+    differ = [key for key in TRAINED_WITH if key in trained and model_config.get(key) != trained[key]]
+    if differ:
+        shown = ", ".join(f"{key} {model_config.get(key)!r} (trained: {trained[key]!r})" for key in differ)
+        raise ConfigError(
+            f"{weights_dir / MANIFEST_FILE}: the weights were trained with another recipe than the one building "
+            f"them: {shown}; build from the manifest's recipe (accel.measure.mini_wan_eval.load_pipeline(DIR)), "
+            f"restore the recipe (accel/zoo/mini_wan_model.py) or retrain (`omni-accel zoo train {NAME}`)"
+        )
     model_config["vae"].update(settings["latent"])
     return trained_weights.load_weights(build_components(model_config), weights_dir, COMPONENT_FILES)

@@ -93,6 +93,9 @@ MINI_WAN_CONFIG: dict[str, Any] = {
             "warmup": 20,
             "ball_weight": 3.0,
         },
+        # An optional ``vae_decoder`` section (the ``vae_videos`` keys) would fine-tune the decoder alone beside the
+        # experts (``mini_wan_train._train_decoder``, the encoder and so every latent frozen): not in the committed
+        # recipe (docs/zoo.md, wave 12: it lifts colour, not direction, and the run it was part of took 45.9 minutes).
         # The ball's latent pixels weigh 1 + ball_weight in the loss (``mini_wan_train.latent_ball_mask``).
         # ``steps`` is each expert's unless ``steps_by_expert`` names it (``mini_wan_train.expert_steps``; the
         # learning rate's cosine runs over the expert's own steps): the high-noise expert learns the direction

@@ -6,8 +6,10 @@ on red" are the same set of vectors), then it is frozen. Then the causal video V
 (mini-flux's VAE stage, on 32x32 crops: single frames, then 5-frame clips, then whole 9-frame videos), then each
 expert learns rectified flow (it predicts ``noise - x0``) on its own part of the noise schedule: ``transformer``
 where the pipeline calls it (timestep ``>= boundary_ratio * 1000``), ``transformer_2`` below. Times are drawn as
-the inference schedule spends its steps (uniform before Wan's time shift). The loop machinery (thread picking, log,
-schedule, EMA) is mini-flux's; its log names the three VAE stages ``vae`` (single frames first, whole videos last).
+the inference schedule spends its steps (uniform before Wan's time shift). Beside the experts, when the recipe has
+``train.vae_decoder``, the VAE's decoder alone fine-tunes on whole videos (its encoder, hence every latent, frozen).
+The loop machinery (thread picking, log, schedule, EMA) is mini-flux's; its log names the VAE stages ``vae`` (single
+frames first, whole videos next, the decoder alone last).
 """
 
 from __future__ import annotations
@@ -368,22 +370,67 @@ def _expert_job(
     return model.state_dict(), result, log.lines
 
 
-def _train_experts(
-    jobs: list[tuple[Any, ...]], log_path: Path | None
-) -> list[tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]]:
-    """Train the experts, side by side in forked processes where two cores are free, else one after the other.
+def decoder_parameters(vae: Any) -> list[torch.nn.Parameter]:
+    """The VAE's decoding side, what ``_train_decoder`` trains: ``post_quant_conv`` and the decoder."""
+    return [*vae.post_quant_conv.parameters(), *vae.decoder.parameters()]
 
-    Neither expert's training depends on the other's (each draws from its own generator on one thread), so
-    both ways give the same weights; side by side halves the stage's time on our 2-core machine. Each
-    process appends its lines to the log as it trains.
+
+def _train_decoder(
+    vae: Any,
+    videos: torch.Tensor,
+    cfg: dict[str, Any],
+    generator: torch.Generator,
+    picker: ThreadPicker,
+    log: TrainLog,
+    progress: bool,
+) -> dict[str, Any]:
+    """Fine-tune the VAE's decoder alone on whole videos (``train.vae_decoder``); the encoder stays frozen.
+
+    Every latent the experts learn from is the encoder's, so this stage changes none of them and can run beside
+    the experts. It is mini-flux's VAE loop (``_train_vae``) with the encoder's parameters frozen: AdamW skips a
+    parameter without a gradient, and the KL term, the encoder's alone, is then a constant.
+    """
+    vae.requires_grad_(False)
+    for parameter in decoder_parameters(vae):
+        parameter.requires_grad_(True)
+    try:
+        return _train_vae(vae, videos, cfg, generator, picker, log, progress, NAME, ball_weighting(cfg["ball_weight"]))
+    finally:
+        vae.requires_grad_(True)
+
+
+def _decoder_job(
+    job: tuple[Any, ...], log_path: Path | None
+) -> tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]:
+    """``_train_decoder`` on one thread from its own generator: (the VAE's weights, the loop's result, log lines)."""
+    vae, videos, cfg, seed = job
+    torch.set_num_threads(1)
+    log = TrainLog(None)
+    log.path = log_path
+    result = _train_decoder(vae, videos, cfg, torch.Generator().manual_seed(seed), ThreadPicker([1]), log, False)
+    return vae.state_dict(), result, log.lines
+
+
+_JOBS = {"expert": _expert_job, "decoder": _decoder_job}
+
+
+def _side_by_side(
+    jobs: list[tuple[str, tuple[Any, ...]]], log_path: Path | None
+) -> list[tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]]:
+    """Run the jobs (``(kind, arguments)``, kind ``expert`` or ``decoder``), two at a time in forked processes where
+    two cores are free, else one after the other; results in the jobs' order.
+
+    No job depends on another's (each draws from its own generator on one thread), so both ways give the same
+    weights; side by side halves the stage's time on our 2-core machine, and a third job (the decoder's) takes the
+    core the first one to finish leaves. Each process appends its lines to the log as it trains.
     """
     if usable_cores() < 2 or len(jobs) < 2:
-        return [_expert_job(job, log_path) for job in jobs]
+        return [_JOBS[kind](job, log_path) for kind, job in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=len(jobs), mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_expert_job, job, log_path) for job in jobs]
+    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as pool:
+        futures = [pool.submit(_JOBS[kind], job, log_path) for kind, job in jobs]
         return [future.result() for future in futures]
 
 
@@ -423,7 +470,8 @@ def train(
     """Train mini-wan from its seed and write the weights, manifest and log into ``out_dir``.
 
     Four stages: the text encoder learns to read captions, the VAE to reconstruct the world's videos, then
-    each expert rectified flow on the VAE's normalised latents over its part of the schedule. ``threads``
+    each expert rectified flow on the VAE's normalised latents over its part of the schedule, and beside them the
+    decoder's fine-tune where the recipe has ``train.vae_decoder``. ``threads``
     fixes the torch thread count; by default it is re-chosen during training (1 or 2, whichever is faster at
     the moment). Returns the manifest.
     """
@@ -473,26 +521,32 @@ def train(
     std = raw.std(dim=(0, 2, 3, 4))
     latent = {"latents_mean": [round(float(v), 6) for v in mean], "latents_std": [round(float(v), 6) for v in std]}
     components["vae"].register_to_config(**latent)
-    psnr = _reconstruction_psnr(components["vae"])
-    log.write(f"vae: held-out reconstruction PSNR {psnr:.2f} dB; latents {raw.shape[1:]} in {raw.nbytes >> 20} MB")
+    log.write(f"vae: latents {raw.shape[1:]} in {raw.nbytes >> 20} MB")
     masks = latent_ball_mask(videos)
-    del videos
     view = (1, -1, 1, 1, 1)
     latents = (raw - torch.tensor(latent["latents_mean"]).view(view)) / torch.tensor(latent["latents_std"]).view(view)
 
     pipe: Any = WanPipeline(**components)
     embeds, unique, caption_index = caption_embeddings(pipe, captions)
     swaps = direction_swaps(unique)
-    jobs = [
-        (expert, components[expert], latents, masks, embeds, caption_index, unique.index(""), config, seed + 1 + number,
-         swaps)
+    jobs: list[tuple[str, tuple[Any, ...]]] = [
+        ("expert", (expert, components[expert], latents, masks, embeds, caption_index, unique.index(""), config,
+                    seed + 1 + number, swaps))
         for number, expert in enumerate(EXPERTS)
     ]  # fmt: skip
-    for expert, (state, result, lines) in zip(EXPERTS, _train_experts(jobs, log.path), strict=True):
-        components[expert].load_state_dict(state)
-        components[expert].eval()
-        results[expert] = result
+    stages = list(EXPERTS)
+    if "vae_decoder" in train_cfg:  # the decoder's fine-tune, beside the experts (the latents are already taken)
+        jobs.append(("decoder", (components["vae"], videos, train_cfg["vae_decoder"], seed + 1 + len(EXPERTS))))
+        stages.append("vae_decoder")
+    for stage, (state, result, lines) in zip(stages, _side_by_side(jobs, log.path), strict=True):
+        component = components["vae" if stage == "vae_decoder" else stage]
+        component.load_state_dict(state)
+        component.eval()
+        results[stage] = result
         log.lines += lines
+    del videos
+    psnr = _reconstruction_psnr(components["vae"])
+    log.write(f"vae: held-out reconstruction PSNR {psnr:.2f} dB")
     final_losses = {stage: float(result["final_loss"]) for stage, result in results.items()}
     seconds = {stage: float(result["seconds"]) for stage, result in results.items()}
     seconds["total"] = time.perf_counter() - started
