@@ -68,7 +68,10 @@ def main() -> None:
     vae = pipe.vae
     _measure(pipe, "as committed")
     videos = torch.from_numpy(make_dataset(MINI_WAN_CONFIG["train"]["videos"], MINI_WAN_CONFIG["train"]["seed"])[0])
-    cfg = {**MINI_WAN_CONFIG["train"]["vae_decoder"], "steps": args.steps, "lr": args.lr}
+    # The recipe's ``train.vae_decoder`` when it has one (optional, not in the committed recipe: then the whole-video
+    # VAE stage's settings, the keys ``_train_decoder`` reads).
+    train_cfg = MINI_WAN_CONFIG["train"]
+    cfg = {**train_cfg.get("vae_decoder", train_cfg["vae_videos"]), "steps": args.steps, "lr": args.lr}
     cfg["ball_weight"] = args.ball_weight
     began = time.perf_counter()
     result = _train_decoder(vae, videos, cfg, torch.Generator().manual_seed(args.seed), ThreadPicker([1]),

@@ -451,6 +451,32 @@ def test_finishing_the_truth_from_sigma_0_is_the_vae_s_round_trip_of_the_same_vi
         assert kept["per_image"][f"p{i}_s1"] == {kind: int(scored[kind]) for kind in VIDEO_ATTRIBUTES}, i
 
 
+def test_finishing_the_truth_part_way_noises_each_scene_with_its_own_draw_as_flow_matching_does(pipe):
+    # From sigma 0 the noise is multiplied by 0: only a start part way sees how the truth is noised. Each scene's
+    # noise is its own draw (seed 100 * seed + i), mixed as rectified flow trains and samples: (1 - s) x0 + s noise.
+    import torch
+
+    from accel.measure import mini_wan_eval
+
+    scenes, steps = SCENES[:2], 20
+    finished: list = []
+    kept = mini_wan_eval.finish_from_truth(pipe, scenes, [1], 0.6, *TARGET_GUIDANCE, steps=steps, videos=finished)
+    pipe.scheduler.set_timesteps(steps)
+    sigmas = [float(s) for s in pipe.scheduler.sigmas]
+    start = next(k for k, s in enumerate(sigmas) if s <= 0.6)
+    assert 0 < start < steps and kept["start_sigma"] == sigmas[start]
+    config = pipe.vae.config
+    mean, std = (torch.tensor(v).view(1, -1, 1, 1, 1) for v in (config.latents_mean, config.latents_std))
+    for i, scene in enumerate(scenes):
+        video = torch.from_numpy(video_world.render_array(scene, seed=20_000 + 100 + i))[None]
+        with torch.no_grad():
+            x0 = (pipe.vae.encode(video).latent_dist.mean - mean) / std
+        noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(100 + i))
+        latents = (1 - sigmas[start]) * x0 + sigmas[start] * noise
+        expected = mini_wan_eval.finish(pipe, latents, scene.caption(i), start, *TARGET_GUIDANCE, steps=steps)
+        assert float(abs(finished[i] - expected).max()) < 1e-5, i
+
+
 def test_the_high_noise_expert_alone_loses_more_than_it_gains_video_by_video(pipe, both_experts):
     from accel.measure import mini_wan_eval
 
