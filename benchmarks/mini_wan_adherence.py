@@ -7,13 +7,16 @@ motion, persistence) and prints, per guidance scale and expert setting, each att
 95% interval, and what one-expert runs lost against both experts video by video.
 
     python benchmarks/mini_wan_adherence.py [--seeds 0 1 2] [--cfg 1 5] [--cfg2 3] [--steps 20] [--weights DIR]
-        [--experts both transformer transformer_2] [--seen] [--diagnose]
+        [--experts both transformer transformer_2] [--seen] [--diagnose] [--swap vae=FILE] [--boundary 0.65]
 
 ``--experts transformer`` runs every step on the high-noise expert, ``transformer_2`` every step on the
 low-noise one (the pipeline's ``boundary_ratio`` moved; ``accel.measure.mini_wan_eval.only_expert``). ``--cfg 1``
 runs without classifier-free guidance; above 1 with an empty negative prompt (the pipeline's default). ``--cfg2``
 guides the low-noise expert's steps apart (``WanPipeline``'s ``guidance_scale_2``; every pair is run).
-``--seen`` scores as many training combinations (new seeds) instead. ``--diagnose`` first prints what limits
+``--seen`` scores as many training combinations (new seeds) instead. ``--swap vae=FILE`` (or ``transformer``,
+``transformer_2``) scores with one component's weights taken from a file (``mini_wan_decoder.py --save``,
+``mini_wan_direction.py --save``); ``--boundary`` moves the experts' switch at inference, a diagnosis only.
+``--diagnose`` first prints what limits
 the model: the VAE's round trip of the scenes' rendered videos (``vae_round_trip_adherence``), what the
 pipeline keeps of other rendered videos handed to it noised to the experts' switch, to sigma 0.75, 0.6 and 0.5,
 and at 0 (their round trip; ``finish_from_truth``, at the last ``--cfg`` / ``--cfg2``) and whether each expert
@@ -41,6 +44,10 @@ def main() -> None:
     parser.add_argument("--experts", nargs="+", default=["both", "transformer", "transformer_2"])
     parser.add_argument("--seen", action="store_true", help="score training combinations instead")
     parser.add_argument("--diagnose", action="store_true", help="first the VAE round trip and the word responses")
+    swap = "COMPONENT=FILE: load a component's weights from a safetensors file (e.g. mini_wan_decoder.py --save)"
+    parser.add_argument("--swap", nargs="+", default=[], metavar="COMPONENT=FILE", help=swap)
+    moved = "move the experts' switch at inference (a diagnosis: the experts then run sigmas they never learnt)"
+    parser.add_argument("--boundary", type=float, nargs="+", default=[None], help=moved)
     args = parser.parse_args()
     quiet_libraries()
 
@@ -53,6 +60,15 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     pipe = mini_wan_eval.load_pipeline(Path(args.weights) if args.weights else None)
+    for item in args.swap:
+        component, _, path = item.partition("=")
+        if component not in ("vae", "transformer", "transformer_2", "text_encoder") or not path:
+            parser.error(f"--swap {item}: expected COMPONENT=FILE, COMPONENT one of vae, transformer, transformer_2, "
+                         "text_encoder")  # fmt: skip
+        from safetensors.torch import load_file
+
+        getattr(pipe, component).load_state_dict(load_file(path))
+        print(f"{component}: weights from {path}")
     scenes = list(video_world.HELD_OUT_SCENES)
     if args.seen:
         training = video_world.training_scenes()
@@ -79,7 +95,11 @@ def main() -> None:
                 print(f"{expert} at sigma {sigma}, {word} word: wrong/right caption MSE {r['ratio']:.3f}, "
                       f"right caption closer on {r['right_closer']:.2f} of draws")  # fmt: skip
     print(f"{which}: {len(scenes)} captions x {len(args.seeds)} seeds, {args.steps} steps")
-    for cfg, cfg2 in [(cfg, cfg2) for cfg in args.cfg for cfg2 in (args.cfg2 or [None])]:
+    trained = pipe.config.boundary_ratio
+    settings = [(b, cfg, cfg2) for b in args.boundary for cfg in args.cfg for cfg2 in (args.cfg2 or [None])]
+    for boundary, cfg, cfg2 in settings:
+        pipe.register_to_config(boundary_ratio=trained if boundary is None else boundary)
+        switch = "" if boundary is None else f", switch at {boundary:g} (trained at {trained:g})"
         both: dict[str, dict[str, int]] = {}
         for experts in args.experts:
             began = time.perf_counter()
@@ -91,7 +111,7 @@ def main() -> None:
                 for k in (*VIDEO_ATTRIBUTES, "overall")
             )
             label = f"cfg {cfg:g}" if cfg2 is None else f"cfg {cfg:g} / {cfg2:g} (high / low noise)"
-            print(f"{label}, experts {experts}: {parts}; {seconds:.2f} s a video")
+            print(f"{label}{switch}, experts {experts}: {parts}; {seconds:.2f} s a video")
             if experts == "both":
                 both = summary["per_image"]
             elif both:
