@@ -169,8 +169,9 @@ def finish(
     """The frames (F x H x W x 3, [0, 1]) ``pipe`` makes of normalised ``latents`` from step ``start`` of its
     ``steps``-step schedule on, as ``WanPipeline`` runs the steps: Euler, each step on the expert its timestep picks
     at ``boundary_ratio``, classifier-free guidance with the empty negative prompt (``guidance_scale`` on
-    ``transformer``'s steps, ``guidance_scale_2`` on ``transformer_2``'s). From step 0 with the pipeline's own
-    noise as ``latents`` it is the pipeline's video (``tests/test_mini_wan.py``)."""
+    ``transformer``'s steps, ``guidance_scale_2`` on ``transformer_2``'s; as the pipeline, none on either expert's
+    when ``guidance_scale`` is 1 or less). From step 0 with the pipeline's own noise as ``latents`` it is the
+    pipeline's video (``tests/test_mini_wan.py``)."""
     import numpy as np
     import torch
 
@@ -185,6 +186,7 @@ def finish(
         return pipe.encode_prompt([text], do_classifier_free_guidance=False, max_sequence_length=MAX_SEQUENCE_LENGTH)[0]
 
     caption, empty = embed(prompt), embed("")
+    guided = guidance_scale > 1  # WanPipeline's do_classifier_free_guidance reads guidance_scale alone
     with torch.no_grad():
         for k in range(start, len(sigmas) - 1):
             timestep = pipe.scheduler.timesteps[k : k + 1]
@@ -192,9 +194,9 @@ def finish(
             expert, scale = (pipe.transformer, guidance_scale) if high else (pipe.transformer_2, guidance_scale_2)
             velocities = [
                 expert(hidden_states=latents, timestep=timestep, encoder_hidden_states=e, return_dict=False)[0]
-                for e in (caption, empty)
+                for e in ((caption, empty) if guided else (caption,))
             ]
-            velocity = velocities[1] + scale * (velocities[0] - velocities[1])
+            velocity = velocities[1] + scale * (velocities[0] - velocities[1]) if guided else velocities[0]
             latents = latents + (sigmas[k + 1] - sigmas[k]) * velocity
         decoded = pipe.vae.decode(latents * std + mean).sample.clamp(-1, 1)[0]
     return ((decoded.permute(1, 2, 3, 0).numpy() + 1.0) / 2.0).astype(np.float32)
