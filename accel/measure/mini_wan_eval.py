@@ -94,6 +94,15 @@ def held_out_adherence(
     return summarise(scores, keys, VIDEO_ATTRIBUTES)
 
 
+def latent_scale(vae: Any) -> tuple[Any, Any]:
+    """The VAE's per-channel ``latents_mean`` and ``latents_std`` shaped to broadcast over N x C x F x H x W: the
+    experts' latents are ``(encoded - mean) / std``, the decoder's ``latents * std + mean``."""
+    import torch
+
+    view = (1, -1, 1, 1, 1)
+    return torch.tensor(vae.config.latents_mean).view(view), torch.tensor(vae.config.latents_std).view(view)
+
+
 def vae_round_trip_adherence(vae: Any, scenes: list[VideoScene], seeds: list[int]) -> dict[str, Any]:
     """Adherence summary of the world's rendered videos after the VAE's encode and decode (its latent mean).
 
@@ -136,9 +145,7 @@ def caption_preference(
     from accel.zoo.mini_flux_objective import noised_sample, velocity_target
     from accel.zoo.video_world import render_array
 
-    config = pipe.vae.config
-    view = (1, -1, 1, 1, 1)
-    mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
+    mean, std = latent_scale(pipe.vae)
     videos = torch.from_numpy(np.stack([render_array(scene, seed=50_000 + i) for i in range(draws)]))
     with torch.no_grad():
         x0 = (pipe.vae.encode(videos).latent_dist.mean - mean) / std
@@ -175,9 +182,7 @@ def finish(
     import numpy as np
     import torch
 
-    config = pipe.vae.config
-    view = (1, -1, 1, 1, 1)
-    mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
+    mean, std = latent_scale(pipe.vae)
     pipe.scheduler.set_timesteps(steps)
     sigmas = [float(s) for s in pipe.scheduler.sigmas]
     boundary = pipe.config.boundary_ratio * 1000
@@ -226,12 +231,11 @@ def finish_from_truth(
 
     from accel.zoo.video_world import render_array
 
-    config = pipe.vae.config
-    view = (1, -1, 1, 1, 1)
-    mean, std = torch.tensor(config.latents_mean).view(view), torch.tensor(config.latents_std).view(view)
+    mean, std = latent_scale(pipe.vae)
     pipe.scheduler.set_timesteps(steps)
     sigmas = [float(s) for s in pipe.scheduler.sigmas]
     start = next(k for k, s in enumerate(sigmas) if s <= sigma)
+    second = guidance_scale if guidance_scale_2 is None else guidance_scale_2
     scores, keys = [], []
     for seed in seeds:
         for i, scene in enumerate(scenes):
@@ -240,7 +244,6 @@ def finish_from_truth(
                 x0 = (pipe.vae.encode(video).latent_dist.mean - mean) / std
             noise = torch.randn(x0.shape, generator=torch.Generator().manual_seed(100 * seed + i))
             latents = (1 - sigmas[start]) * x0 + sigmas[start] * noise
-            second = guidance_scale if guidance_scale_2 is None else guidance_scale_2
             frames = finish(pipe, latents, scene.caption(i), start, guidance_scale, second, steps)
             scores.append(score_video(scene, frames))
             keys.append(f"p{i}_s{seed}")

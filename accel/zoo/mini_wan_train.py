@@ -411,26 +411,26 @@ def _decoder_job(
     return vae.state_dict(), result, log.lines
 
 
-_JOBS = {"expert": _expert_job, "decoder": _decoder_job}
+_Job = Callable[[tuple[Any, ...], Path | None], tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]]
 
 
 def _side_by_side(
-    jobs: list[tuple[str, tuple[Any, ...]]], log_path: Path | None
+    jobs: list[tuple[_Job, tuple[Any, ...]]], log_path: Path | None
 ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]]:
-    """Run the jobs (``(kind, arguments)``, kind ``expert`` or ``decoder``), two at a time in forked processes where
-    two cores are free, else one after the other; results in the jobs' order.
+    """Run the jobs (``(function, arguments)``: ``_expert_job`` or ``_decoder_job``), two at a time in forked
+    processes where two cores are free, else one after the other; results in the jobs' order.
 
     No job depends on another's (each draws from its own generator on one thread), so both ways give the same
     weights; side by side halves the stage's time on our 2-core machine, and a third job (the decoder's) takes the
     core the first one to finish leaves. Each process appends its lines to the log as it trains.
     """
     if usable_cores() < 2 or len(jobs) < 2:
-        return [_JOBS[kind](job, log_path) for kind, job in jobs]
+        return [run(job, log_path) for run, job in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
     with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(_JOBS[kind], job, log_path) for kind, job in jobs]
+        futures = [pool.submit(run, job, log_path) for run, job in jobs]
         return [future.result() for future in futures]
 
 
@@ -529,14 +529,14 @@ def train(
     pipe: Any = WanPipeline(**components)
     embeds, unique, caption_index = caption_embeddings(pipe, captions)
     swaps = direction_swaps(unique)
-    jobs: list[tuple[str, tuple[Any, ...]]] = [
-        ("expert", (expert, components[expert], latents, masks, embeds, caption_index, unique.index(""), config,
+    jobs: list[tuple[_Job, tuple[Any, ...]]] = [
+        (_expert_job, (expert, components[expert], latents, masks, embeds, caption_index, unique.index(""), config,
                     seed + 1 + number, swaps))
         for number, expert in enumerate(EXPERTS)
     ]  # fmt: skip
     stages = list(EXPERTS)
     if "vae_decoder" in train_cfg:  # the decoder's fine-tune, beside the experts (the latents are already taken)
-        jobs.append(("decoder", (components["vae"], videos, train_cfg["vae_decoder"], seed + 1 + len(EXPERTS))))
+        jobs.append((_decoder_job, (components["vae"], videos, train_cfg["vae_decoder"], seed + 1 + len(EXPERTS))))
         stages.append("vae_decoder")
     for stage, (state, result, lines) in zip(stages, _side_by_side(jobs, log.path), strict=True):
         component = components["vae" if stage == "vae_decoder" else stage]
