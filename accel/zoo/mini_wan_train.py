@@ -250,6 +250,26 @@ def expert_steps(cfg: dict[str, Any], expert: str) -> int:
     return int(by_expert.get(expert, cfg["steps"]))
 
 
+def training_forward(model: Any, compile: bool) -> Any:
+    """What an expert stage calls to predict: the expert itself, or (``compile``) ``torch.compile`` of it, which
+    shares its parameters, so the optimiser and the EMA see the same tensors.
+
+    Compiled (inductor, forward and backward), a step of the expert at batch 64 on one core takes 0.073 s against
+    0.111 s eager with both experts side by side (0.064 against 0.087 alone; Intel Xeon, 2026-12-07): the steps are
+    many small kernels, which inductor fuses. The first step pays the compile (about 25 s cold, a few with
+    inductor's cache warm). Another float rounding than eager's, so a recipe with it is another draw.
+    """
+    return torch.compile(model) if compile else model
+
+
+def _in_process_compile() -> Any:
+    """Inductor compiling in the calling process: the experts train in forked workers, where a pool of compile
+    processes would be one more fork per worker (and the result is the same either way)."""
+    from torch._inductor import config as inductor_config
+
+    return inductor_config.patch(compile_threads=1)
+
+
 def _train_expert(
     expert: str,
     model: Any,
@@ -275,7 +295,8 @@ def _train_expert(
     ``direction_contrast`` (weight, with ``direction_margin`` and ``contrast_rows``, the first rows of the batch
     predicted again under a caption with another direction word from ``swaps``, ``direction_swaps``) and
     ``temporal_weight`` (the frame-to-frame change of the predicted clean latent); ``sigma_power`` leans the
-    draws of the expert's time towards the low end of its range (``power_draw``). ``on_step``, when given, is
+    draws of the expert's time towards the low end of its range (``power_draw``); ``compile`` trains through
+    ``torch.compile`` of the expert (``training_forward``). ``on_step``, when given, is
     called after every step with the number of steps done and the EMA weights (the ones the stage keeps; read
     them, do not change them): a learning curve without changing the run.
     """
@@ -294,6 +315,7 @@ def _train_expert(
     ema = {k: v.detach().clone() for k, v in model.state_dict().items()}
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg["lr"], weight_decay=0.0)
     model.train()
+    forward = training_forward(model, bool(cfg.get("compile", False)))
     gaps: list[float] = []  # the contrast's log(wrong / right) error, step by step
 
     def step_fn(step: int) -> float:
@@ -308,7 +330,7 @@ def _train_expert(
             draw = power_draw(draw, power)
         sigma = shifted_sigma(low + (high - low) * draw, shift)
         noisy = noised_sample(x0, noise, sigma)
-        prediction = model(
+        prediction = forward(
             hidden_states=noisy,
             timestep=sigma * 1000,  # the scheduler's timesteps are its sigmas times num_train_timesteps
             encoder_hidden_states=embeds[which],
@@ -325,7 +347,7 @@ def _train_expert(
             wrong = pick_swaps(swaps, which[:rows], generator)  # type: ignore[arg-type]
             keep = wrong >= 0  # dropped captions and captions without a swap in training are left out
             if bool(keep.any()):
-                wrong_prediction = model(
+                wrong_prediction = forward(
                     hidden_states=noisy[:rows][keep],
                     timestep=sigma[:rows][keep] * 1000,
                     encoder_hidden_states=embeds[wrong[keep]],
@@ -345,7 +367,8 @@ def _train_expert(
             on_step(step + 1, ema)
         return loss.item()
 
-    result: dict[str, Any] = _loop(expert, cfg["steps"], step_fn, picker, log, progress, NAME)
+    with _in_process_compile():
+        result: dict[str, Any] = _loop(expert, cfg["steps"], step_fn, picker, log, progress, NAME)
     model.load_state_dict(ema)
     model.eval()
     result["sigma_range"] = [float(shifted_sigma(torch.tensor(v), shift)) for v in (low, high)]
