@@ -7,7 +7,8 @@ The encoder (hence every latent the experts were trained on) stays as committed;
 one JSON line before and one after: the VAE's round trip of the 24 held-out scenes' rendered videos x seeds 0 1
 and of 24 training scenes (``mini_wan_eval.vae_round_trip_adherence``: colour and direction), and the generated
 held-out videos' adherence at guidance 5 (48 videos, 20 steps, both experts). The question it answers: does a
-better decoder move what the model generates, or only the round trip (docs/zoo.md, mini-wan, wave 11).
+better decoder move what the model generates, or only the round trip (docs/zoo.md, mini-wan, wave 11). Since wave
+13 the recipe runs that stage itself: on the committed weights this is a second fine-tune of its decoder.
 
     python benchmarks/mini_wan_decoder.py [--steps 600] [--weights DIR] [--save vae.safetensors]
 """
@@ -68,8 +69,9 @@ def main() -> None:
     vae = pipe.vae
     _measure(pipe, "as committed")
     videos = torch.from_numpy(make_dataset(MINI_WAN_CONFIG["train"]["videos"], MINI_WAN_CONFIG["train"]["seed"])[0])
-    # The recipe's ``train.vae_decoder`` when it has one (optional, not in the committed recipe: then the whole-video
-    # VAE stage's settings, the keys ``_train_decoder`` reads).
+    # The recipe's ``train.vae_decoder`` (in the committed recipe since wave 13, so this fine-tunes a decoder the
+    # recipe already fine-tuned; a weights directory without the stage is measured the same way), else the
+    # whole-video VAE stage's settings, the keys ``_train_decoder`` reads.
     train_cfg = MINI_WAN_CONFIG["train"]
     cfg = {**train_cfg.get("vae_decoder", train_cfg["vae_videos"]), "steps": args.steps, "lr": args.lr}
     cfg["ball_weight"] = args.ball_weight

@@ -260,10 +260,15 @@ def test_inert_and_harmful_configurations_are_named(tmp_path):
     from synthetic import _claim
 
     slower = {"speedup": 0.8, "speedup_ci": {**_claim(0.8), "low": 0.7, "high": 0.9}}
-    fake = FakeEvaluator(**{"tea-cache-1.51": {"engaged": False}, "tea-cache-0.537": slower})
+    # One expert of two skipped nothing (mini-wan's MagCache at a low threshold: half of the high-noise expert's
+    # work skipped, none of the low-noise one's): inert, and the report says which, not "skipped nothing".
+    partial = "partial: transformer_2 called and skipped no work on any run (of ['transformer', 'transformer_2'])"
+    one_expert = {"tea_cache": {"engaged": False, "summary": partial}}
+    fake = FakeEvaluator(**{"tea-cache-1.51": {"evidence": one_expert}, "tea-cache-0.537": slower})
     result = tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0)
     report = (tmp_path / "t" / "tune.md").read_text()
-    assert "inert: `tea-cache-1.51`" in report and "harmful: `tea-cache-0.537`" in report
+    assert f"inert: `tea-cache-1.51` (r01-screen): tea_cache: {partial}" in report, report
+    assert "harmful: `tea-cache-0.537`" in report
     named = {o.candidate.name: o.judgement for o in result.search.outcomes}
     assert named["tea-cache-1.51"].inert and not named["tea-cache-1.02"].inert
     assert named["tea-cache-0.537"].harmful and not named["tea-cache-1.02"].harmful

@@ -81,9 +81,9 @@ MINI_WAN_CONFIG: dict[str, Any] = {
         "vae": {"steps": 600, "batch": 8, "crop": 32, "lr": 1e-3, "kl_weight": 1e-6, "warmup": 20, "ball_weight": 3.0},
         # Then whole 9-frame videos: a 5-frame clip is the first frame and one 4-frame chunk, so the decoder never
         # met the causal cache a full chunk leaves for the next one (frames 5-8: shifted backgrounds, haloed balls).
-        # The committed run with this stage: held-out reconstruction PSNR 19.5 -> 21.8 dB, but its round trip of the
-        # held-out videos reads colour 0.854 and direction 0.833 (wave 10's VAE: 0.896, 0.98; a dark blob on red
-        # backgrounds, docs/zoo.md, wave 11).
+        # Wave 11's run with this stage: held-out reconstruction PSNR 19.5 -> 21.8 dB, but its round trip of the
+        # held-out videos read colour 0.854 and direction 0.833 (wave 10's VAE: 0.896, 0.98; a dark blob on red
+        # backgrounds, docs/zoo.md, wave 11), which the decoder's fine-tune below mends.
         "vae_videos": {
             "steps": 600,
             "batch": 8,
@@ -94,8 +94,8 @@ MINI_WAN_CONFIG: dict[str, Any] = {
             "ball_weight": 3.0,
         },
         # Then the decoder alone on whole videos, beside the experts in the core the low-noise expert leaves
-        # (``mini_wan_train._train_decoder``: the encoder and so every latent frozen): round trip of the held-out
-        # videos colour 0.854 -> 0.917, direction 0.833 -> 0.938 in wave 12's run (docs/zoo.md).
+        # (``mini_wan_train._train_decoder``: the encoder and so every latent frozen): round trip of the 48 held-out
+        # videos colour 0.854 -> 0.917, direction 0.833 -> 0.938, reconstruction PSNR 22.9 dB (docs/zoo.md, wave 13).
         "vae_decoder": {
             "steps": 600,
             "batch": 8,
