@@ -226,6 +226,24 @@ def test_the_experts_trained_side_by_side_are_the_experts_trained_one_after_the_
     assert hashes[1] == hashes[2]
 
 
+def test_side_by_side_workers_inherit_their_jobs_and_pickle_only_their_results(monkeypatch):
+    import os
+
+    # Pickled, a job's tensors would go through /dev/shm (the decoder stage's 1.3 GB of videos; a container's default
+    # is 64 MB): the jobs here cannot be pickled at all (a local function, a lambda), so only inheriting them works.
+    monkeypatch.setattr(mini_wan_train, "usable_cores", lambda: 2)
+
+    def job(arguments, log_path):
+        make, value = arguments
+        return {}, {"value": make(value), "pid": os.getpid()}, [f"job {value}"]
+
+    jobs = [(job, (lambda v: v * 10, value)) for value in (1, 2, 3)]
+    results = mini_wan_train._side_by_side(jobs, None)
+    assert [r[1]["value"] for r in results] == [10, 20, 30]
+    assert all(r[1]["pid"] != os.getpid() for r in results)  # each ran in a forked worker
+    assert mini_wan_train._FORKED_JOBS == []  # the next stage's fork does not carry these along
+
+
 def test_a_recipe_with_compile_trains_the_expert_through_torch_compile_and_one_without_does_not():
     import torch
     from torch._dynamo.utils import counters

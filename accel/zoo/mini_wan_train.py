@@ -437,6 +437,18 @@ def _decoder_job(
 _Job = Callable[[tuple[Any, ...], Path | None], tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]]
 
 
+# The jobs a side-by-side stage runs, set before its workers fork: they inherit them (copy-on-write), so no
+# argument crosses a pipe. Pickled, every tensor would go through /dev/shm (torch's reductions): the decoder stage's
+# 1.3 GB of videos do not fit a container's default 64 MB.
+_FORKED_JOBS: list[tuple[_Job, tuple[Any, ...]]] = []
+
+
+def _run_forked_job(index: int, log_path: Path | None) -> tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]:
+    """The ``index``-th job of ``_FORKED_JOBS``, in a forked worker."""
+    run, job = _FORKED_JOBS[index]
+    return run(job, log_path)
+
+
 def _side_by_side(
     jobs: list[tuple[_Job, tuple[Any, ...]]], log_path: Path | None
 ) -> list[tuple[dict[str, torch.Tensor], dict[str, Any], list[str]]]:
@@ -445,16 +457,22 @@ def _side_by_side(
 
     No job depends on another's (each draws from its own generator on one thread), so both ways give the same
     weights; side by side halves the stage's time on our 2-core machine, and a third job (the decoder's) takes the
-    core the first one to finish leaves. Each process appends its lines to the log as it trains.
+    core the first one to finish leaves. Each process appends its lines to the log as it trains. The workers
+    inherit the jobs from the fork (``_FORKED_JOBS``); only their results (the trained weights) are pickled back.
     """
     if usable_cores() < 2 or len(jobs) < 2:
         return [run(job, log_path) for run, job in jobs]
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    with ProcessPoolExecutor(max_workers=2, mp_context=multiprocessing.get_context("fork")) as pool:
-        futures = [pool.submit(run, job, log_path) for run, job in jobs]
-        return [future.result() for future in futures]
+    _FORKED_JOBS[:] = jobs
+    try:
+        context = multiprocessing.get_context("fork")
+        with ProcessPoolExecutor(max_workers=2, mp_context=context) as pool:
+            futures = [pool.submit(_run_forked_job, index, log_path) for index in range(len(jobs))]
+            return [future.result() for future in futures]
+    finally:
+        _FORKED_JOBS.clear()
 
 
 def caption_embeddings(pipe: Any, captions: list[str]) -> tuple[torch.Tensor, list[str], torch.Tensor]:
