@@ -199,6 +199,10 @@ def test_a_few_training_steps_write_a_checkpoint_the_zoo_loader_accepts(tmp_path
     assert mini_wan.verify_weights(tmp_path) == manifest
     assert mini_wan_eval.load_pipeline(tmp_path).config.boundary_ratio == 0.5
     assert manifest["expert_steps"] == {"transformer": 3, "transformer_2": 2}
+    # The recipe's compile reached each expert's stage, through the path `zoo train` takes (forked workers where two
+    # cores are free), and inductor compiled it: another backend, or the flag lost on the way, compiles none.
+    assert config["train"]["expert"]["compile"] is True
+    assert all(manifest["expert_inductor_graphs"][e] >= 1 for e in mini_wan.EXPERTS), manifest["expert_inductor_graphs"]
     # What decides the bits besides the recipe: the libraries, the data's renderer and the CPU (docs/zoo.md, wave 11).
     assert {"torch", "diffusers", "transformers", "numpy", "Pillow"} <= set(manifest["versions"])
     assert manifest["cpu"] and isinstance(manifest["cpu"], str)
@@ -257,7 +261,7 @@ def test_a_recipe_with_compile_trains_the_expert_through_torch_compile_and_one_w
     assert mini_wan_train.training_forward(model, compile=False) is model
     data = torch.randn(8, 8, 3, 8, 8, generator=torch.Generator().manual_seed(0))
     masks, embeds, index = torch.zeros(8, 1, 3, 8, 8), torch.randn(2, 16, 64), torch.zeros(8, dtype=torch.long)
-    graphs = []
+    graphs, inductor = [], []
     for compile in (False, True):
         config["train"]["expert"]["compile"] = compile
         torch._dynamo.reset()
@@ -268,7 +272,9 @@ def test_a_recipe_with_compile_trains_the_expert_through_torch_compile_and_one_w
         )  # fmt: skip
         assert math.isfinite(result["final_loss"])
         graphs.append(counters["stats"]["unique_graphs"])
+        inductor.append(result["inductor_graphs"])
     assert graphs[0] == 0 and graphs[1] >= 1, graphs
+    assert inductor[0] == 0 and inductor[1] >= 1, inductor  # inductor's graphs: not dynamo with another backend
     assert mini_wan.MINI_WAN_CONFIG["train"]["expert"]["compile"] is True  # the committed recipe's
 
 

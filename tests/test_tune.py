@@ -267,12 +267,43 @@ def test_inert_and_harmful_configurations_are_named(tmp_path):
     fake = FakeEvaluator(**{"tea-cache-1.51": {"evidence": one_expert}, "tea-cache-0.537": slower})
     result = tune(tea_profile(), tmp_path / "t", evaluate=fake, seed=0)
     report = (tmp_path / "t" / "tune.md").read_text()
-    assert f"inert: `tea-cache-1.51` (r01-screen): tea_cache: {partial}" in report, report
+    assert f"inert: `tea-cache-1.51` (r01-screen): tea_cache not engaged ({partial})" in report, report
     assert "harmful: `tea-cache-0.537`" in report
     named = {o.candidate.name: o.judgement for o in result.search.outcomes}
     assert named["tea-cache-1.51"].inert and not named["tea-cache-1.02"].inert
     assert named["tea-cache-0.537"].harmful and not named["tea-cache-1.02"].harmful
     assert not any(o.stage == "full" and o.candidate.name == "tea-cache-0.537" for o in result.search.outcomes)
+
+
+def test_an_inert_cell_says_what_its_caches_evidence_says_and_a_cell_that_did_not_run_says_so():
+    from types import SimpleNamespace
+
+    from accel.tune.constraints import inert_reason
+
+    def verdict(**states):
+        return SimpleNamespace(feature_states=states)
+
+    ok = {"status": "ok", "error": None}
+    partial = {"tea_cache": {"engaged": False, "summary": "partial: transformer_2 skipped no work"}}
+    assert inert_reason({**ok, "evidence": partial}, verdict(tea_cache="not engaged")) == (
+        "tea_cache not engaged (partial: transformer_2 skipped no work)"
+    )
+    # Two caches, one of no effect beside one not engaged: both named; evidence without a summary, or not a mapping
+    # at all, names the gate's state alone (never "skipped nothing", which the counts may contradict).
+    two = verdict(tea_cache="no effect", mag_cache="not engaged")
+    assert inert_reason({**ok, "evidence": {"tea_cache": {"engaged": True}}}, two) == (
+        "tea_cache no effect; mag_cache not engaged"
+    )
+    assert inert_reason({**ok, "evidence": ["not", "a", "mapping"]}, verdict(tea_cache="not engaged")) == (
+        "tea_cache not engaged"
+    )
+    # Not inert: an engaged cache, or a feature of another family that did not engage.
+    assert inert_reason({**ok, "evidence": partial}, verdict(tea_cache="engaged")) == ""
+    assert inert_reason({**ok, "evidence": {}}, verdict(compile="not engaged")) == ""
+    failed = {"status": "failed", "error": "RuntimeError: boom\nTraceback ...", "evidence": {}}
+    assert inert_reason(failed, verdict(tea_cache="not engaged")) == (
+        "the cell did not run (failed: RuntimeError: boom): its cache never acted"
+    )
 
 
 def test_a_threshold_under_the_calibrated_range_is_reported_inert_without_being_timed(tmp_path):

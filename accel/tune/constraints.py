@@ -28,9 +28,16 @@ class Judgement:
     evidence: list[str] = field(default_factory=list)
     inert: bool = False
     harmful: bool = False
+    inert_reason: str = ""  # what made it inert, in the cache's own evidence (``inert_reason``)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"passed": self.passed, "evidence": self.evidence, "inert": self.inert, "harmful": self.harmful}
+        return {
+            "passed": self.passed,
+            "evidence": self.evidence,
+            "inert": self.inert,
+            "harmful": self.harmful,
+            "inert_reason": self.inert_reason,
+        }
 
 
 def _speed_interval(record: dict[str, Any]) -> tuple[float, float] | None:
@@ -47,15 +54,32 @@ def is_harmful(record: dict[str, Any]) -> bool:
 
 
 def is_inert(record: dict[str, Any], verdict: CellVerdict) -> bool:
-    """Whether a cache feature of the cell skipped nothing: the gate found it not engaged or engaged with no
+    """Whether a cache feature of the cell did not act: the gate found it not engaged or engaged with no
     effect (the work it counted was all computed)."""
+    return bool(inert_reason(record, verdict))
+
+
+def inert_reason(record: dict[str, Any], verdict: CellVerdict) -> str:
+    """Why the cell is inert, in words ("" when it is not): each cache feature the gate found not engaged or of no
+    effect, with its evidence's summary. On a two-expert model a threshold can skip half of one expert's work and
+    none of the other's: not engaged on both, so inert, which "skipped nothing" would misstate. A cell that did not
+    run says so: its cache never acted."""
     from accel.features import FEATURES
 
+    evidence = record.get("evidence")
+    evidence = evidence if isinstance(evidence, dict) else {}
+    reasons = []
     for name, state in verdict.feature_states.items():
         feature = FEATURES.get(name)
-        if feature is not None and feature.family == CACHE_FAMILY and state in ("not engaged", "no effect"):
-            return True
-    return False
+        if feature is None or feature.family != CACHE_FAMILY or state not in ("not engaged", "no effect"):
+            continue
+        entry = evidence.get(name)
+        summary = entry.get("summary") if isinstance(entry, dict) else None
+        reasons.append(f"{name} {state}" + (f" ({summary})" if summary else ""))
+    if reasons and record.get("status") != "ok":
+        error = str(record.get("error") or "").strip().splitlines()
+        return f"the cell did not run ({record.get('status')}{': ' + error[0] if error else ''}): its cache never acted"
+    return "; ".join(reasons)
 
 
 def _check(name: str, ok: bool, measured: Any, required: str) -> tuple[bool, str]:
@@ -107,16 +131,17 @@ def _attributes_lost_check(record: dict[str, Any], limit: float) -> tuple[bool, 
 
 def judge(record: dict[str, Any], verdict: CellVerdict, constraints: Constraints) -> Judgement:
     """The cell against ``constraints`` given the gate's ``verdict`` on it."""
-    inert, harmful = is_inert(record, verdict), is_harmful(record)
+    reason, harmful = inert_reason(record, verdict), is_harmful(record)
+    inert = bool(reason)
     if not constraints.custom:
         lines = [f"{'ok' if c.ok else 'FAILED'}: {c.line()}" for c in verdict.checks]
         lines += [f"FAILED: {reason}" for reason in verdict.reasons]
         passed = verdict.outcome == PASS
-        return Judgement(passed, lines or [f"gate: {verdict.outcome}"], inert, harmful)
+        return Judgement(passed, lines or [f"gate: {verdict.outcome}"], inert, harmful, reason)
     ran = record.get("status") == "ok" and record.get("warm") is not None
     states = verdict.feature_states
     engaged = ran and all(state in (*ENGAGED, "no effect") for state in states.values())
     lines = [f"{'ok' if engaged else 'FAILED'}: ran and every feature engaged ({states or record.get('status')})"]
     checks = custom_checks(record, constraints)
     lines += [line for _, line in checks]
-    return Judgement(engaged and all(ok for ok, _ in checks), lines, inert, harmful)
+    return Judgement(engaged and all(ok for ok, _ in checks), lines, inert, harmful, reason)

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 from accel.report.format import fmt, table
-from accel.tune.constraints import CACHE_FAMILY
 from accel.tune.search import FULL, VALIDATE, Outcome, SearchResult
 
 TUNE_MD, TUNE_JSON, PARETO_PNG = "tune.md", "tune.json", "pareto.png"
@@ -74,26 +73,12 @@ HEADER = ["configuration", "round", "objective [95% CI]", "SSIM [95% CI]", "attr
 ALIGNS = ["left", "left", "right", "right", "right", "left"]
 
 
-def _inert_reason(record: dict[str, Any]) -> str:
-    """What the cache's own evidence says it did not do: on a two-expert model a threshold can skip half of one
-    expert's work and none of the other's (not engaged on both, so inert), which "skipped nothing" would misstate."""
-    from accel.features import FEATURES
-
-    said = [
-        f"{name}: {evidence['summary']}"
-        for name, evidence in (record.get("evidence") or {}).items()
-        if FEATURES.get(name) is not None and FEATURES[name].family == CACHE_FAMILY
-        and isinstance(evidence, dict) and not evidence.get("engaged") and evidence.get("summary")
-    ]  # fmt: skip
-    return "; ".join(said) if said else "its cache skipped nothing"
-
-
 def named_problems(result: SearchResult) -> list[str]:
     """Every inert and harmful configuration, in words: timed ones and the ones a calibration ruled out."""
     lines = [f"- inert, not timed: {line}" for line in result.untimed_inert]
     for o in result.outcomes:
         if o.judgement.inert:
-            lines.append(f"- inert: `{o.candidate.name}` ({o.round}): {_inert_reason(o.record)}")
+            lines.append(f"- inert: `{o.candidate.name}` ({o.round}): {o.judgement.inert_reason}")
         if o.judgement.harmful and o.interval is not None:
             lines.append(
                 f"- harmful: `{o.candidate.name}` ({o.round}): speed interval [{fmt(o.interval[0])}–"

@@ -254,12 +254,21 @@ def training_forward(model: Any, compile: bool) -> Any:
     """What an expert stage calls to predict: the expert itself, or (``compile``) ``torch.compile`` of it, which
     shares its parameters, so the optimiser and the EMA see the same tensors.
 
-    Compiled (inductor, forward and backward), a step of the expert at batch 64 on one core takes 0.073 s against
-    0.111 s eager with both experts side by side (0.064 against 0.087 alone; Intel Xeon, 2026-12-07): the steps are
-    many small kernels, which inductor fuses. The first step pays the compile (about 25 s cold, a few with
-    inductor's cache warm). Another float rounding than eager's, so a recipe with it is another draw.
+    Compiled (inductor, forward and backward), a step of the expert at batch 64 on one core takes 0.068 s against
+    0.103 s eager with both experts side by side, 0.062 against 0.100 alone (``benchmarks/mini_wan_step_time.py``,
+    Intel Xeon, 2026-12-07): the steps are many small kernels, which inductor fuses. The first step pays the
+    compile (about 25 s cold, a few with inductor's cache warm). Another float rounding than eager's, so a recipe
+    with it is another draw.
     """
     return torch.compile(model) if compile else model
+
+
+def inductor_graphs() -> int:
+    """How many graphs inductor has compiled or taken from its cache in this process so far (dynamo's counters):
+    what shows that a stage trained through inductor, not eager (another backend compiles no inductor graph)."""
+    from torch._dynamo.utils import counters
+
+    return sum(counters["inductor"][key] for key in ("fxgraph_cache_miss", "fxgraph_cache_hit", "fxgraph_cache_bypass"))
 
 
 def _in_process_compile() -> Any:
@@ -367,8 +376,10 @@ def _train_expert(
             on_step(step + 1, ema)
         return loss.item()
 
+    graphs = inductor_graphs()
     with _in_process_compile():
         result: dict[str, Any] = _loop(expert, cfg["steps"], step_fn, picker, log, progress, NAME)
+    result["inductor_graphs"] = inductor_graphs() - graphs  # 0 when it trained eager
     model.load_state_dict(ema)
     model.eval()
     result["sigma_range"] = [float(shifted_sigma(torch.tensor(v), shift)) for v in (low, high)]
@@ -602,6 +613,8 @@ def train(
         "final_losses": final_losses,
         "expert_sigma_ranges": {expert: results[expert]["sigma_range"] for expert in EXPERTS},
         "expert_steps": {expert: results[expert]["steps"] for expert in EXPERTS},
+        # Graphs inductor compiled (or took from its cache) while each expert trained: 0 when it trained eager.
+        "expert_inductor_graphs": {expert: results[expert]["inductor_graphs"] for expert in EXPERTS},
         "text_held_out_accuracy": results["text"]["held_out_accuracy"],
         "vae_reconstruction_psnr_db": psnr,
         "seconds": seconds,
