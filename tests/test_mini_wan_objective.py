@@ -194,6 +194,6 @@ def test_an_expert_named_in_steps_by_expert_trains_its_own_steps_with_the_learni
     assert all(torch.equal(other[k], plain[k]) for k in plain)
     longer = _tiny_expert_run({"steps_by_expert": {"transformer": 4}})
     assert any(not torch.equal(longer[k], plain[k]) for k in plain)
-    assert mini_wan_train.expert_steps(mini_wan.MINI_WAN_CONFIG["train"]["expert"], "transformer_2") == 10000
+    assert mini_wan_train.expert_steps(mini_wan.MINI_WAN_CONFIG["train"]["expert"], "transformer_2") == 14000
     with pytest.raises(ValueError, match=r"steps_by_expert: \['transformer_3'\] are not experts"):
         mini_wan_train.expert_steps({"steps": 3, "steps_by_expert": {"transformer_3": 4}}, "transformer")
