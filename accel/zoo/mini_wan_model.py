@@ -40,6 +40,17 @@ _EXPERT: dict[str, Any] = {
     "rope_max_seq_len": 32,
 }
 
+# The VAE's whole-video settings: the recipe's last VAE stage and the decoder's fine-tune beside the experts.
+_WHOLE_VIDEOS: dict[str, Any] = {
+    "steps": 600,
+    "batch": 8,
+    "crop": 32,
+    "lr": 1e-3,
+    "kl_weight": 1e-6,
+    "warmup": 20,
+    "ball_weight": 3.0,
+}
+
 MINI_WAN_CONFIG: dict[str, Any] = {
     # Both experts share the layout (as Wan 2.2 A14B's); each is trained on its own part of the schedule.
     "transformer": _EXPERT,
@@ -84,27 +95,11 @@ MINI_WAN_CONFIG: dict[str, Any] = {
         # Wave 11's run with this stage: held-out reconstruction PSNR 19.5 -> 21.8 dB, but its round trip of the
         # held-out videos read colour 0.854 and direction 0.833 (wave 10's VAE: 0.896, 0.98; a dark blob on red
         # backgrounds, docs/zoo.md, wave 11), which the decoder's fine-tune below mends.
-        "vae_videos": {
-            "steps": 600,
-            "batch": 8,
-            "crop": 32,
-            "lr": 1e-3,
-            "kl_weight": 1e-6,
-            "warmup": 20,
-            "ball_weight": 3.0,
-        },
+        "vae_videos": dict(_WHOLE_VIDEOS),
         # Then the decoder alone on whole videos, beside the experts in the core the low-noise expert leaves
         # (``mini_wan_train._train_decoder``: the encoder and so every latent frozen): round trip of the 48 held-out
         # videos colour 0.854 -> 0.917, direction 0.833 -> 0.938, reconstruction PSNR 22.9 dB (docs/zoo.md, wave 13).
-        "vae_decoder": {
-            "steps": 600,
-            "batch": 8,
-            "crop": 32,
-            "lr": 1e-3,
-            "kl_weight": 1e-6,
-            "warmup": 20,
-            "ball_weight": 3.0,
-        },
+        "vae_decoder": dict(_WHOLE_VIDEOS),
         # The ball's latent pixels weigh 1 + ball_weight in the loss (``mini_wan_train.latent_ball_mask``).
         # ``steps`` is each expert's unless ``steps_by_expert`` names it (``mini_wan_train.expert_steps``; the
         # learning rate's cosine runs over the expert's own steps): the high-noise expert learns the direction
