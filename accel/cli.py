@@ -356,7 +356,12 @@ def tune(
     budget_cells: int | None = typer.Option(None, "--budget-cells", min=1, help="At most this many variant cells."),
     budget_min: float | None = typer.Option(None, "--budget-min", min=0.1, help="At most this many wall minutes."),
     seed: int = typer.Option(0, "--seed", min=0, help="Orders the search: held-out prompts, validation seeds."),
-    resume: bool = typer.Option(False, "--resume", help="Continue the tune in --out: finished rounds are kept."),
+    resume: bool = typer.Option(
+        False,
+        "--resume",
+        help="Continue the tune in --out: finished rounds are read back (charged their recorded time); a finished "
+        "tune is only reported again.",
+    ),
     executor: str | None = typer.Option(None, "--executor", help="process (default), inline or ray."),
     calibration: Path | None = typer.Option(
         None,

@@ -231,6 +231,47 @@ def test_an_interrupted_tune_resumes_without_measuring_a_cell_twice(tmp_path):
     assert (tmp_path / "cut" / RESULTS_FILE).read_text().count("\n") == whole_results
 
 
+class ClockedEvaluator(FakeEvaluator):
+    """A FakeEvaluator whose every cell takes ``cell_s`` seconds of the search's (fake) clock."""
+
+    def __init__(self, clock: list[float], cell_s: float = 10.0, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.clock, self.cell_s = clock, cell_s
+
+    def record(self, *args: Any) -> dict[str, Any]:
+        self.clock[0] += self.cell_s
+        return super().record(*args)
+
+
+def test_a_finished_tune_resumed_measures_nothing_and_decides_as_it_did(tmp_path, monkeypatch):
+    """A tune under a time budget, resumed once finished, is charged each round's recorded time: it runs no round
+    the first run did not, and its recommendation and report are the first run's (wave 13's tune-video resume
+    went on to r05-full and r06-validate: read-back rounds cost nothing, so the budget looked unspent)."""
+    import types
+
+    from accel.tune import search as search_module
+
+    clock = [0.0]
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    unlimited = tune(tea_profile(), tmp_path / "all", evaluate=ClockedEvaluator(clock), seed=0)
+    # 10 s a cell: 4 minutes stop the search after its screen, 6 before its last full round's second survivor.
+    for minutes in (4.0, 6.0):
+        out = tmp_path / f"t{minutes:g}"
+        done = tune(tea_profile(), out, evaluate=ClockedEvaluator(clock), seed=0, budget_min=minutes)
+        assert len(done.search.outcomes) < len(unlimited.search.outcomes)  # the budget stopped it early
+        assert all((p / "round-time.json").is_file() for p in (out / "rounds").iterdir())
+        report = (out / "tune.md").read_text()
+        (out / "tune.md").unlink()
+        clock[0] += 1000.0  # resumed later: the clock has moved on
+        again = ClockedEvaluator(clock)
+        resumed = tune(tea_profile(), out, evaluate=again, seed=0, budget_min=minutes, resume=True)
+        assert again.cells == []  # nothing measured again, no round added
+        assert [(o.round, o.candidate.name) for o in resumed.search.outcomes] == [
+            (o.round, o.candidate.name) for o in done.search.outcomes
+        ]
+        assert (out / "tune.md").read_text() == report  # the report, written again
+
+
 def test_the_tune_directory_is_a_run_directory_the_gate_reads(tmp_path, monkeypatch, capsys):
     from conftest import invoke
 

@@ -24,7 +24,7 @@ from accel.errors import ConfigError
 from accel.profile import ModelSpec, Profile, load_profile
 from accel.results import RESULTS_FILE
 from accel.sweep.resume import RESOLVED_PROFILE_FILE
-from accel.tune.rounds import Evaluator, Round, round_dir, run_round, sweep_evaluator
+from accel.tune.rounds import Evaluator, Round, RoundFiles, round_dir, run_round, sweep_evaluator
 from accel.tune.search import Budget, Outcome, Search, SearchResult
 from accel.tune.spec import TuneSpec, parse_tune_section
 
@@ -205,7 +205,7 @@ def tune(
 
     budget = Budget(budget_cells, budget_min * 60 if budget_min is not None else None)
     workload = loaded.workload_for(chosen)
-    result = Search(space, spec, workload, seed, budget, run).run()
+    result = Search(space, spec, workload, seed, budget, run, RoundFiles(out)).run()
 
     recommended_path = None
     extras: dict[str, Any] = {

@@ -25,6 +25,8 @@ from accel.sweep.resume import PLANNED_CELLS_FILE, RESOLVED_PROFILE_FILE, measur
 from accel.tune.candidates import Candidate
 
 ROUNDS_DIR = "rounds"
+# A round's time as the search charged it (``RoundFiles``): what ``--resume`` charges again when it reads it back.
+ROUND_TIME_FILE = "round-time.json"
 LINKED = ("outputs", "images", "steps")
 # (the round's profile, its run directory, resume) -> the round's records, as ``run_sweep`` returns them.
 Evaluator = Callable[[Profile, Path, bool], list[dict[str, Any]]]
@@ -102,6 +104,33 @@ def run_round(base: Profile, model: ModelSpec, item: Round, out: Path, evaluate:
     records = evaluate(round_profile(base, model, item), where, started)
     gather(out)
     return records
+
+
+@dataclass(frozen=True)
+class RoundFiles:
+    """``accel.tune.search.RoundClock`` on a tune directory: each round's time in its own run directory, written
+    once the round is measured and judged, read back only while that round's every cell is still recorded."""
+
+    out: Path
+
+    def read(self, item: Round) -> tuple[float, float] | None:
+        """The recorded ``(seconds per cell, elapsed)`` of a finished round; None when it has none (or an
+        unreadable one: the round is then charged the time it takes now, as before wave 14)."""
+        where = round_dir(self.out, item)
+        path = where / ROUND_TIME_FILE
+        if not path.is_file() or finished(where) is None:
+            return None
+        try:
+            data = json.loads(path.read_text())
+            return float(data["seconds_per_cell"]), float(data["elapsed_s"])
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def write(self, item: Round, per_cell: float, elapsed: float) -> None:
+        """Record a round just measured."""
+        path = round_dir(self.out, item) / ROUND_TIME_FILE
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _write_atomically(path, json.dumps({"seconds_per_cell": per_cell, "elapsed_s": elapsed}) + "\n")
 
 
 def gather(out: Path) -> None:

@@ -16,7 +16,9 @@
 Everything is ordered by the seed (``random.Random(seed)``: which prompts are held out, the validation seeds,
 the order of the axes), so the same seed and the same measurements give the same recommendation. The budget
 counts variant cells (``cells``) or wall time (``seconds``; a round is started only when the time its cells
-took so far says it fits, the validation's share kept back).
+took so far says it fits, the validation's share kept back). A round read back on ``--resume`` is charged the
+time it took when it ran (``RoundClock``), so a resumed search decides as the first run did, and a finished tune
+resumed measures nothing and writes its report again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from accel.errors import ConfigError
 from accel.profile import Workload
@@ -73,7 +75,7 @@ class Budget:
 
     cells: int | None = None
     seconds: float | None = None
-    started: float = field(default_factory=time.monotonic)
+    started: float = field(default_factory=lambda: time.monotonic())
     spent: int = 0
     cell_seconds: list[float] = field(default_factory=list)  # per round: its wall seconds per cell
 
@@ -93,6 +95,16 @@ class Budget:
 
 # (round) -> the outcomes of its candidates, in the round's order.
 RoundRunner = Callable[[Round], list[Outcome]]
+
+
+class RoundClock(Protocol):
+    """Where a search keeps each round's time: read back for a round measured earlier (``--resume``)."""
+
+    def read(self, item: Round) -> tuple[float, float] | None:
+        """``(seconds per cell, the search's elapsed seconds when the round ended)`` as recorded, or None."""
+
+    def write(self, item: Round, per_cell: float, elapsed: float) -> None:
+        """Record a round just measured."""
 
 
 @dataclass
@@ -152,9 +164,16 @@ class Search:
     """One deterministic search over ``space``; ``run_round`` measures a round and judges its cells."""
 
     def __init__(
-        self, space: Space, spec: TuneSpec, workload: Workload, seed: int, budget: Budget, run_round: RoundRunner
+        self,
+        space: Space,
+        spec: TuneSpec,
+        workload: Workload,
+        seed: int,
+        budget: Budget,
+        run_round: RoundRunner,
+        clock: RoundClock | None = None,
     ) -> None:
-        self.space, self.spec, self.budget, self.run_round = space, spec, budget, run_round
+        self.space, self.spec, self.budget, self.run_round, self.clock = space, spec, budget, run_round, clock
         self.rng = random.Random(seed)
         self.split = split_prompts(workload, spec, self.rng)
         self.workloads = fidelities(workload, spec, self.split)
@@ -202,11 +221,19 @@ class Search:
             return
         self.index += 1
         item = Round(self.index, stage, self.workloads[stage], [c for c, _, _ in fresh])
+        recorded = self.clock.read(item) if self.clock is not None else None
         started = time.monotonic()
         outcomes = self.run_round(item)
-        # The round's wall time over its cells (the baseline and noise floor too): loading, the workers' start
-        # and the report are part of what the next round costs.
-        self.budget.cell_seconds.append((time.monotonic() - started) / ((len(fresh) + 2) * self._cost(stage)))
+        if recorded is not None:  # measured by an earlier run and read back: charged what it cost then
+            per_cell, elapsed = recorded
+            self.budget.started = time.monotonic() - elapsed
+        else:
+            # The round's wall time over its cells (the baseline and noise floor too): loading, the workers'
+            # start and the report are part of what the next round costs.
+            per_cell = (time.monotonic() - started) / ((len(fresh) + 2) * self._cost(stage))
+            if self.clock is not None:
+                self.clock.write(item, per_cell, time.monotonic() - self.budget.started)
+        self.budget.cell_seconds.append(per_cell)
         for outcome, (candidate, axis, value) in zip(outcomes, fresh, strict=True):
             outcome.axis, outcome.threshold = (axis.label, value) if axis is not None else (None, None)
             self.measured.add((stage if stage == VALIDATE else fidelity, candidate.name))
