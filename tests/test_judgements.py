@@ -222,6 +222,16 @@ def test_skipped_work_verdict_counts_work_per_denoiser_and_keeps_the_evidence():
     # 3 calls x 2 units, 4 computed: a third skipped (rounded to 4 places); a unit never called is not counted.
     engaged = verdict(_work(3, [3, 1, 0]), _work(2, [2, 2, 0]))
     assert not engaged.engaged and "some runs only: none on 1 of 2 runs" in engaged.summary
+    assert "any run" not in engaged.summary  # one denoiser: the runs say it all
+    # Two experts, one skipping on one run of two, the other never: both facts are said (wave 14).
+    two = verdict(
+        {**_work(3, [3, 1]), **_work(3, [3, 3], "transformer_2")},
+        {**_work(3, [3, 3]), **_work(3, [3, 3], "transformer_2")},
+    )
+    assert not two.engaged and two.summary == (
+        "skipped work on some runs only: none on 1 of 2 runs; transformer_2 skipped no work on any run "
+        "(of ['transformer', 'transformer_2'])"
+    )
     engaged = verdict(_work(3, [3, 1, 0]), _work(2, [2, 1, 0]))
     assert engaged == Verdict(
         True,

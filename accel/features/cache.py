@@ -136,7 +136,12 @@ def skipped_work_verdict(runs: list[dict[str, Any]], name: str, cached: list[int
         return Verdict(True, f"skipped {min(skipped):.0%}-{max(skipped):.0%} of block work per run{detail}", evidence)
     if any(skipped):
         idle_runs = sum(1 for f in skipped if f <= 0)
-        return Verdict(False, f"skipped work on some runs only: none on {idle_runs} of {len(skipped)} runs", evidence)
+        # A denoiser that skipped nothing on any run is said too: "some runs only" alone reads as if each expert
+        # had skipped on some runs, when one of two never did (mini-wan's FirstBlockCache, wave 13's review).
+        never = f"; {', '.join(idle)} skipped no work on any run (of {called})" if idle and len(called) > 1 else ""
+        return Verdict(
+            False, f"skipped work on some runs only: none on {idle_runs} of {len(skipped)} runs{never}", evidence
+        )
     return Verdict(False, f"{name} enabled but a run computed every step (0 cached)", evidence)
 
 
