@@ -194,6 +194,24 @@ def test_an_expert_named_in_steps_by_expert_trains_its_own_steps_with_the_learni
     assert all(torch.equal(other[k], plain[k]) for k in plain)
     longer = _tiny_expert_run({"steps_by_expert": {"transformer": 4}})
     assert any(not torch.equal(longer[k], plain[k]) for k in plain)
-    assert mini_wan_train.expert_steps(mini_wan.MINI_WAN_CONFIG["train"]["expert"], "transformer_2") == 14000
+    assert mini_wan_train.expert_steps(mini_wan.MINI_WAN_CONFIG["train"]["expert"], "transformer_2") == 18000
     with pytest.raises(ValueError, match=r"steps_by_expert: \['transformer_3'\] are not experts"):
         mini_wan_train.expert_steps({"steps": 3, "steps_by_expert": {"transformer_3": 4}}, "transformer")
+
+
+def test_any_per_expert_setting_reaches_the_expert_it_names_and_only_that_one():
+    # The recipe leans the low-noise expert's draws to the top of its range (sigma_power_by_expert, wave 14).
+    leaned = _tiny_expert_run({"sigma_power": 3.0})
+    plain = _tiny_expert_run({})
+    own = _tiny_expert_run({"sigma_power_by_expert": {"transformer": 3.0}})
+    assert all(torch.equal(own[k], leaned[k]) for k in leaned)
+    other = _tiny_expert_run({"sigma_power_by_expert": {"transformer_2": 3.0}})  # names only the other expert
+    assert all(torch.equal(other[k], plain[k]) for k in plain)
+    recipe = mini_wan.MINI_WAN_CONFIG["train"]["expert"]
+    low, high = (mini_wan_train.expert_settings(recipe, e) for e in ("transformer_2", "transformer"))
+    assert low["sigma_power"] == 0.5 and "sigma_power" not in high
+    assert not any(key.endswith("_by_expert") for key in (*low, *high))
+    with pytest.raises(ValueError, match=r"batch_by_expert: 'batch' cannot differ by expert \(expected one of "):
+        mini_wan_train.expert_settings({"steps": 3, "batch_by_expert": {"transformer": 4}}, "transformer")
+    with pytest.raises(ValueError, match=r"lr_by_expert: \['expert_3'\] are not experts"):
+        mini_wan_train.expert_settings({"steps": 3, "lr_by_expert": {"expert_3": 1.0}}, "transformer")

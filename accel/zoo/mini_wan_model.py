@@ -101,14 +101,18 @@ MINI_WAN_CONFIG: dict[str, Any] = {
         # videos colour 0.854 -> 0.917, direction 0.833 -> 0.938, reconstruction PSNR 22.9 dB (docs/zoo.md, wave 13).
         "vae_decoder": dict(_WHOLE_VIDEOS),
         # The ball's latent pixels weigh 1 + ball_weight in the loss (``mini_wan_train.latent_ball_mask``).
-        # ``steps`` is each expert's unless ``steps_by_expert`` names it (``mini_wan_train.expert_steps``; the
-        # learning rate's cosine runs over the expert's own steps): the high-noise expert learns the direction
-        # word only after 10000 steps and reads it better the longer it trains (docs/zoo.md, waves 9-10).
-        # ``compile`` trains through torch.compile (``mini_wan_train.training_forward``: 1.5x faster a step side
-        # by side), which buys the 22000 steps within issue 43's 45 minutes (wave 13).
+        # A key ``<key>_by_expert`` sets ``<key>`` apart for the experts it names (``mini_wan_train.expert_settings``;
+        # the learning rate's cosine runs over the expert's own steps). The high-noise expert learns the direction
+        # word only after 10000 steps and reads it better the longer it trains (docs/zoo.md, waves 9-10): 22000.
+        # The low-noise one keeps the motion it is handed least well at the top of its range (wave 12's
+        # ``finish_from_truth``), so its draws lean there (``sigma_power`` 0.5, ``mini_wan_objective.power_draw``),
+        # and its 18000 steps fill the core it shares with the decoder's stage while the high-noise one trains
+        # (wave 14). ``compile`` trains through torch.compile (``mini_wan_train.training_forward``: 1.5x faster a
+        # step side by side), which buys those steps within issue 43's 45 minutes (wave 13).
         "expert": {
-            "steps": 14000,
+            "steps": 18000,
             "steps_by_expert": {"transformer": 22000},
+            "sigma_power_by_expert": {"transformer_2": 0.5},
             "compile": True,
             "batch": 64,
             "lr": 1e-3,

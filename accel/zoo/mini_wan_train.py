@@ -236,18 +236,42 @@ def shifted_sigma(u: torch.Tensor, shift: float) -> torch.Tensor:
     return shift * u / (1 + (shift - 1) * u)
 
 
-def expert_steps(cfg: dict[str, Any], expert: str) -> int:
-    """The number of steps ``expert`` trains: ``steps_by_expert[expert]`` where the recipe's ``train.expert``
-    names it, else ``steps``. Its warmup-then-cosine learning rate runs over those steps.
+# The ``train.expert`` keys an expert may set apart (``expert_settings``): what its loop reads per step.
+PER_EXPERT_KEYS = ("steps", "lr", "warmup", "ema", "sigma_power", "ball_weight", "empty_caption")
 
-    The high-noise expert learns the direction word late (docs/zoo.md, wave 9), so the recipe gives it more
-    steps than the low-noise one; a name that is not an expert is an error, not a silent default.
+
+def expert_settings(cfg: dict[str, Any], expert: str) -> dict[str, Any]:
+    """``train.expert`` as ``expert`` trains it: each ``<key>_by_expert`` that names the expert replaces ``<key>``
+    (``steps_by_expert: {transformer: 22000}`` gives the high-noise expert 22000 steps), and the ``*_by_expert``
+    keys themselves are dropped. The learning rate's warmup-then-cosine runs over the expert's own steps.
+
+    The two experts learn different things at different paces: the high-noise one learns the direction word late
+    (docs/zoo.md, wave 9), so the recipe gives it more steps; the low-noise one loses the direction at the top of
+    its range (wave 12), so its draws lean there (wave 14). A name that is not an expert, or a ``*_by_expert`` key
+    whose base key the stage does not read, is an error, not a silent default.
     """
-    by_expert = cfg.get("steps_by_expert", {})
-    unknown = sorted(set(by_expert) - set(EXPERTS))
-    if unknown:
-        raise ValueError(f"train.expert.steps_by_expert: {unknown} are not experts (expected some of {EXPERTS})")
-    return int(by_expert.get(expert, cfg["steps"]))
+    settings = {key: value for key, value in cfg.items() if not key.endswith("_by_expert")}
+    for key, by_expert in cfg.items():
+        if not key.endswith("_by_expert"):
+            continue
+        unknown = sorted(set(by_expert) - set(EXPERTS))
+        if unknown:
+            raise ValueError(f"train.expert.{key}: {unknown} are not experts (expected some of {EXPERTS})")
+        base = key.removesuffix("_by_expert")
+        if base not in PER_EXPERT_KEYS:
+            raise ValueError(
+                f"train.expert.{key}: {base!r} cannot differ by expert (expected one of "
+                f"{', '.join(k + '_by_expert' for k in PER_EXPERT_KEYS)})"
+            )
+        if expert in by_expert:
+            settings[base] = by_expert[expert]
+    return settings
+
+
+def expert_steps(cfg: dict[str, Any], expert: str) -> int:
+    """The number of steps ``expert`` trains (``expert_settings``: ``steps_by_expert[expert]`` where the recipe's
+    ``train.expert`` names it, else ``steps``)."""
+    return int(expert_settings(cfg, expert)["steps"])
 
 
 def training_forward(model: Any, compile: bool) -> Any:
@@ -309,8 +333,7 @@ def _train_expert(
     called after every step with the number of steps done and the EMA weights (the ones the stage keeps; read
     them, do not change them): a learning curve without changing the run.
     """
-    cfg = {**config["train"]["expert"]}
-    cfg["steps"] = expert_steps(cfg, expert)
+    cfg = expert_settings(config["train"]["expert"], expert)
     contrast = float(cfg.get("direction_contrast", 0.0))
     temporal = float(cfg.get("temporal_weight", 0.0))
     power = float(cfg.get("sigma_power", 1.0))
