@@ -88,7 +88,8 @@ def main() -> None:
     parser.add_argument("--contrast-rows", type=int, default=16)
     parser.add_argument("--temporal-weight", type=float, default=0.0)
     parser.add_argument("--empty-caption", type=float, default=None)
-    parser.add_argument("--sigma-power", type=float, default=None, help="train.expert's sigma_power (leans low)")
+    power = "train.expert's sigma_power (above 1 leans low, below 1 high; default: the recipe's for --expert)"
+    parser.add_argument("--sigma-power", type=float, default=None, help=power)
     parser.add_argument("--probe-every", type=int, default=0, help="probes every N steps (0: at the end only)")
     parser.add_argument("--cfg", type=float, default=5.0)
     parser.add_argument("--cfg2", type=float, default=None, help="the low-noise expert's guidance (guidance_scale_2)")
@@ -118,16 +119,17 @@ def main() -> None:
     from accel.zoo.mini_flux_loop import ThreadPicker, TrainLog
     from accel.zoo.mini_wan_model import MINI_WAN_CONFIG, build_components
     from accel.zoo.mini_wan_objective import direction_swaps
-    from accel.zoo.mini_wan_train import _train_expert
+    from accel.zoo.mini_wan_train import _train_expert, expert_settings
 
     torch.set_num_threads(1)
     began = time.perf_counter()
     pipe = mini_wan_eval.load_pipeline()
     config = copy.deepcopy(MINI_WAN_CONFIG)
     data = _prepare(pipe, config, Path(args.cache))
-    expert_cfg = config["train"]["expert"]
+    # The recipe's settings as this expert trains them (its ``*_by_expert`` keys resolved and dropped), so the
+    # flags below override them rather than being overridden (the recipe leans transformer_2's draws, wave 14).
+    expert_cfg = config["train"]["expert"] = expert_settings(config["train"]["expert"], args.expert)
     expert_cfg["steps"] = args.steps  # --steps is the stage's length, not the recipe's per-expert count
-    expert_cfg.pop("steps_by_expert", None)
     if args.empty_caption is not None:
         expert_cfg["empty_caption"] = args.empty_caption
     if args.direction_contrast:

@@ -248,7 +248,8 @@ def expert_settings(cfg: dict[str, Any], expert: str) -> dict[str, Any]:
     The two experts learn different things at different paces: the high-noise one learns the direction word late
     (docs/zoo.md, wave 9), so the recipe gives it more steps; the low-noise one loses the direction at the top of
     its range (wave 12), so its draws lean there (wave 14). A name that is not an expert, or a ``*_by_expert`` key
-    whose base key the stage does not read, is an error, not a silent default.
+    whose base key is not one of ``PER_EXPERT_KEYS`` (the settings an expert may set apart; the objective's optional
+    terms, the batch and compile are shared), is an error, not a silent default.
     """
     settings = {key: value for key, value in cfg.items() if not key.endswith("_by_expert")}
     for key, by_expert in cfg.items():
