@@ -213,5 +213,7 @@ def test_any_per_expert_setting_reaches_the_expert_it_names_and_only_that_one():
     assert not any(key.endswith("_by_expert") for key in (*low, *high))
     with pytest.raises(ValueError, match=r"batch_by_expert: 'batch' cannot differ by expert \(expected one of "):
         mini_wan_train.expert_settings({"steps": 3, "batch_by_expert": {"transformer": 4}}, "transformer")
+    with pytest.raises(ValueError, match=r"steps_by_expert: expected a mapping of expert to value, got 4"):
+        mini_wan_train.expert_settings({"steps": 3, "steps_by_expert": 4}, "transformer")
     with pytest.raises(ValueError, match=r"lr_by_expert: \['expert_3'\] are not experts"):
         mini_wan_train.expert_settings({"steps": 3, "lr_by_expert": {"expert_3": 1.0}}, "transformer")

@@ -272,6 +272,32 @@ def test_a_finished_tune_resumed_measures_nothing_and_decides_as_it_did(tmp_path
         assert (out / "tune.md").read_text() == report  # the report, written again
 
 
+def test_a_resumed_round_without_a_readable_recorded_time_is_said_and_its_read_never_recorded(tmp_path, monkeypatch):
+    """A tune from before wave 14 (no round-time.json), or one whose file is damaged or impossible, is resumed
+    without a crash; the report's notes say which rounds were charged the time of their read, and that read is
+    never written down as what the round cost (found by wave 14's review)."""
+    import types
+
+    from accel.tune import search as search_module
+
+    clock = [0.0]
+    monkeypatch.setattr(search_module, "time", types.SimpleNamespace(monotonic=lambda: clock[0]))
+    damaged = {"missing": None, "corrupt": "{not json", "nan": '{"seconds_per_cell": NaN, "elapsed_s": NaN}',
+               "negative": '{"seconds_per_cell": -1, "elapsed_s": -100000}'}  # fmt: skip
+    for name, text in damaged.items():
+        out = tmp_path / name
+        tune(tea_profile(), out, evaluate=ClockedEvaluator(clock), seed=0, budget_min=4.0)
+        timing = out / "rounds" / "r01-screen" / "round-time.json"
+        if text is None:
+            timing.unlink()
+        else:
+            timing.write_text(text)
+        resumed = tune(tea_profile(), out, evaluate=ClockedEvaluator(clock), seed=0, budget_min=4.0, resume=True)
+        assert any("r01-screen was read back without a readable recorded time" in n for n in resumed.search.notes)
+        assert timing.is_file() == (text is not None) and (text is None or timing.read_text() == text), name
+        assert "r01-screen was read back" in (out / "tune.md").read_text()
+
+
 def test_the_tune_directory_is_a_run_directory_the_gate_reads(tmp_path, monkeypatch, capsys):
     from conftest import invoke
 

@@ -13,6 +13,7 @@ back, never run again; a round cut short is continued (``run_sweep(resume=True)`
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -114,17 +115,25 @@ class RoundFiles:
     out: Path
 
     def read(self, item: Round) -> tuple[float, float] | None:
-        """The recorded ``(seconds per cell, elapsed)`` of a finished round; None when it has none (or an
-        unreadable one: the round is then charged the time it takes now, as before wave 14)."""
+        """The recorded ``(seconds per cell, elapsed)`` of a finished round; None when it has none, or an
+        unreadable or impossible one (not finite, negative): the round is then charged the time its read takes, and
+        the search says so in its notes."""
         where = round_dir(self.out, item)
         path = where / ROUND_TIME_FILE
         if not path.is_file() or finished(where) is None:
             return None
         try:
             data = json.loads(path.read_text())
-            return float(data["seconds_per_cell"]), float(data["elapsed_s"])
+            per_cell, elapsed = float(data["seconds_per_cell"]), float(data["elapsed_s"])
         except (ValueError, KeyError, TypeError):
             return None
+        if not (math.isfinite(per_cell) and math.isfinite(elapsed)) or per_cell <= 0 or elapsed < 0:
+            return None  # not a time a round can have taken
+        return per_cell, elapsed
+
+    def finished(self, item: Round) -> bool:
+        """Whether the round's every planned cell is recorded (``run_round`` will read it back)."""
+        return finished(round_dir(self.out, item)) is not None
 
     def write(self, item: Round, per_cell: float, elapsed: float) -> None:
         """Record a round just measured."""

@@ -86,7 +86,7 @@ class Budget:
         if self.cells is not None:
             wanted = min(wanted, max(0, self.cells - self.spent - reserve))
         if self.seconds is not None and self.cell_seconds:
-            per_cell = max(self.cell_seconds)
+            per_cell = max(*self.cell_seconds, 1e-6)  # a round read back in no measurable time
             left = self.seconds - (time.monotonic() - self.started)
             kept = per_cell * (reserve * reserve_cost + 2 * cost)  # later rounds, and this round's two references
             wanted = min(wanted, max(0, int((left - kept) / (per_cell * cost))))
@@ -102,6 +102,9 @@ class RoundClock(Protocol):
 
     def read(self, item: Round) -> tuple[float, float] | None:
         """``(seconds per cell, the search's elapsed seconds when the round ended)`` as recorded, or None."""
+
+    def finished(self, item: Round) -> bool:
+        """Whether the round's cells were all measured before this run (it will be read back, not measured)."""
 
     def write(self, item: Round, per_cell: float, elapsed: float) -> None:
         """Record a round just measured."""
@@ -222,6 +225,7 @@ class Search:
         self.index += 1
         item = Round(self.index, stage, self.workloads[stage], [c for c, _, _ in fresh])
         recorded = self.clock.read(item) if self.clock is not None else None
+        read_back = self.clock is not None and self.clock.finished(item)
         started = time.monotonic()
         outcomes = self.run_round(item)
         if recorded is not None:  # measured by an earlier run and read back: charged what it cost then
@@ -231,7 +235,13 @@ class Search:
             # The round's wall time over its cells (the baseline and noise floor too): loading, the workers'
             # start and the report are part of what the next round costs.
             per_cell = (time.monotonic() - started) / ((len(fresh) + 2) * self._cost(stage))
-            if self.clock is not None:
+            if read_back:  # its time is not known: never record the read's milliseconds as what it cost
+                self.notes.append(
+                    f"{item.name} was read back without a readable recorded time (a tune from before wave 14, or "
+                    "a damaged round-time.json): it was charged the time its read took, so under --budget-min this "
+                    "resumed search may have run rounds the first run did not"
+                )
+            elif self.clock is not None:
                 self.clock.write(item, per_cell, time.monotonic() - self.budget.started)
         self.budget.cell_seconds.append(per_cell)
         for outcome, (candidate, axis, value) in zip(outcomes, fresh, strict=True):

@@ -255,6 +255,8 @@ def expert_settings(cfg: dict[str, Any], expert: str) -> dict[str, Any]:
     for key, by_expert in cfg.items():
         if not key.endswith("_by_expert"):
             continue
+        if not isinstance(by_expert, dict):
+            raise ValueError(f"train.expert.{key}: expected a mapping of expert to value, got {by_expert!r}")
         unknown = sorted(set(by_expert) - set(EXPERTS))
         if unknown:
             raise ValueError(f"train.expert.{key}: {unknown} are not experts (expected some of {EXPERTS})")
