@@ -115,12 +115,12 @@ class RoundFiles:
     out: Path
 
     def read(self, item: Round) -> tuple[float, float] | None:
-        """The recorded ``(seconds per cell, elapsed)`` of a finished round; None when it has none, or an
+        """The recorded ``(seconds per cell, elapsed)`` of a round (the search asks only for a finished one, see
+        ``finished``); None when it has none, or an
         unreadable or impossible one (not finite, negative): the round is then charged the time its read takes, and
         the search says so in its notes."""
-        where = round_dir(self.out, item)
-        path = where / ROUND_TIME_FILE
-        if not path.is_file() or finished(where) is None:
+        path = round_dir(self.out, item) / ROUND_TIME_FILE
+        if not path.is_file():
             return None
         try:
             data = json.loads(path.read_text())

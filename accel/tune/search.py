@@ -224,8 +224,8 @@ class Search:
             return
         self.index += 1
         item = Round(self.index, stage, self.workloads[stage], [c for c, _, _ in fresh])
-        recorded = self.clock.read(item) if self.clock is not None else None
         read_back = self.clock is not None and self.clock.finished(item)
+        recorded = self.clock.read(item) if read_back and self.clock is not None else None
         started = time.monotonic()
         outcomes = self.run_round(item)
         if recorded is not None:  # measured by an earlier run and read back: charged what it cost then
